@@ -1,0 +1,315 @@
+//! `MemoryBackend`: the scripts of DESIGN §4, in process, on tokio's clock.
+//!
+//! Because it reads `tokio::time::Instant`, a test under `#[tokio::test(start_paused = true)]`
+//! moves lease expiry with `tokio::time::advance`. It is the embedded default for examples and
+//! unit tests of code built on leasehold; it is not a replacement for testing against Redis.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{
+    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure,
+};
+use crate::protocol::{
+    AcquireReply, Attempt, FencingToken, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
+};
+
+/// An in-process lease store with the same semantics as the Redis scripts.
+///
+/// Clones share one store, so two clients on clones contend like two processes on one Redis.
+/// Fencing tokens come from a counter per resource that is never evicted.
+///
+/// Faults can be injected with [`set_fault`](Self::set_fault), and a lease can be taken away
+/// behind its holder's back with [`delete`](Self::delete): that is how code built on
+/// leasehold tests its reaction to `Indeterminate`, UNKNOWN and LOST without Redis.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use leasehold::{MemoryBackend, MemoryFault};
+/// let backend = MemoryBackend::new();
+/// backend.set_fault(Some(MemoryFault::LoseReply)); // runs, but the reply never arrives
+/// backend.set_fault(None);
+/// assert_eq!(backend.held_leases(), 0);
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryBackend {
+    store: Arc<Mutex<Store>>,
+}
+
+/// A fault [`MemoryBackend`] applies to every call until cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemoryFault {
+    /// Calls fail at once without executing ([`SendFailure::NotSent`]), like a refused
+    /// connection.
+    Unavailable,
+    /// Calls execute, then wait out their timeout and fail with [`SendFailure::MaybeSent`],
+    /// like a reply lost on the way back.
+    LoseReply,
+    /// Calls do not execute, wait out their timeout and fail with [`SendFailure::MaybeSent`],
+    /// like a request lost on the way (the caller cannot tell this from `LoseReply`).
+    LoseRequest,
+    /// Calls take this long before executing; if that is longer than their timeout, they
+    /// execute and the reply is lost.
+    Slow(Duration),
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    leases: HashMap<String, Entry>,
+    fences: HashMap<String, u64>,
+    watchers: HashMap<String, Vec<mpsc::Sender<()>>>,
+    fault: Option<MemoryFault>,
+    calls: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    owner: String,
+    operation: String,
+    token: u64,
+    expires_at: Instant,
+}
+
+impl Entry {
+    fn is(&self, attempt: &Attempt) -> bool {
+        self.owner == attempt.owner().expose() && self.operation == attempt.operation().as_str()
+    }
+
+    fn pttl(&self, now: Instant) -> Duration {
+        // Redis reports whole milliseconds, rounded down.
+        let left = self.expires_at.saturating_duration_since(now);
+        Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+impl Store {
+    /// The live entry for `key`, dropping it first if it has expired (Redis expires lazily
+    /// too, and a script never sees an expired key).
+    fn live(&mut self, key: &str, now: Instant) -> Option<&mut Entry> {
+        if self.leases.get(key).is_some_and(|e| e.expires_at <= now) {
+            self.leases.remove(key);
+        }
+        self.leases.get_mut(key)
+    }
+
+    fn notify_release(&mut self, channel: &str) {
+        if let Some(senders) = self.watchers.get_mut(channel) {
+            // Full means a notice is already pending: coalescing is the contract.
+            senders.retain(|tx| !tx.is_closed());
+            for tx in senders.iter() {
+                let _ = tx.try_send(());
+            }
+        }
+    }
+}
+
+impl MemoryBackend {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies `fault` to every later call, or clears it with `None`.
+    pub fn set_fault(&self, fault: Option<MemoryFault>) {
+        self.lock().fault = fault;
+    }
+
+    /// Deletes a lease behind its holder's back, as an operator's `DEL` would. Publishes no
+    /// release notice. Returns whether a live lease was there.
+    pub fn delete(&self, keys: &LeaseKeys) -> bool {
+        let now = Instant::now();
+        let mut store = self.lock();
+        let existed = store.live(&keys.lease, now).is_some();
+        store.leases.remove(&keys.lease);
+        existed
+    }
+
+    /// Forgets the fencing counter of a lease, as an eviction would.
+    pub fn delete_fence(&self, keys: &LeaseKeys) {
+        self.lock().fences.remove(&keys.fence);
+    }
+
+    /// How many backend calls were made, faulted ones included.
+    pub fn calls(&self) -> u64 {
+        self.lock().calls
+    }
+
+    /// How many leases are live now.
+    pub fn held_leases(&self) -> usize {
+        let now = Instant::now();
+        self.lock()
+            .leases
+            .values()
+            .filter(|e| e.expires_at > now)
+            .count()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock cannot leave the store half-written: every
+        // mutation is a single insert or remove, so the data is usable after a poison.
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `op` on the store under the current fault, honouring `timeout`.
+    fn run<'a, T: Send + 'a>(
+        &'a self,
+        timeout: Duration,
+        op: impl FnOnce(&mut Store, Instant) -> T + Send + 'a,
+    ) -> BackendFuture<'a, T> {
+        Box::pin(async move {
+            let fault = {
+                let mut store = self.lock();
+                store.calls += 1;
+                store.fault
+            };
+            let lost = |what: &str| {
+                SendFailure::MaybeSent(FailureDetail::new(
+                    FailureKind::Injected,
+                    format!("{what} (injected); no reply within {timeout:?}"),
+                ))
+            };
+            match fault {
+                None => Ok(op(&mut self.lock(), Instant::now())),
+                Some(MemoryFault::Unavailable) => Err(SendFailure::NotSent(FailureDetail::new(
+                    FailureKind::Injected,
+                    "backend unavailable (injected)",
+                ))),
+                Some(MemoryFault::LoseReply) => {
+                    op(&mut self.lock(), Instant::now());
+                    tokio::time::sleep(timeout).await;
+                    Err(lost("reply lost"))
+                }
+                Some(MemoryFault::LoseRequest) => {
+                    tokio::time::sleep(timeout).await;
+                    Err(lost("request lost"))
+                }
+                Some(MemoryFault::Slow(delay)) if delay < timeout => {
+                    tokio::time::sleep(delay).await;
+                    Ok(op(&mut self.lock(), Instant::now()))
+                }
+                Some(MemoryFault::Slow(_)) => {
+                    tokio::time::sleep(timeout).await;
+                    op(&mut self.lock(), Instant::now());
+                    Err(lost("slow reply"))
+                }
+            }
+        })
+    }
+}
+
+impl LeaseBackend for MemoryBackend {
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> BackendFuture<'a, AcquireReply> {
+        self.run(timeout, move |store, now| {
+            if let Some(entry) = store.live(&keys.lease, now) {
+                let pttl = entry.pttl(now);
+                return if entry.is(attempt) {
+                    AcquireReply::Replayed {
+                        pttl,
+                        token: FencingToken::new(entry.token),
+                    }
+                } else if entry.owner == attempt.owner().expose() {
+                    AcquireReply::Conflict { pttl }
+                } else {
+                    AcquireReply::Contended { pttl }
+                };
+            }
+            let last = store.fences.get(&keys.fence).copied().unwrap_or(0);
+            let token = last + 1;
+            store.fences.insert(keys.fence.clone(), token);
+            store.leases.insert(
+                keys.lease.clone(),
+                Entry {
+                    owner: attempt.owner().expose().to_owned(),
+                    operation: attempt.operation().as_str().to_owned(),
+                    token,
+                    expires_at: now + ttl,
+                },
+            );
+            AcquireReply::Acquired {
+                ttl,
+                token: FencingToken::new(token),
+            }
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> BackendFuture<'a, RenewReply> {
+        self.run(timeout, move |store, now| match store.live(&keys.lease, now) {
+            None => RenewReply::Absent,
+            Some(entry) if !entry.is(attempt) => RenewReply::NotOwner,
+            Some(entry) => {
+                entry.expires_at = now + ttl;
+                RenewReply::Renewed
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseReply> {
+        self.run(timeout, move |store, now| match store.live(&keys.lease, now) {
+            None => ReleaseReply::Absent,
+            Some(entry) if !entry.is(attempt) => ReleaseReply::NotOwner,
+            Some(_) => {
+                store.leases.remove(&keys.lease);
+                store.notify_release(&keys.release_channel);
+                ReleaseReply::Released
+            }
+        })
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        timeout: Duration,
+    ) -> BackendFuture<'a, InspectReply> {
+        self.run(timeout, move |store, now| match store.live(&keys.lease, now) {
+            None => InspectReply::Absent,
+            Some(entry) => {
+                let (pttl, token) = (entry.pttl(now), FencingToken::new(entry.token));
+                if entry.is(attempt) {
+                    InspectReply::HeldByAttempt { pttl, token }
+                } else {
+                    InspectReply::HeldByOther { pttl, token }
+                }
+            }
+        })
+    }
+
+    fn subscribe_releases<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices> {
+        self.run(timeout, move |store, _| {
+            let (tx, rx) = mpsc::channel(1);
+            store
+                .watchers
+                .entry(keys.release_channel.clone())
+                .or_default()
+                .push(tx);
+            ReleaseNotices::new(rx, None)
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! Backend layer: where leases are stored. Imports only [`crate::protocol`].
+//!
+//! [`LeaseBackend`] is deliberately small — one method per script of DESIGN §4 plus the
+//! release-notice subscription. A backend answers with the typed reply of the script, or with
+//! a [`SendFailure`] that says how sure it is that nothing happened. It knows nothing about
+//! handles, validity or retries: those belong to the lease core.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::protocol::{AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply};
+
+pub mod memory;
+pub mod redis;
+
+pub use memory::{MemoryBackend, MemoryFault};
+pub use redis::{RedisBackend, RedisConfig};
+
+/// The future every backend call returns.
+pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailure>> + Send + 'a>>;
+
+/// Storage for leases. Implementations must make each call atomic and bounded by `timeout`
+/// (measured from the call): a call that has not answered by then fails with
+/// [`SendFailure::MaybeSent`].
+pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
+    /// Runs the acquire script: take the lease if absent, replay if this attempt holds it.
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> BackendFuture<'a, AcquireReply>;
+
+    /// Runs the renew script: reset the expiry to `ttl` if this attempt holds the lease.
+    fn renew<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> BackendFuture<'a, RenewReply>;
+
+    /// Runs the release script: delete and announce if this attempt holds the lease.
+    fn release<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseReply>;
+
+    /// Runs the read-only inspect script.
+    fn inspect<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        timeout: Duration,
+    ) -> BackendFuture<'a, InspectReply>;
+
+    /// Subscribes to release notices of one lease. The subscription is live when the future
+    /// resolves: a release after that point is delivered.
+    fn subscribe_releases<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices>;
+}
+
+/// Why a backend call produced no reply. Maps one to one onto the outcomes `Unavailable`
+/// and `Indeterminate`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendFailure {
+    /// The command provably did not execute: no connection could be had, the connection was
+    /// refused, or the server rejected it before running it (`LOADING`, `BUSY`, `OOM`…).
+    #[error("not executed: {0}")]
+    NotSent(FailureDetail),
+    /// The command may have executed: a timeout, a connection lost after the write, or a
+    /// reply that could not be read.
+    #[error("may have executed: {0}")]
+    MaybeSent(FailureDetail),
+}
+
+impl SendFailure {
+    /// The detail, whichever the certainty.
+    pub fn detail(&self) -> &FailureDetail {
+        match self {
+            Self::NotSent(d) | Self::MaybeSent(d) => d,
+        }
+    }
+}
+
+/// What went wrong, for logs and for callers who want to tell faults apart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct FailureDetail {
+    /// The class of failure.
+    pub kind: FailureKind,
+    /// Human-readable text; never an owner token or a password.
+    pub message: String,
+}
+
+impl FailureDetail {
+    /// A detail of `kind` with `message`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The class of a [`FailureDetail`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// No connection could be established (refused, unreachable, connect timeout).
+    Connect,
+    /// The call did not answer within its bound.
+    Timeout,
+    /// The connection broke while the call was in flight.
+    ConnectionLost,
+    /// The server refused the command without running it (`LOADING`, `BUSY`, `OOM`,
+    /// `MASTERDOWN`, `NOPERM`, `READONLY`…).
+    ServerRefused,
+    /// The server reported an error after the script may have run.
+    ServerError,
+    /// The reply had an unexpected type or status.
+    MalformedReply,
+    /// A fault injected into [`MemoryBackend`].
+    Injected,
+}
+
+impl FailureKind {
+    /// snake_case name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Timeout => "timeout",
+            Self::ConnectionLost => "connection_lost",
+            Self::ServerRefused => "server_refused",
+            Self::ServerError => "server_error",
+            Self::MalformedReply => "malformed_reply",
+            Self::Injected => "injected",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A live subscription to one lease's release notices.
+///
+/// Notices are coalesced: several releases before the next [`next`](Self::next) count once.
+/// Dropping it unsubscribes.
+#[derive(Debug)]
+pub struct ReleaseNotices {
+    rx: mpsc::Receiver<()>,
+    _task: Option<AbortOnDrop>,
+}
+
+impl ReleaseNotices {
+    /// Wraps a channel whose sender is fed by the backend. `task`, if any, is aborted when
+    /// the subscription is dropped.
+    pub(crate) fn new(rx: mpsc::Receiver<()>, task: Option<tokio::task::JoinHandle<()>>) -> Self {
+        Self {
+            rx,
+            _task: task.map(AbortOnDrop),
+        }
+    }
+
+    /// Waits for the next release notice. Returns `false` if the subscription ended (the
+    /// backend connection dropped); the caller then falls back to polling.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a notice that arrives while no `next` is pending is kept for the next call.
+    pub async fn next(&mut self) -> bool {
+        self.rx.recv().await.is_some()
+    }
+}
+
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

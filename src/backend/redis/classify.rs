@@ -1,0 +1,61 @@
+//! The one place that sorts redis errors into *not executed* and *may have executed*.
+//!
+//! The rule (DESIGN §12): only a failure to obtain a connection, or a server error that Redis
+//! raises before running a command, proves the command did not run. Every other I/O failure —
+//! a broken pipe included, which Redis clients report both before and after the write — may
+//! have executed.
+
+use redis::{ErrorKind, RedisError};
+
+use crate::backend::{FailureDetail, FailureKind, SendFailure};
+
+/// Server error codes Redis raises before it runs a command or a script's first write.
+const REFUSED_BEFORE_RUNNING: &[&str] = &[
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "OOM",
+    "NOPERM",
+    "NOAUTH",
+    "WRONGPASS",
+    "READONLY",
+    "MISCONF",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "MOVED",
+    "ASK",
+    "CROSSSLOT",
+    "NOREPLICAS",
+    "NOSCRIPT",
+];
+
+/// Classifies an error from establishing a connection: nothing was sent on it.
+pub(super) fn connect_failure(err: &RedisError) -> SendFailure {
+    SendFailure::NotSent(FailureDetail::new(FailureKind::Connect, err.to_string()))
+}
+
+/// Classifies an error returned by a command on an established connection.
+pub(super) fn command_failure(err: &RedisError) -> SendFailure {
+    if let Some(code) = err.code()
+        && REFUSED_BEFORE_RUNNING.contains(&code)
+    {
+        return SendFailure::NotSent(FailureDetail::new(
+            FailureKind::ServerRefused,
+            err.to_string(),
+        ));
+    }
+    let kind = match err.kind() {
+        ErrorKind::Io if err.is_timeout() => FailureKind::Timeout,
+        ErrorKind::Io => FailureKind::ConnectionLost,
+        ErrorKind::Server(_) | ErrorKind::Extension => FailureKind::ServerError,
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => FailureKind::MalformedReply,
+        // `ErrorKind` is non-exhaustive: anything new is treated as the uncertain case.
+        _ => FailureKind::ConnectionLost,
+    };
+    SendFailure::MaybeSent(FailureDetail::new(kind, err.to_string()))
+}
+
+/// Whether the connection is unusable after `err`, so the next call must reconnect.
+pub(super) fn breaks_connection(err: &RedisError) -> bool {
+    err.is_io_error() || err.is_unrecoverable_error()
+}

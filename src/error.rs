@@ -1,0 +1,177 @@
+//! The one error type of leasehold: local validation, before any I/O.
+//!
+//! Nothing that happens on the wire becomes an `Err`: a Redis fault is an outcome variant
+//! (`Unavailable` or `Indeterminate`), because the caller's next step depends on how certain
+//! the library is about what happened, and `Err` would fold those together.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A value was rejected before anything was sent to a backend.
+///
+/// Every variant names the parameter it is about and the rule it broke; none carries an owner
+/// token, a raw resource id or a Redis password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// A [`Purpose`](crate::Purpose) broke its pattern.
+    #[error("purpose {value:?} is invalid: {rule}")]
+    InvalidPurpose {
+        /// The rejected text (truncated to 80 characters).
+        value: String,
+        /// The rule it broke.
+        rule: &'static str,
+    },
+    /// A [`Namespace`](crate::Namespace) broke its pattern.
+    #[error("namespace {value:?} is invalid: {rule}")]
+    InvalidNamespace {
+        /// The rejected text (truncated to 80 characters).
+        value: String,
+        /// The rule it broke.
+        rule: &'static str,
+    },
+    /// A [`ResourceDigest`](crate::ResourceDigest) text was not `sha256:<64 lowercase hex>`.
+    ///
+    /// The text itself is not echoed: a caller who passes a raw resource id here by mistake
+    /// must not find it in a log.
+    #[error("resource digest is invalid: {rule}")]
+    InvalidDigest {
+        /// The rule it broke.
+        rule: &'static str,
+    },
+    /// An [`OperationId`](crate::OperationId) was empty, too long or not printable.
+    #[error("operation id is invalid: {rule}")]
+    InvalidOperationId {
+        /// The rule it broke.
+        rule: &'static str,
+    },
+    /// A duration parameter was out of its bounds, unparsable, or in the wrong relation to
+    /// another parameter.
+    #[error("{param} {problem}")]
+    InvalidDuration {
+        /// The parameter's name as the documentation and the CLI spell it (`ttl`, `wait_timeout`).
+        param: &'static str,
+        /// What is wrong with it.
+        problem: DurationProblem,
+    },
+    /// A Redis URL could not be parsed or names an unsupported scheme.
+    ///
+    /// The URL is not echoed: it may carry a password.
+    #[error("redis url is invalid: {reason}")]
+    InvalidRedisUrl {
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The operating system's random source failed, so no owner token could be made.
+    #[error("the operating system's random source is unavailable: {reason}")]
+    EntropyUnavailable {
+        /// The OS error.
+        reason: String,
+    },
+}
+
+/// What is wrong with a duration; part of [`LeaseError::InvalidDuration`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DurationProblem {
+    /// Shorter than the bound allows.
+    BelowMinimum {
+        /// The value given.
+        value: Duration,
+        /// The smallest allowed.
+        min: Duration,
+    },
+    /// Longer than the bound allows.
+    AboveMaximum {
+        /// The value given.
+        value: Duration,
+        /// The largest allowed.
+        max: Duration,
+    },
+    /// Text that humantime could not read.
+    NotADuration {
+        /// The text given (truncated to 80 characters).
+        text: String,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// Must be strictly greater than another parameter, and is not.
+    NotGreaterThan {
+        /// The value given.
+        value: Duration,
+        /// The other parameter's name.
+        other: &'static str,
+        /// The other parameter's value.
+        other_value: Duration,
+    },
+    /// Must be at least another parameter, and is less.
+    NotAtLeast {
+        /// The value given.
+        value: Duration,
+        /// The other parameter's name.
+        other: &'static str,
+        /// The other parameter's value.
+        other_value: Duration,
+    },
+    /// Must be strictly less than another parameter (or an expression of several), and is not.
+    NotLessThan {
+        /// The value given.
+        value: Duration,
+        /// The other parameter, or expression, spelled as in the docs (`ttl - drift_budget`).
+        other: &'static str,
+        /// Its value.
+        other_value: Duration,
+    },
+}
+
+impl fmt::Display for DurationProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use humantime::format_duration as h;
+        match self {
+            Self::BelowMinimum { value, min } => {
+                write!(f, "{} is below the minimum of {}", h(*value), h(*min))
+            }
+            Self::AboveMaximum { value, max } => {
+                write!(f, "{} is above the maximum of {}", h(*value), h(*max))
+            }
+            Self::NotADuration { text, reason } => {
+                write!(f, "{text:?} is not a duration: {reason}")
+            }
+            Self::NotGreaterThan {
+                value,
+                other,
+                other_value,
+            } => write!(
+                f,
+                "{} must be greater than {other} ({})",
+                h(*value),
+                h(*other_value)
+            ),
+            Self::NotAtLeast {
+                value,
+                other,
+                other_value,
+            } => write!(
+                f,
+                "{} must be at least {other} ({})",
+                h(*value),
+                h(*other_value)
+            ),
+            Self::NotLessThan {
+                value,
+                other,
+                other_value,
+            } => write!(
+                f,
+                "{} must be less than {other} ({})",
+                h(*value),
+                h(*other_value)
+            ),
+        }
+    }
+}
+
+/// Keeps rejected text short in error messages.
+pub(crate) fn excerpt(text: &str) -> String {
+    text.chars().take(80).collect()
+}

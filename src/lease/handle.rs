@@ -1,0 +1,434 @@
+//! `LeaseHandle`: one held lease and the whole state machine of DESIGN §7.
+//!
+//! ```text
+//! ACTIVE ──renew RENEWED──▶ ACTIVE            (budget replaced)
+//! ACTIVE ──budget reaches 0──▶ LOST            (recorded)
+//! ACTIVE ──renew ABSENT/NOT_OWNER──▶ LOST
+//! ACTIVE ──renew indeterminate after bounded idempotent retries──▶ UNKNOWN
+//! ACTIVE|UNKNOWN ──release──▶ RELEASED | LOST (absent, not owner) | UNKNOWN (indeterminate)
+//! LOST, RELEASED, UNKNOWN: renew → Refused{state}, no Redis call. No way back to ACTIVE.
+//! ```
+//!
+//! # Invariants
+//!
+//! 1. No transition leads back to ACTIVE: every method that changes the state matches the
+//!    current one, and only the ACTIVE arm can produce ACTIVE.
+//! 2. [`LeaseHandle::remaining_validity`] never goes below zero and is zero in every state but
+//!    ACTIVE.
+//! 3. Reaching zero validity moves ACTIVE to LOST and records it: every method that looks at
+//!    the state first applies the clock, and a renewal whose reply arrives after validity
+//!    ended does not revive the handle.
+//! 4. A `Renewed` outcome is only ever returned together with the ACTIVE state.
+//! 5. Nothing is sent to the backend from LOST, RELEASED or UNKNOWN by `renew`; nothing is
+//!    sent from RELEASED by `release`.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use crate::backend::{FailureDetail, FailureKind, SendFailure};
+use crate::lease::client::LeaseClient;
+use crate::lease::outcome::{LeaseState, LostReason, ReleaseOutcome, RenewOutcome};
+use crate::lease::trace;
+use crate::lease::validity::ValidityBudget;
+use crate::protocol::limits::RENEW_ATTEMPTS;
+use crate::protocol::{
+    Attempt, FencingToken, LeaseKeys, Purpose, ReleaseReply, RenewReply, ResourceDigest,
+};
+
+/// What a held lease lets its holder rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Guarantee {
+    /// Writes carrying this token can be refused by a target that has seen a larger one.
+    ///
+    /// What it protects: an effect target that stores the largest token it accepted and
+    /// refuses smaller ones (`UPDATE … SET …, fence = $token WHERE fence < $token`) never
+    /// accepts a write from a holder older than one it already served — even if that holder
+    /// was paused past its lease and resumes believing it still holds it.
+    ///
+    /// What it does not protect: targets that do not check the token; effects outside the
+    /// target (emails sent, files written elsewhere); two writes by the current holder and a
+    /// stale one interleaving on a target that compares with `<=` instead of `<`.
+    Fenced(FencingToken),
+}
+
+/// One acquired lease: its attempt, fencing token, local validity and state.
+///
+/// Obtained from [`AcquireOutcome::Acquired`](crate::AcquireOutcome::Acquired) or
+/// `Replayed`. Dropping a handle that is still ACTIVE or UNKNOWN spawns a best-effort,
+/// owner-checked release on the current tokio runtime and logs its outcome; call
+/// [`release`](Self::release) to get the outcome yourself.
+pub struct LeaseHandle {
+    client: LeaseClient,
+    keys: LeaseKeys,
+    purpose: Purpose,
+    resource: ResourceDigest,
+    attempt: Attempt,
+    ttl: Duration,
+    token: FencingToken,
+    /// The last budget the server confirmed; kept in every state for diagnostics.
+    confirmed: ValidityBudget,
+    state: HandleState,
+}
+
+/// The private state: data a state needs lives in its variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandleState {
+    Active { budget: ValidityBudget },
+    Lost { reason: LostReason },
+    Unknown,
+    Released,
+}
+
+impl HandleState {
+    fn public(self) -> LeaseState {
+        match self {
+            Self::Active { .. } => LeaseState::Active,
+            Self::Lost { reason } => LeaseState::Lost(reason),
+            Self::Unknown => LeaseState::Unknown,
+            Self::Released => LeaseState::Released,
+        }
+    }
+}
+
+impl LeaseHandle {
+    pub(crate) fn new(
+        client: LeaseClient,
+        request: &crate::protocol::LeaseRequest,
+        keys: LeaseKeys,
+        token: FencingToken,
+        budget: ValidityBudget,
+    ) -> Self {
+        let mut handle = Self {
+            client,
+            keys,
+            purpose: request.purpose().clone(),
+            resource: *request.resource(),
+            attempt: request.attempt().clone(),
+            ttl: request.ttl(),
+            token,
+            confirmed: budget,
+            state: HandleState::Active { budget },
+        };
+        // A replay with less PTTL left than the drift budget is born LOST (invariant 3).
+        handle.observe(Instant::now());
+        handle
+    }
+
+    /// The fencing token of this acquisition; pass it to every protected write.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// What holding this lease guarantees, and (in its docs) what it does not.
+    pub fn guarantee(&self) -> Guarantee {
+        Guarantee::Fenced(self.token)
+    }
+
+    /// The attempt that holds the lease.
+    pub fn attempt(&self) -> &Attempt {
+        &self.attempt
+    }
+
+    /// The Redis keys of this lease.
+    pub fn keys(&self) -> &LeaseKeys {
+        &self.keys
+    }
+
+    /// What the lease is for.
+    pub fn purpose(&self) -> &Purpose {
+        &self.purpose
+    }
+
+    /// Which resource.
+    pub fn resource(&self) -> &ResourceDigest {
+        &self.resource
+    }
+
+    /// The TTL set on acquisition and every renewal.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The current state, after applying the clock (invariant 3).
+    pub fn state(&mut self) -> LeaseState {
+        self.observe(Instant::now());
+        self.state.public()
+    }
+
+    /// Local validity left: zero unless ACTIVE (invariant 2). Reaching zero records LOST.
+    pub fn remaining_validity(&mut self) -> Duration {
+        let now = Instant::now();
+        self.observe(now);
+        match self.state {
+            HandleState::Active { budget } => budget.remaining(now),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The instant local validity ends while ACTIVE; `None` in any other state.
+    pub fn valid_until(&mut self) -> Option<Instant> {
+        self.observe(Instant::now());
+        match self.state {
+            HandleState::Active { budget } => Some(budget.valid_until()),
+            _ => None,
+        }
+    }
+
+    /// The earliest instant the server's key can expire, from the last confirmation the
+    /// server gave (its TTL on acquire and renew, its PTTL on replay).
+    pub fn observed_server_expiry(&self) -> Instant {
+        self.confirmed.observed_server_expiry()
+    }
+
+    /// Renews the lease: `PEXPIRE ttl` if this attempt still holds it.
+    ///
+    /// Makes up to 3 idempotent attempts, each bounded by `min(command_timeout, validity
+    /// left)`, and none after local validity ends. See [`renew_within`](Self::renew_within)
+    /// for a tighter deadline.
+    ///
+    /// * `Renewed` — ACTIVE, budget replaced (ttl − drift from this renewal's send instant).
+    /// * `Lost` — `ABSENT`, `NOT_OWNER`, or validity reached zero; now LOST.
+    /// * `Indeterminate` — some attempt may have reached Redis, none confirmed; now UNKNOWN.
+    /// * `Unavailable` — no attempt reached Redis; still ACTIVE with the old budget.
+    /// * `Refused` — not ACTIVE; nothing sent.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped mid-flight the renewal may or may not have landed, and the
+    /// handle keeps its old budget and state — which is safe, since the old budget is a
+    /// lower bound either way.
+    pub async fn renew(&mut self) -> RenewOutcome {
+        self.renew_by(None).await
+    }
+
+    /// As [`renew`](Self::renew), but gives up at `now + bound` even if validity is left
+    /// (the runtime passes `remaining validity − safety margin`).
+    ///
+    /// # Cancel safety
+    /// As for [`renew`](Self::renew).
+    pub async fn renew_within(&mut self, bound: Duration) -> RenewOutcome {
+        self.renew_by(Some(Instant::now() + bound)).await
+    }
+
+    async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {
+        let span = trace::span!("lease.renew", &self.purpose, &self.resource, &self.attempt);
+        let started = Instant::now();
+        let outcome = self.renew_inner(limit).instrument(span.clone()).await;
+        trace::finish(&span, outcome.as_str(), started);
+        outcome
+    }
+
+    async fn renew_inner(&mut self, limit: Option<Instant>) -> RenewOutcome {
+        self.observe(Instant::now());
+        let budget = match self.state {
+            HandleState::Active { budget } => budget,
+            other => {
+                return RenewOutcome::Refused {
+                    state: other.public(),
+                };
+            }
+        };
+        let settings = self.client.settings();
+        let (command_timeout, drift) = (settings.command_timeout, settings.drift_budget);
+        // Retries never run past local validity: a confirmation after that is worthless.
+        let deadline = limit.map_or(budget.valid_until(), |l| l.min(budget.valid_until()));
+        let mut last_failure = None;
+        let mut maybe_sent = false;
+        for attempt_no in 0..RENEW_ATTEMPTS {
+            let sent_at = Instant::now();
+            if sent_at >= deadline {
+                break;
+            }
+            let timeout = command_timeout.min(deadline - sent_at);
+            let result = self
+                .client
+                .backend()
+                .renew(&self.keys, &self.attempt, self.ttl, timeout)
+                .await;
+            let now = Instant::now();
+            match result {
+                Ok(RenewReply::Renewed) => {
+                    if budget.is_exhausted(now) {
+                        // Invariant 3: the reply came after validity ended; the holder may
+                        // already have been told to stop, so it stays stopped.
+                        return self.lose(LostReason::ValidityExpired);
+                    }
+                    let renewed = ValidityBudget::renewed(sent_at, self.ttl, drift);
+                    self.confirmed = renewed;
+                    self.state = HandleState::Active { budget: renewed };
+                    return RenewOutcome::Renewed {
+                        remaining: renewed.remaining(now),
+                    };
+                }
+                Ok(RenewReply::Absent) => return self.lose(LostReason::Absent),
+                Ok(RenewReply::NotOwner) => return self.lose(LostReason::NotOwner),
+                Err(failure) => {
+                    tracing::debug!(attempt = attempt_no + 1, %failure, "renew attempt failed");
+                    maybe_sent |= matches!(failure, SendFailure::MaybeSent(_));
+                    last_failure = Some(failure.detail().clone());
+                }
+            }
+            // A short pause keeps a fast-failing connection from spinning; bounded by the
+            // deadline, which the next iteration checks.
+            let pause = Duration::from_millis(5 * u64::from(attempt_no + 1));
+            tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+        }
+        let now = Instant::now();
+        self.observe(now);
+        if let HandleState::Lost { reason } = self.state {
+            return RenewOutcome::Lost { reason };
+        }
+        let detail = last_failure.unwrap_or_else(|| {
+            FailureDetail::new(FailureKind::Timeout, "no time left for a renewal attempt")
+        });
+        if maybe_sent {
+            self.transition(HandleState::Unknown);
+            RenewOutcome::Indeterminate { detail }
+        } else {
+            RenewOutcome::Unavailable {
+                detail,
+                remaining: budget.remaining(now),
+            }
+        }
+    }
+
+    /// Releases the lease: owner-checked `DEL` and a release notice to waiters.
+    ///
+    /// Allowed from ACTIVE, UNKNOWN and LOST (a handle that lost its budget may still own
+    /// the key; deleting it early frees the resource). From RELEASED it returns `Released`
+    /// without a call.
+    ///
+    /// * `Released` — now RELEASED. * `AlreadyAbsent`, `NotOwner` — now LOST (if it was not).
+    /// * `Indeterminate` — ACTIVE becomes UNKNOWN; call again. * `Unavailable` — unchanged.
+    ///
+    /// # Cancel safety
+    /// If dropped mid-flight the release may or may not have landed; the state is unchanged
+    /// and a later `release` (or the drop-time release) tries again.
+    pub async fn release(&mut self) -> ReleaseOutcome {
+        let span = trace::span!("lease.release", &self.purpose, &self.resource, &self.attempt);
+        let started = Instant::now();
+        let outcome = self.release_inner().instrument(span.clone()).await;
+        trace::finish(&span, outcome.as_str(), started);
+        outcome
+    }
+
+    async fn release_inner(&mut self) -> ReleaseOutcome {
+        self.observe(Instant::now());
+        if self.state == HandleState::Released {
+            return ReleaseOutcome::Released;
+        }
+        let timeout = self.client.settings().command_timeout;
+        let result = self
+            .client
+            .backend()
+            .release(&self.keys, &self.attempt, timeout)
+            .await;
+        match result {
+            Ok(ReleaseReply::Released) => {
+                self.transition(HandleState::Released);
+                ReleaseOutcome::Released
+            }
+            Ok(ReleaseReply::Absent) => {
+                let _ = self.lose(LostReason::Absent);
+                ReleaseOutcome::AlreadyAbsent
+            }
+            Ok(ReleaseReply::NotOwner) => {
+                let _ = self.lose(LostReason::NotOwner);
+                ReleaseOutcome::NotOwner
+            }
+            Err(SendFailure::MaybeSent(detail)) => {
+                if matches!(self.state, HandleState::Active { .. }) {
+                    self.transition(HandleState::Unknown);
+                }
+                ReleaseOutcome::Indeterminate { detail }
+            }
+            Err(SendFailure::NotSent(detail)) => ReleaseOutcome::Unavailable { detail },
+        }
+    }
+
+    /// Applies the clock: ACTIVE with no validity left becomes LOST (invariant 3).
+    fn observe(&mut self, now: Instant) {
+        if let HandleState::Active { budget } = self.state
+            && budget.is_exhausted(now)
+        {
+            let _ = self.lose(LostReason::ValidityExpired);
+        }
+    }
+
+    /// Moves to LOST unless already in a terminal state (a LOST keeps its first reason).
+    fn lose(&mut self, reason: LostReason) -> RenewOutcome {
+        match self.state {
+            HandleState::Active { .. } | HandleState::Unknown => {
+                self.transition(HandleState::Lost { reason });
+                RenewOutcome::Lost { reason }
+            }
+            HandleState::Lost { reason } => RenewOutcome::Lost { reason },
+            HandleState::Released => RenewOutcome::Refused {
+                state: LeaseState::Released,
+            },
+        }
+    }
+
+    fn transition(&mut self, to: HandleState) {
+        // Invariant 1: nothing may produce ACTIVE except the renewal arm, which assigns
+        // `state` directly after checking it was ACTIVE.
+        debug_assert!(!matches!(to, HandleState::Active { .. }));
+        tracing::debug!(
+            purpose = %self.purpose,
+            digest = %self.resource.short(),
+            op_id = %self.attempt.operation(),
+            from = self.state.public().as_str(),
+            to = to.public().as_str(),
+            "lease state changed"
+        );
+        self.state = to;
+    }
+}
+
+impl fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseHandle")
+            .field("purpose", &self.purpose)
+            .field("resource", &self.resource)
+            .field("attempt", &self.attempt)
+            .field("token", &self.token)
+            .field("state", &self.state.public())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for LeaseHandle {
+    fn drop(&mut self) {
+        if !matches!(
+            self.state,
+            HandleState::Active { .. } | HandleState::Unknown
+        ) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                purpose = %self.purpose,
+                digest = %self.resource.short(),
+                "lease handle dropped outside a tokio runtime; it stays held until its ttl"
+            );
+            return;
+        };
+        let client = self.client.clone();
+        let keys = self.keys.clone();
+        let attempt = self.attempt.clone();
+        let (purpose, digest) = (self.purpose.clone(), self.resource.short());
+        runtime.spawn(async move {
+            let timeout = client.settings().command_timeout;
+            let result = client.backend().release(&keys, &attempt, timeout).await;
+            let outcome = match &result {
+                Ok(reply) => reply.status(),
+                Err(SendFailure::NotSent(_)) => "unavailable",
+                Err(SendFailure::MaybeSent(_)) => "indeterminate",
+            };
+            tracing::info!(%purpose, %digest, outcome, "released lease on drop (best effort)");
+        });
+    }
+}

@@ -1,0 +1,19 @@
+//! Lease core: the client, the handle and its state machine, outcomes, validity, the wait
+//! loop. Imports [`crate::protocol`] and [`crate::backend`]; never a concrete backend's
+//! internals (only the trait, plus constructors for convenience).
+
+mod client;
+mod handle;
+mod outcome;
+mod settings;
+mod trace;
+mod validity;
+mod wait;
+
+pub use client::{LeaseClient, REDIS_URL_ENV};
+pub use handle::{Guarantee, LeaseHandle};
+pub use outcome::{
+    AcquireOutcome, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
+};
+pub use settings::{ENV_VARS, LeaseSettings};
+pub use validity::ValidityBudget;

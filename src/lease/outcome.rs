@@ -1,0 +1,278 @@
+//! The outcome of every lease operation (DESIGN §5). Certainty is part of the type: only
+//! `Unavailable` promises that nothing happened; anything that may have reached Redis is
+//! `Indeterminate`.
+//!
+//! Outcome enums are exhaustive on purpose: a new certainty level must break callers'
+//! matches. Reasons are `#[non_exhaustive]`.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::backend::FailureDetail;
+use crate::lease::LeaseHandle;
+use crate::protocol::{Attempt, FencingToken};
+
+/// What `try_acquire` or `acquire` achieved.
+#[must_use = "an acquisition may hold a lease until its TTL; inspect the outcome"]
+#[derive(Debug)]
+pub enum AcquireOutcome {
+    /// *When*: the lease was absent and the script stored this attempt (`ACQUIRED`).
+    /// *What to do*: run the work; renew before [`LeaseHandle::remaining_validity`] runs out;
+    /// pass [`LeaseHandle::token`] to every write the lease protects.
+    Acquired(LeaseHandle),
+    /// *When*: this very attempt already held the lease (`REPLAYED`), e.g. a retry after an
+    /// indeterminate reply. The handle's validity comes from the server's remaining PTTL and
+    /// the token is the original one.
+    /// *What to do*: as for `Acquired`.
+    Replayed(LeaseHandle),
+    /// *When*: someone else holds it (`CONTENDED`), and the wait timeout (if any) ran out.
+    /// *What to do*: try later; `retry_after` is the holder's remaining PTTL (or the
+    /// configured fallback when the server reported none).
+    Contended {
+        /// When the current holder's lease would expire if not renewed.
+        retry_after: Duration,
+    },
+    /// *When*: the same owner token holds it under another operation id (`CONFLICT`).
+    /// *What to do*: this is a caller bug — one owner token per operation; use a new attempt.
+    OwnerOperationConflict {
+        /// The other operation's remaining time.
+        retry_after: Duration,
+    },
+    /// *When*: the command provably did not run (no connection, refused, `LOADING`, `BUSY`,
+    /// `OOM`…). *What to do*: retry later with the same or a new attempt; nothing is held.
+    Unavailable {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// *When*: the command may have reached Redis (timeout or connection lost after the
+    /// write, unreadable reply). *What to do*: retry with the same `attempt` (a replay
+    /// returns the same token) or `inspect` it; never assume the lease is not yours — it may
+    /// be held until its TTL.
+    Indeterminate {
+        /// The attempt to retry or inspect.
+        attempt: Attempt,
+        /// What failed.
+        detail: FailureDetail,
+    },
+}
+
+impl AcquireOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Acquired(_) => "acquired",
+            Self::Replayed(_) => "replayed",
+            Self::Contended { .. } => "contended",
+            Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Indeterminate { .. } => "indeterminate",
+        }
+    }
+
+    /// The handle, for `Acquired` and `Replayed`.
+    pub fn into_handle(self) -> Option<LeaseHandle> {
+        match self {
+            Self::Acquired(h) | Self::Replayed(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// What `renew` achieved.
+#[must_use = "a renewal can lose the lease; inspect the outcome"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenewOutcome {
+    /// *When*: `RENEWED`, and the reply arrived while local validity was left.
+    /// *What to do*: carry on; validity now runs a full TTL − drift from this renewal's send.
+    Renewed {
+        /// Validity left when the reply was read.
+        remaining: Duration,
+    },
+    /// *When*: the lease is gone (`ABSENT`, `NOT_OWNER`) or local validity ran out; the
+    /// handle is LOST. *What to do*: stop the work now; do not write.
+    Lost {
+        /// Why.
+        reason: LostReason,
+    },
+    /// *When*: every attempt within the renew deadline may have reached Redis without a
+    /// readable reply; the handle is UNKNOWN. *What to do*: stop the work; the lease may
+    /// still be held (release it, or let it expire).
+    Indeterminate {
+        /// The last failure.
+        detail: FailureDetail,
+    },
+    /// *When*: no attempt reached Redis; the handle stays ACTIVE with its old budget.
+    /// *What to do*: try again before the budget runs out.
+    Unavailable {
+        /// The last failure.
+        detail: FailureDetail,
+        /// Validity still left on the old budget.
+        remaining: Duration,
+    },
+    /// *When*: the handle is not ACTIVE; nothing was sent. *What to do*: nothing — a lease
+    /// in a terminal state can never be renewed; acquire a new one.
+    Refused {
+        /// The handle's state.
+        state: LeaseState,
+    },
+}
+
+impl RenewOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Renewed { .. } => "renewed",
+            Self::Lost { .. } => "lost",
+            Self::Indeterminate { .. } => "indeterminate",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Refused { .. } => "refused",
+        }
+    }
+}
+
+/// What `release` achieved.
+#[must_use = "a release can fail; inspect the outcome"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// *When*: `RELEASED` — the key was ours and is deleted; waiters were notified. Also
+    /// returned, without a call, by a handle already RELEASED.
+    Released,
+    /// *When*: `ABSENT` — the key had already expired or been deleted.
+    AlreadyAbsent,
+    /// *When*: `NOT_OWNER` — someone else holds it now; it was not touched.
+    NotOwner,
+    /// *When*: the release may have reached Redis without a readable reply.
+    /// *What to do*: call `release` again (it is owner-checked) or let the TTL expire it.
+    Indeterminate {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// *When*: the release provably did not run; the lease is still held.
+    /// *What to do*: retry, or let the TTL expire it.
+    Unavailable {
+        /// What failed.
+        detail: FailureDetail,
+    },
+}
+
+impl ReleaseOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::AlreadyAbsent => "already_absent",
+            Self::NotOwner => "not_owner",
+            Self::Indeterminate { .. } => "indeterminate",
+            Self::Unavailable { .. } => "unavailable",
+        }
+    }
+}
+
+/// What `inspect` found (read only).
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InspectOutcome {
+    /// Held by exactly this attempt.
+    HeldByAttempt {
+        /// Server's remaining PTTL.
+        remaining: Duration,
+        /// The attempt's fencing token.
+        token: FencingToken,
+    },
+    /// Held by someone else.
+    HeldByOther {
+        /// Server's remaining PTTL.
+        remaining: Duration,
+        /// The holder's fencing token (public: it is what effect targets compare).
+        token: FencingToken,
+    },
+    /// Not held.
+    Absent,
+    /// The read provably did not run.
+    Unavailable {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// The read may have run but its reply was lost.
+    Indeterminate {
+        /// What failed.
+        detail: FailureDetail,
+    },
+}
+
+impl InspectOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::HeldByAttempt { .. } => "held_by_attempt",
+            Self::HeldByOther { .. } => "held_by_other",
+            Self::Absent => "absent",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Indeterminate { .. } => "indeterminate",
+        }
+    }
+}
+
+/// Why a handle is LOST.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// Local validity reached zero before a renewal was confirmed.
+    ValidityExpired,
+    /// Redis had no lease key (it expired or was deleted).
+    Absent,
+    /// Someone else holds the lease now.
+    NotOwner,
+}
+
+impl LostReason {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ValidityExpired => "validity_expired",
+            Self::Absent => "absent",
+            Self::NotOwner => "not_owner",
+        }
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of a [`LeaseHandle`] (DESIGN §7). Only `Active` can renew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseState {
+    /// Held, with local validity left.
+    Active,
+    /// Gone, or no longer vouched for by this process's clock. Terminal.
+    Lost(LostReason),
+    /// A renewal or release may or may not have landed. Terminal for renewal; release is
+    /// still allowed.
+    Unknown,
+    /// Released by this handle. Terminal.
+    Released,
+}
+
+impl LeaseState {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Lost(_) => "lost",
+            Self::Unknown => "unknown",
+            Self::Released => "released",
+        }
+    }
+}
+
+impl fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Lost(reason) => write!(f, "lost ({reason})"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! `LeaseSettings`: everything a client needs besides the backend, with DESIGN §11 defaults.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{DurationProblem, LeaseError};
+use crate::protocol::Namespace;
+use crate::protocol::limits::{
+    self, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_BUDGET,
+    DEFAULT_RETRY_AFTER_FALLBACK, DurationBounds,
+};
+
+/// Client settings. Build in code from [`Default`], or deserialise from a config file
+/// (durations as humantime text: `command_timeout = "200ms"`), or read the environment with
+/// [`from_env`](Self::from_env). [`LeaseClient::new`](crate::LeaseClient::new) validates them.
+///
+/// ```
+/// # use std::time::Duration;
+/// use leasehold::LeaseSettings;
+/// let mut settings = LeaseSettings::default();
+/// settings.command_timeout = Duration::from_millis(100);
+/// assert!(settings.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct LeaseSettings {
+    /// Prefix of every key; isolates tenants. Default `leasehold`.
+    pub namespace: Namespace,
+    /// Bound on one Redis command, from the instant just before send to its reply.
+    /// Default 200 ms.
+    #[serde(deserialize_with = "de::duration")]
+    pub command_timeout: Duration,
+    /// Bound on establishing one connection. Default 1 s.
+    #[serde(deserialize_with = "de::duration")]
+    pub connect_timeout: Duration,
+    /// Clock drift allowed for between this process and Redis over one TTL; subtracted from
+    /// every grant. Default 10 ms.
+    #[serde(deserialize_with = "de::duration")]
+    pub drift_budget: Duration,
+    /// Wait before retrying a contended acquisition whose reply carried no positive PTTL.
+    /// Default 50 ms.
+    #[serde(deserialize_with = "de::duration")]
+    pub retry_after_fallback: Duration,
+    /// Renewal cadence for the runtime, measured from the previous renewal's send instant.
+    /// Default (`None`): ttl / 3.
+    #[serde(deserialize_with = "de::optional_duration")]
+    pub renew_every: Option<Duration>,
+    /// How long before local validity ends the runtime stops relying on a renewal arriving.
+    /// Must be at least one command timeout. Default (`None`): the command timeout.
+    #[serde(deserialize_with = "de::optional_duration")]
+    pub safety_margin: Option<Duration>,
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        Self {
+            namespace: Namespace::default(),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            drift_budget: DEFAULT_DRIFT_BUDGET,
+            retry_after_fallback: DEFAULT_RETRY_AFTER_FALLBACK,
+            renew_every: None,
+            safety_margin: None,
+        }
+    }
+}
+
+/// Environment variables read by [`LeaseSettings::from_env`], with the field each sets.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("LEASEHOLD_NAMESPACE", "namespace"),
+    ("LEASEHOLD_COMMAND_TIMEOUT", "command_timeout"),
+    ("LEASEHOLD_CONNECT_TIMEOUT", "connect_timeout"),
+    ("LEASEHOLD_DRIFT_BUDGET", "drift_budget"),
+    ("LEASEHOLD_RETRY_AFTER_FALLBACK", "retry_after_fallback"),
+    ("LEASEHOLD_RENEW_EVERY", "renew_every"),
+    ("LEASEHOLD_SAFETY_MARGIN", "safety_margin"),
+];
+
+impl LeaseSettings {
+    /// Checks every bound and relation; one error per rule, naming the parameters.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] for a bound or for `safety_margin < command_timeout`.
+    pub fn validate(&self) -> Result<(), LeaseError> {
+        limits::COMMAND_TIMEOUT.check(self.command_timeout)?;
+        limits::CONNECT_TIMEOUT.check(self.connect_timeout)?;
+        limits::DRIFT_BUDGET.check(self.drift_budget)?;
+        limits::RETRY_AFTER_FALLBACK.check(self.retry_after_fallback)?;
+        if let Some(every) = self.renew_every {
+            RENEW_EVERY.check(every)?;
+        }
+        if self.safety_margin() < self.command_timeout {
+            return Err(LeaseError::InvalidDuration {
+                param: "safety_margin",
+                problem: DurationProblem::NotAtLeast {
+                    value: self.safety_margin(),
+                    other: "command_timeout",
+                    other_value: self.command_timeout,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// The safety margin in force: the configured one, or one command timeout.
+    pub fn safety_margin(&self) -> Duration {
+        self.safety_margin.unwrap_or(self.command_timeout)
+    }
+
+    /// The renewal cadence for a lease of `ttl`: the configured one, or `ttl / 3`.
+    pub fn renew_every(&self, ttl: Duration) -> Duration {
+        self.renew_every.unwrap_or(ttl / 3)
+    }
+
+    /// Checks that `ttl` leaves validity after the drift budget (`ttl > drift_budget`).
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] for `ttl`.
+    pub fn check_ttl(&self, ttl: Duration) -> Result<(), LeaseError> {
+        if ttl <= self.drift_budget {
+            return Err(LeaseError::InvalidDuration {
+                param: "ttl",
+                problem: DurationProblem::NotGreaterThan {
+                    value: ttl,
+                    other: "drift_budget",
+                    other_value: self.drift_budget,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// Defaults overridden by the variables of [`ENV_VARS`] that are set, then validated.
+    ///
+    /// # Errors
+    /// The first invalid value, as [`LeaseError`].
+    pub fn from_env() -> Result<Self, LeaseError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// As [`from_env`](Self::from_env), reading variables through `lookup` (for tests and
+    /// for programs with their own configuration source).
+    ///
+    /// # Errors
+    /// The first invalid value, as [`LeaseError`].
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, LeaseError> {
+        let mut s = Self::default();
+        let duration = |name: &str, param: &'static str| {
+            lookup(name)
+                .map(|text| limits::parse_duration(param, &text))
+                .transpose()
+        };
+        if let Some(ns) = lookup("LEASEHOLD_NAMESPACE") {
+            s.namespace = Namespace::new(&ns)?;
+        }
+        if let Some(d) = duration("LEASEHOLD_COMMAND_TIMEOUT", "command_timeout")? {
+            s.command_timeout = d;
+        }
+        if let Some(d) = duration("LEASEHOLD_CONNECT_TIMEOUT", "connect_timeout")? {
+            s.connect_timeout = d;
+        }
+        if let Some(d) = duration("LEASEHOLD_DRIFT_BUDGET", "drift_budget")? {
+            s.drift_budget = d;
+        }
+        if let Some(d) = duration("LEASEHOLD_RETRY_AFTER_FALLBACK", "retry_after_fallback")? {
+            s.retry_after_fallback = d;
+        }
+        if let Some(d) = duration("LEASEHOLD_RENEW_EVERY", "renew_every")? {
+            s.renew_every = Some(d);
+        }
+        if let Some(d) = duration("LEASEHOLD_SAFETY_MARGIN", "safety_margin")? {
+            s.safety_margin = Some(d);
+        }
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+/// Renewal cadence bounds; its relation to a lease's TTL is checked where the TTL is known.
+const RENEW_EVERY: DurationBounds = DurationBounds {
+    param: "renew_every",
+    min: Duration::from_millis(10),
+    max: Duration::from_secs(3600),
+};
+
+mod de {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(text.trim()).map_err(serde::de::Error::custom)
+    }
+
+    pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| humantime::parse_duration(text.trim()).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_design_section_11() {
+        let s = LeaseSettings::default();
+        assert_eq!(s.command_timeout, Duration::from_millis(200));
+        assert_eq!(s.connect_timeout, Duration::from_secs(1));
+        assert_eq!(s.drift_budget, Duration::from_millis(10));
+        assert_eq!(s.retry_after_fallback, Duration::from_millis(50));
+        assert_eq!(s.renew_every(Duration::from_secs(30)), Duration::from_secs(10));
+        assert_eq!(s.safety_margin(), s.command_timeout);
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn safety_margin_below_command_timeout_is_rejected() {
+        let s = LeaseSettings {
+            safety_margin: Some(Duration::from_millis(100)),
+            ..LeaseSettings::default()
+        };
+        let err = s.validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "safety_margin 100ms must be at least command_timeout (200ms)"
+        );
+    }
+
+    #[test]
+    fn env_lookup_overrides_defaults_and_reports_bad_text() {
+        let s = LeaseSettings::from_lookup(|k| match k {
+            "LEASEHOLD_NAMESPACE" => Some("tenant:a".into()),
+            "LEASEHOLD_COMMAND_TIMEOUT" => Some("150ms".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.namespace.as_str(), "tenant:a");
+        assert_eq!(s.command_timeout, Duration::from_millis(150));
+        let err = LeaseSettings::from_lookup(|k| {
+            (k == "LEASEHOLD_DRIFT_BUDGET").then(|| "soon".to_owned())
+        })
+        .unwrap_err();
+        assert!(err.to_string().starts_with("drift_budget \"soon\" is not a duration"));
+    }
+
+    #[test]
+    fn check_ttl_requires_more_than_the_drift_budget() {
+        let s = LeaseSettings::default();
+        assert!(s.check_ttl(Duration::from_millis(10)).is_err());
+        assert!(s.check_ttl(Duration::from_millis(11)).is_ok());
+    }
+}

@@ -1,0 +1,31 @@
+//! The one way leasehold opens and closes an operation span (DESIGN §9).
+//!
+//! Fields: `purpose`, `digest` (12 hex digits), `op_id`, `outcome`, `latency_us`. Never the
+//! owner token, never a raw resource id — the span macro only accepts the typed values, and
+//! their `Display` cannot print either.
+
+use tokio::time::Instant;
+
+/// Opens an `INFO` span named `$name` with the standard fields; `outcome` and `latency_us`
+/// are filled in by [`finish`].
+macro_rules! span {
+    ($name:literal, $purpose:expr, $resource:expr, $attempt:expr) => {
+        tracing::info_span!(
+            $name,
+            purpose = %$purpose,
+            digest = %$resource.short(),
+            op_id = %$attempt.operation(),
+            outcome = tracing::field::Empty,
+            latency_us = tracing::field::Empty,
+        )
+    };
+}
+pub(crate) use span;
+
+/// Records the outcome and latency on `span` and emits one event inside it.
+pub(crate) fn finish(span: &tracing::Span, outcome: &'static str, started: Instant) {
+    let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    span.record("outcome", outcome);
+    span.record("latency_us", latency_us);
+    span.in_scope(|| tracing::debug!(outcome, latency_us, "lease operation finished"));
+}

@@ -1,0 +1,92 @@
+//! Run work under a Redis lease.
+//!
+//! # A lease is not a lock
+//!
+//! A lease is a time-bounded, owner-checked claim on one resource, held in Redis and renewed
+//! while work runs. It does **not** prove mutual exclusion: a process paused by a GC, a
+//! stopped VM or a slow disk can resume after its lease expired and someone else took it.
+//! leasehold makes leases useful anyway, in two ways:
+//!
+//! 1. **It tells the holder, as an outcome, the moment the lease can no longer be vouched
+//!    for.** Every operation returns an enum whose variants say how certain the library is:
+//!    only `Unavailable` promises nothing happened; anything that might have reached Redis
+//!    is `Indeterminate`. A handle that is LOST, RELEASED or UNKNOWN refuses to renew.
+//! 2. **Every acquisition carries a [`FencingToken`]** that strictly increases per resource,
+//!    so the place where the effect lands (a row, a key, an API) can refuse a stale holder.
+//!
+//! # Which clock is trusted
+//!
+//! Only this process's monotonic clock, and only what the server said. Local validity is
+//! measured from the instant just **before** the command was sent, for the TTL the server
+//! set (or, on a replay, the PTTL it reported), minus a drift budget:
+//!
+//! ```text
+//! valid_until = sent_at + min(granted, ttl) − drift_budget
+//! ```
+//!
+//! Reaching `valid_until` moves the handle to LOST, and it stays there.
+//!
+//! # Layers
+//!
+//! | layer | module | may import |
+//! |---|---|---|
+//! | lease core | [`lease`]: [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | backend, protocol |
+//! | backend | [`backend`]: [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol |
+//! | protocol | [`protocol`]: keys, digests, attempts, requests, typed replies (pure) | nothing |
+//!
+//! # `try_acquire` vs `acquire`
+//!
+//! [`LeaseClient::try_acquire`] sends one acquisition and returns what Redis said.
+//! [`LeaseClient::acquire`] repeats it until the request's `wait_timeout` runs out: it
+//! sleeps on `Contended` (waking early when the holder releases), replays `Indeterminate`
+//! with the same attempt, and backs off on `Unavailable`. With `wait_timeout` 0 (the
+//! default) the two are the same.
+//!
+//! # Quickstart
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), leasehold::LeaseError> {
+//! use leasehold::*;
+//!
+//! let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+//! let request = LeaseRequest::builder(
+//!     Purpose::new("billing")?,
+//!     ResourceDigest::of(b"account-42"), // hashed here; the raw id never leaves
+//!     client.new_attempt("invoice-run-7")?,
+//! )
+//! .ttl(std::time::Duration::from_secs(30))
+//! .build()?;
+//!
+//! let AcquireOutcome::Acquired(mut lease) = client.acquire(&request).await? else {
+//!     return Ok(()); // contended, unavailable, indeterminate: each says what to do
+//! };
+//! let token = lease.token(); // send with every write the lease protects
+//! match lease.renew().await {
+//!     RenewOutcome::Renewed { .. } => { /* keep working */ }
+//!     other => println!("stop working: {}", other.as_str()),
+//! }
+//! assert_eq!(lease.release().await, ReleaseOutcome::Released);
+//! # let _ = token; Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod backend;
+mod error;
+pub mod lease;
+pub mod protocol;
+
+pub use backend::{
+    FailureDetail, FailureKind, LeaseBackend, MemoryBackend, MemoryFault, RedisBackend,
+    RedisConfig, SendFailure,
+};
+pub use error::{DurationProblem, LeaseError};
+pub use lease::{
+    AcquireOutcome, Guarantee, InspectOutcome, LeaseClient, LeaseHandle, LeaseSettings,
+    LeaseState, LostReason, ReleaseOutcome, RenewOutcome, ValidityBudget,
+};
+pub use protocol::{
+    Attempt, FencingToken, LeaseKeys, LeaseRequest, Namespace, OperationId, OwnerToken, Purpose,
+    ResourceDigest,
+};

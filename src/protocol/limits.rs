@@ -1,0 +1,168 @@
+//! Every bound and default of DESIGN §3 and §11, in one table.
+//!
+//! The error texts of [`LeaseError`] are built from these values, so a message always names
+//! the bound that is actually enforced.
+
+use std::time::Duration;
+
+use crate::error::{DurationProblem, LeaseError, excerpt};
+
+/// An inclusive range for one duration parameter, with the name errors use for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationBounds {
+    /// The parameter's name in docs, config files and the CLI.
+    pub param: &'static str,
+    /// The smallest allowed value.
+    pub min: Duration,
+    /// The largest allowed value.
+    pub max: Duration,
+}
+
+impl DurationBounds {
+    /// Accepts `value` if it lies in `min ..= max`.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] naming the parameter and the bound it crossed.
+    pub fn check(&self, value: Duration) -> Result<Duration, LeaseError> {
+        let problem = if value < self.min {
+            DurationProblem::BelowMinimum {
+                value,
+                min: self.min,
+            }
+        } else if value > self.max {
+            DurationProblem::AboveMaximum {
+                value,
+                max: self.max,
+            }
+        } else {
+            return Ok(value);
+        };
+        Err(LeaseError::InvalidDuration {
+            param: self.param,
+            problem,
+        })
+    }
+
+    /// Parses humantime text (`"30s"`, `"1m 30s"`, `"500ms"`) and checks the bounds.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] with [`DurationProblem::NotADuration`] for unreadable
+    /// text, or the bound it crossed.
+    pub fn parse(&self, text: &str) -> Result<Duration, LeaseError> {
+        self.check(parse_duration(self.param, text)?)
+    }
+}
+
+/// Reads humantime text for parameter `param`, without bounds.
+///
+/// # Errors
+/// [`LeaseError::InvalidDuration`] with [`DurationProblem::NotADuration`].
+pub fn parse_duration(param: &'static str, text: &str) -> Result<Duration, LeaseError> {
+    humantime::parse_duration(text.trim()).map_err(|e| LeaseError::InvalidDuration {
+        param,
+        problem: DurationProblem::NotADuration {
+            text: excerpt(text),
+            reason: e.to_string(),
+        },
+    })
+}
+
+/// Lease time to live: 100 ms ..= 1 h (DESIGN §3). Redis stores it in whole milliseconds.
+pub const TTL: DurationBounds = DurationBounds {
+    param: "ttl",
+    min: Duration::from_millis(100),
+    max: Duration::from_secs(3600),
+};
+
+/// How long `acquire` may wait for a contended lease: 0 ..= 1 h (DESIGN §3).
+pub const WAIT_TIMEOUT: DurationBounds = DurationBounds {
+    param: "wait_timeout",
+    min: Duration::ZERO,
+    max: Duration::from_secs(3600),
+};
+
+/// Upper bound on one Redis command, from just before send to the reply.
+pub const COMMAND_TIMEOUT: DurationBounds = DurationBounds {
+    param: "command_timeout",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(60),
+};
+
+/// Upper bound on establishing a connection.
+pub const CONNECT_TIMEOUT: DurationBounds = DurationBounds {
+    param: "connect_timeout",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(60),
+};
+
+/// Clock drift allowed for between this process and Redis over one TTL.
+pub const DRIFT_BUDGET: DurationBounds = DurationBounds {
+    param: "drift_budget",
+    min: Duration::ZERO,
+    max: Duration::from_secs(60),
+};
+
+/// Retry delay used when a contended reply carries no positive PTTL.
+pub const RETRY_AFTER_FALLBACK: DurationBounds = DurationBounds {
+    param: "retry_after_fallback",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(60),
+};
+
+/// Default command timeout (DESIGN §11).
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
+/// Default connect timeout (DESIGN §11).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default drift budget (DESIGN §11).
+pub const DEFAULT_DRIFT_BUDGET: Duration = Duration::from_millis(10);
+/// Default contention retry-after fallback (DESIGN §11).
+pub const DEFAULT_RETRY_AFTER_FALLBACK: Duration = Duration::from_millis(50);
+/// Default wait timeout: try once (DESIGN §11).
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::ZERO;
+
+/// Longest [`Purpose`](crate::Purpose), in bytes.
+pub const PURPOSE_MAX_LEN: usize = 64;
+/// Longest [`Namespace`](crate::Namespace), in bytes.
+pub const NAMESPACE_MAX_LEN: usize = 64;
+/// Longest [`OperationId`](crate::OperationId), in bytes.
+pub const OPERATION_ID_MAX_LEN: usize = 128;
+/// Bytes of OS randomness in an [`OwnerToken`](crate::OwnerToken).
+pub const OWNER_TOKEN_BYTES: usize = 24;
+/// Idempotent attempts one `renew` makes before it declares the lease UNKNOWN.
+pub const RENEW_ATTEMPTS: u32 = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_below_minimum_names_parameter_and_bound() {
+        let err = TTL.check(Duration::from_millis(50)).unwrap_err();
+        assert_eq!(err.to_string(), "ttl 50ms is below the minimum of 100ms");
+    }
+
+    #[test]
+    fn ttl_above_maximum_is_rejected() {
+        let err = TTL.parse("2h").unwrap_err();
+        assert_eq!(err.to_string(), "ttl 2h is above the maximum of 1h");
+    }
+
+    #[test]
+    fn humantime_text_is_parsed() {
+        assert_eq!(TTL.parse("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(WAIT_TIMEOUT.parse("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn unparsable_text_is_a_typed_error() {
+        let err = TTL.parse("abc").unwrap_err();
+        assert!(matches!(
+            err,
+            LeaseError::InvalidDuration {
+                param: "ttl",
+                problem: DurationProblem::NotADuration { .. }
+            }
+        ));
+        assert!(err.to_string().starts_with("ttl \"abc\" is not a duration"));
+    }
+}

@@ -1,0 +1,121 @@
+//! Typed script replies, one enum per script (DESIGN §4).
+//!
+//! Status words match the Lua scripts one for one; [`AcquireReply::status`] and friends are
+//! the only spelling of them on the Rust side.
+
+use std::time::Duration;
+
+use crate::protocol::FencingToken;
+
+/// What `lua/acquire.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// `ACQUIRED ttl token`: the key was absent and is now ours for `ttl`.
+    Acquired {
+        /// The TTL the server set.
+        ttl: Duration,
+        /// The freshly issued fencing token.
+        token: FencingToken,
+    },
+    /// `REPLAYED pttl token`: this very attempt already holds the lease; nothing changed.
+    Replayed {
+        /// What the server has left: the replay's validity is measured from this, never
+        /// from a fresh TTL.
+        pttl: Duration,
+        /// The token of the original acquisition.
+        token: FencingToken,
+    },
+    /// `CONFLICT pttl`: held by the same owner token under another operation id.
+    Conflict {
+        /// The holder's remaining time.
+        pttl: Duration,
+    },
+    /// `CONTENDED pttl`: held by someone else. The holder's owner token is never sent.
+    Contended {
+        /// The holder's remaining time; zero when the server had no positive PTTL.
+        pttl: Duration,
+    },
+}
+
+impl AcquireReply {
+    /// The status word of the script reply.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::Acquired { .. } => "ACQUIRED",
+            Self::Replayed { .. } => "REPLAYED",
+            Self::Conflict { .. } => "CONFLICT",
+            Self::Contended { .. } => "CONTENDED",
+        }
+    }
+}
+
+/// What `lua/renew.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewReply {
+    /// `RENEWED`: the expiry was set to a full TTL from the moment the script ran.
+    Renewed,
+    /// `ABSENT`: no lease key (expired or deleted).
+    Absent,
+    /// `NOT_OWNER`: someone else holds it now.
+    NotOwner,
+}
+
+/// What `lua/release.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReply {
+    /// `RELEASED`: deleted, and a release notice was published.
+    Released,
+    /// `ABSENT`: no lease key.
+    Absent,
+    /// `NOT_OWNER`: someone else holds it; untouched.
+    NotOwner,
+}
+
+/// What `lua/inspect.lua` answered (read only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InspectReply {
+    /// `HELD_BY_ATTEMPT pttl token`: held by exactly this attempt.
+    HeldByAttempt {
+        /// Server's remaining time.
+        pttl: Duration,
+        /// The attempt's fencing token.
+        token: FencingToken,
+    },
+    /// `HELD_BY_OTHER pttl token`: held by someone else (whose owner token stays in Redis).
+    HeldByOther {
+        /// Server's remaining time.
+        pttl: Duration,
+        /// The holder's fencing token (not a secret: it is what effect targets compare).
+        token: FencingToken,
+    },
+    /// `ABSENT`: not held.
+    Absent,
+}
+
+macro_rules! simple_status {
+    ($ty:ident { $($variant:ident => $word:literal),* $(,)? }) => {
+        impl $ty {
+            /// The status word of the script reply.
+            pub fn status(&self) -> &'static str {
+                match self { $(Self::$variant => $word),* }
+            }
+            /// Reads a status word; `None` for anything else.
+            pub fn from_status(word: &[u8]) -> Option<Self> {
+                match word { $(w if w == $word.as_bytes() => Some(Self::$variant),)* _ => None }
+            }
+        }
+    };
+}
+simple_status!(RenewReply { Renewed => "RENEWED", Absent => "ABSENT", NotOwner => "NOT_OWNER" });
+simple_status!(ReleaseReply { Released => "RELEASED", Absent => "ABSENT", NotOwner => "NOT_OWNER" });
+
+impl InspectReply {
+    /// The status word of the script reply.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::HeldByAttempt { .. } => "HELD_BY_ATTEMPT",
+            Self::HeldByOther { .. } => "HELD_BY_OTHER",
+            Self::Absent => "ABSENT",
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! `LeaseRequest`: everything one acquisition needs, validated before it can exist.
+
+use std::time::Duration;
+
+use crate::error::LeaseError;
+use crate::protocol::limits::{DEFAULT_WAIT_TIMEOUT, TTL, WAIT_TIMEOUT};
+use crate::protocol::{Attempt, Purpose, ResourceDigest};
+
+/// A validated acquisition request.
+///
+/// `ttl` is in `100ms ..= 1h` and held in whole milliseconds (what Redis stores);
+/// `wait_timeout` is in `0 ..= 1h`, where 0 means "try once". The relation to the client's
+/// drift budget (`ttl > drift_budget`) is checked by the client, which knows the budget.
+///
+/// ```
+/// # use std::time::Duration;
+/// use leasehold::{Attempt, LeaseRequest, OperationId, Purpose, ResourceDigest};
+/// let request = LeaseRequest::builder(
+///     Purpose::new("reports")?,
+///     ResourceDigest::of(b"tenant-7"),
+///     Attempt::new(OperationId::new("nightly-2026-12-02")?)?,
+/// )
+/// .ttl(Duration::from_secs(30))
+/// .wait_timeout(Duration::from_secs(5))
+/// .build()?;
+/// assert_eq!(request.ttl(), Duration::from_secs(30));
+/// # Ok::<(), leasehold::LeaseError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRequest {
+    purpose: Purpose,
+    resource: ResourceDigest,
+    ttl: Duration,
+    wait_timeout: Duration,
+    attempt: Attempt,
+}
+
+impl LeaseRequest {
+    /// Starts a request; `ttl` defaults to 30 s and `wait_timeout` to 0 (try once).
+    pub fn builder(
+        purpose: Purpose,
+        resource: ResourceDigest,
+        attempt: Attempt,
+    ) -> LeaseRequestBuilder {
+        LeaseRequestBuilder {
+            purpose,
+            resource,
+            attempt,
+            ttl: LeaseRequestBuilder::DEFAULT_TTL,
+            wait_timeout: DEFAULT_WAIT_TIMEOUT,
+        }
+    }
+
+    /// What the lease is for.
+    pub fn purpose(&self) -> &Purpose {
+        &self.purpose
+    }
+    /// Which resource.
+    pub fn resource(&self) -> &ResourceDigest {
+        &self.resource
+    }
+    /// Time to live set on acquisition and on every renewal (whole milliseconds).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+    /// How long `acquire` keeps trying, measured from its call.
+    pub fn wait_timeout(&self) -> Duration {
+        self.wait_timeout
+    }
+    /// The attempt sent (and re-sent, after an indeterminate reply).
+    pub fn attempt(&self) -> &Attempt {
+        &self.attempt
+    }
+
+    /// The same request under a fresh attempt (a new owner token, same operation id), for
+    /// re-acquiring after a loss.
+    ///
+    /// # Errors
+    /// [`LeaseError::EntropyUnavailable`].
+    pub fn with_new_attempt(&self) -> Result<Self, LeaseError> {
+        Ok(Self {
+            attempt: Attempt::new(self.attempt.operation().clone())?,
+            ..self.clone()
+        })
+    }
+}
+
+/// Builder for [`LeaseRequest`]; checks every bound in [`build`](Self::build).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct LeaseRequestBuilder {
+    purpose: Purpose,
+    resource: ResourceDigest,
+    attempt: Attempt,
+    ttl: Duration,
+    wait_timeout: Duration,
+}
+
+impl LeaseRequestBuilder {
+    const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+    /// Time to live (100 ms ..= 1 h). Sub-millisecond parts are dropped.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long `acquire` may wait (0 ..= 1 h).
+    pub fn wait_timeout(mut self, wait_timeout: Duration) -> Self {
+        self.wait_timeout = wait_timeout;
+        self
+    }
+
+    /// Validates and builds.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] for `ttl` or `wait_timeout` out of bounds.
+    pub fn build(self) -> Result<LeaseRequest, LeaseError> {
+        let ttl = TTL.check(whole_millis(self.ttl))?;
+        let wait_timeout = WAIT_TIMEOUT.check(self.wait_timeout)?;
+        Ok(LeaseRequest {
+            purpose: self.purpose,
+            resource: self.resource,
+            ttl,
+            wait_timeout,
+            attempt: self.attempt,
+        })
+    }
+}
+
+fn whole_millis(d: Duration) -> Duration {
+    // Saturates for absurd values; the bound check rejects them right after.
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::DurationProblem;
+    use crate::protocol::OperationId;
+
+    fn builder() -> LeaseRequestBuilder {
+        LeaseRequest::builder(
+            Purpose::new("p").unwrap(),
+            ResourceDigest::of(b"r"),
+            Attempt::new(OperationId::new("op").unwrap()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn defaults_are_30s_ttl_and_try_once() {
+        let r = builder().build().unwrap();
+        assert_eq!(r.ttl(), Duration::from_secs(30));
+        assert_eq!(r.wait_timeout(), Duration::ZERO);
+    }
+
+    #[test]
+    fn ttl_and_wait_bounds_are_checked() {
+        assert!(matches!(
+            builder().ttl(Duration::from_millis(99)).build(),
+            Err(LeaseError::InvalidDuration {
+                param: "ttl",
+                problem: DurationProblem::BelowMinimum { .. }
+            })
+        ));
+        assert!(matches!(
+            builder().wait_timeout(Duration::from_secs(3601)).build(),
+            Err(LeaseError::InvalidDuration {
+                param: "wait_timeout",
+                ..
+            })
+        ));
+        assert_eq!(
+            builder()
+                .ttl(Duration::from_micros(150_900))
+                .build()
+                .unwrap()
+                .ttl(),
+            Duration::from_millis(150)
+        );
+    }
+
+    #[test]
+    fn new_attempt_keeps_operation_and_changes_owner() {
+        let r = builder().build().unwrap();
+        let r2 = r.with_new_attempt().unwrap();
+        assert_eq!(r.attempt().operation(), r2.attempt().operation());
+        assert_ne!(r.attempt().owner(), r2.attempt().owner());
+    }
+}
