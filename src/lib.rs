@@ -83,8 +83,8 @@ pub use backend::{
 };
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
-    AcquireOutcome, Guarantee, InspectOutcome, LeaseClient, LeaseHandle, LeaseSettings,
-    LeaseState, LostReason, ReleaseOutcome, RenewOutcome, ValidityBudget,
+    AcquireOutcome, Guarantee, InspectOutcome, LeaseClient, LeaseHandle, LeaseSettings, LeaseState,
+    LostReason, ReleaseOutcome, RenewOutcome, ValidityBudget,
 };
 pub use protocol::{
     Attempt, FencingToken, LeaseKeys, LeaseRequest, Namespace, OperationId, OwnerToken, Purpose,

@@ -11,9 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{
-    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure,
-};
+use super::{BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure};
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
 };
@@ -135,6 +133,12 @@ impl MemoryBackend {
         self.lock().fences.remove(&keys.fence);
     }
 
+    /// The remaining time of a live lease (its PTTL), or `None` if it is not held.
+    pub fn remaining(&self, keys: &LeaseKeys) -> Option<Duration> {
+        let now = Instant::now();
+        self.lock().live(&keys.lease, now).map(|e| e.pttl(now))
+    }
+
     /// How many backend calls were made, faulted ones included.
     pub fn calls(&self) -> u64 {
         self.lock().calls
@@ -251,12 +255,14 @@ impl LeaseBackend for MemoryBackend {
         ttl: Duration,
         timeout: Duration,
     ) -> BackendFuture<'a, RenewReply> {
-        self.run(timeout, move |store, now| match store.live(&keys.lease, now) {
-            None => RenewReply::Absent,
-            Some(entry) if !entry.is(attempt) => RenewReply::NotOwner,
-            Some(entry) => {
-                entry.expires_at = now + ttl;
-                RenewReply::Renewed
+        self.run(timeout, move |store, now| {
+            match store.live(&keys.lease, now) {
+                None => RenewReply::Absent,
+                Some(entry) if !entry.is(attempt) => RenewReply::NotOwner,
+                Some(entry) => {
+                    entry.expires_at = now + ttl;
+                    RenewReply::Renewed
+                }
             }
         })
     }
@@ -267,13 +273,15 @@ impl LeaseBackend for MemoryBackend {
         attempt: &'a Attempt,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseReply> {
-        self.run(timeout, move |store, now| match store.live(&keys.lease, now) {
-            None => ReleaseReply::Absent,
-            Some(entry) if !entry.is(attempt) => ReleaseReply::NotOwner,
-            Some(_) => {
-                store.leases.remove(&keys.lease);
-                store.notify_release(&keys.release_channel);
-                ReleaseReply::Released
+        self.run(timeout, move |store, now| {
+            match store.live(&keys.lease, now) {
+                None => ReleaseReply::Absent,
+                Some(entry) if !entry.is(attempt) => ReleaseReply::NotOwner,
+                Some(_) => {
+                    store.leases.remove(&keys.lease);
+                    store.notify_release(&keys.release_channel);
+                    ReleaseReply::Released
+                }
             }
         })
     }
@@ -284,14 +292,16 @@ impl LeaseBackend for MemoryBackend {
         attempt: &'a Attempt,
         timeout: Duration,
     ) -> BackendFuture<'a, InspectReply> {
-        self.run(timeout, move |store, now| match store.live(&keys.lease, now) {
-            None => InspectReply::Absent,
-            Some(entry) => {
-                let (pttl, token) = (entry.pttl(now), FencingToken::new(entry.token));
-                if entry.is(attempt) {
-                    InspectReply::HeldByAttempt { pttl, token }
-                } else {
-                    InspectReply::HeldByOther { pttl, token }
+        self.run(timeout, move |store, now| {
+            match store.live(&keys.lease, now) {
+                None => InspectReply::Absent,
+                Some(entry) => {
+                    let (pttl, token) = (entry.pttl(now), FencingToken::new(entry.token));
+                    if entry.is(attempt) {
+                        InspectReply::HeldByAttempt { pttl, token }
+                    } else {
+                        InspectReply::HeldByOther { pttl, token }
+                    }
                 }
             }
         })

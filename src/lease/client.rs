@@ -149,7 +149,10 @@ impl LeaseClient {
             request.attempt()
         );
         let started = Instant::now();
-        let outcome = self.try_acquire_checked(request).instrument(span.clone()).await;
+        let outcome = self
+            .try_acquire_checked(request)
+            .instrument(span.clone())
+            .await;
         trace::finish(&span, outcome.as_str(), started);
         Ok(outcome)
     }

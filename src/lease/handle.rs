@@ -308,7 +308,12 @@ impl LeaseHandle {
     /// If dropped mid-flight the release may or may not have landed; the state is unchanged
     /// and a later `release` (or the drop-time release) tries again.
     pub async fn release(&mut self) -> ReleaseOutcome {
-        let span = trace::span!("lease.release", &self.purpose, &self.resource, &self.attempt);
+        let span = trace::span!(
+            "lease.release",
+            &self.purpose,
+            &self.resource,
+            &self.attempt
+        );
         let started = Instant::now();
         let outcome = self.release_inner().instrument(span.clone()).await;
         trace::finish(&span, outcome.as_str(), started);

@@ -18,9 +18,12 @@ use crate::protocol::limits::{
 /// ```
 /// # use std::time::Duration;
 /// use leasehold::LeaseSettings;
-/// let mut settings = LeaseSettings::default();
-/// settings.command_timeout = Duration::from_millis(100);
+/// let settings = LeaseSettings::default().with_command_timeout(Duration::from_millis(100));
 /// assert!(settings.validate().is_ok());
+///
+/// let text = r#"command_timeout = "150ms"
+/// drift_budget = "20ms""#;
+/// # let _ = text; // e.g. with the `toml` crate: toml::from_str::<LeaseSettings>(text)
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -78,7 +81,37 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("LEASEHOLD_SAFETY_MARGIN", "safety_margin"),
 ];
 
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty => $wrap:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.$field = $wrap(value);
+                self
+            }
+        )*
+    };
+}
+
 impl LeaseSettings {
+    setters! {
+        /// Sets [`namespace`](Self::namespace).
+        with_namespace: namespace: Namespace => std::convert::identity;
+        /// Sets [`command_timeout`](Self::command_timeout).
+        with_command_timeout: command_timeout: Duration => std::convert::identity;
+        /// Sets [`connect_timeout`](Self::connect_timeout).
+        with_connect_timeout: connect_timeout: Duration => std::convert::identity;
+        /// Sets [`drift_budget`](Self::drift_budget).
+        with_drift_budget: drift_budget: Duration => std::convert::identity;
+        /// Sets [`retry_after_fallback`](Self::retry_after_fallback).
+        with_retry_after_fallback: retry_after_fallback: Duration => std::convert::identity;
+        /// Sets [`renew_every`](Self::renew_every).
+        with_renew_every: renew_every: Duration => Some;
+        /// Sets [`safety_margin`](Self::safety_margin).
+        with_safety_margin: safety_margin: Duration => Some;
+    }
+
     /// Checks every bound and relation; one error per rule, naming the parameters.
     ///
     /// # Errors
@@ -215,17 +248,17 @@ mod tests {
         assert_eq!(s.connect_timeout, Duration::from_secs(1));
         assert_eq!(s.drift_budget, Duration::from_millis(10));
         assert_eq!(s.retry_after_fallback, Duration::from_millis(50));
-        assert_eq!(s.renew_every(Duration::from_secs(30)), Duration::from_secs(10));
+        assert_eq!(
+            s.renew_every(Duration::from_secs(30)),
+            Duration::from_secs(10)
+        );
         assert_eq!(s.safety_margin(), s.command_timeout);
         assert!(s.validate().is_ok());
     }
 
     #[test]
     fn safety_margin_below_command_timeout_is_rejected() {
-        let s = LeaseSettings {
-            safety_margin: Some(Duration::from_millis(100)),
-            ..LeaseSettings::default()
-        };
+        let s = LeaseSettings::default().with_safety_margin(Duration::from_millis(100));
         let err = s.validate().unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -247,7 +280,25 @@ mod tests {
             (k == "LEASEHOLD_DRIFT_BUDGET").then(|| "soon".to_owned())
         })
         .unwrap_err();
-        assert!(err.to_string().starts_with("drift_budget \"soon\" is not a duration"));
+        assert!(
+            err.to_string()
+                .starts_with("drift_budget \"soon\" is not a duration")
+        );
+    }
+
+    #[test]
+    fn settings_deserialise_from_toml_with_humantime_durations() {
+        let s: LeaseSettings = toml::from_str(
+            "namespace = \"billing\"\ncommand_timeout = \"150ms\"\nrenew_every = \"5s\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.namespace.as_str(), "billing");
+        assert_eq!(s.command_timeout, Duration::from_millis(150));
+        assert_eq!(s.renew_every, Some(Duration::from_secs(5)));
+        assert_eq!(s.drift_budget, Duration::from_millis(10));
+        assert!(toml::from_str::<LeaseSettings>("namespace = \"Bad\"").is_err());
+        assert!(toml::from_str::<LeaseSettings>("command_timeout = \"x\"").is_err());
+        assert!(toml::from_str::<LeaseSettings>("unknown = \"1s\"").is_err());
     }
 
     #[test]

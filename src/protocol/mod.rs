@@ -1,7 +1,7 @@
 //! Protocol layer: keys, digests, attempts, requests and typed replies.
 //!
 //! Pure: no async, no I/O, no clock reads. It is the leaf of the dependency graph; every other
-//! layer may import it, it imports nothing of leasehold but [`crate::error`].
+//! layer may import it, it imports nothing of leasehold but the crate's error type.
 
 mod attempt;
 mod digest;

@@ -56,12 +56,14 @@ impl Namespace {
     /// # Errors
     /// [`LeaseError::InvalidNamespace`] naming the rule it broke.
     pub fn new(text: &str) -> Result<Self, LeaseError> {
-        check_word(text, NAMESPACE_MAX_LEN, |c| matches!(c, '.' | '_' | '-' | ':'))
-            .map(|()| Self(text.to_owned()))
-            .map_err(|rule| LeaseError::InvalidNamespace {
-                value: excerpt(text),
-                rule,
-            })
+        check_word(text, NAMESPACE_MAX_LEN, |c| {
+            matches!(c, '.' | '_' | '-' | ':')
+        })
+        .map(|()| Self(text.to_owned()))
+        .map_err(|rule| LeaseError::InvalidNamespace {
+            value: excerpt(text),
+            rule,
+        })
     }
 
     /// The validated text.
@@ -142,7 +144,17 @@ mod tests {
         for ok in ["a", "0", "billing.nightly", "a_b-c.d", &"a".repeat(64)] {
             assert!(Purpose::new(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "-a", ".a", "A", "a b", "a:b", "a{b}", &"a".repeat(65), "é"] {
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "A",
+            "a b",
+            "a:b",
+            "a{b}",
+            &"a".repeat(65),
+            "é",
+        ] {
             assert!(
                 matches!(Purpose::new(bad), Err(LeaseError::InvalidPurpose { .. })),
                 "{bad}"

@@ -29,9 +29,7 @@ use redis::{AsyncConnectionConfig, Client, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{
-    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure,
-};
+use super::{BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure};
 use crate::error::LeaseError;
 use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
 use crate::protocol::{AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply};
@@ -122,9 +120,10 @@ impl RedisBackend {
             // handshake panics (DESIGN §12). Another provider installed first wins.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let client = Client::open(config.url.as_str()).map_err(|e| LeaseError::InvalidRedisUrl {
-            reason: e.to_string(),
-        })?;
+        let client =
+            Client::open(config.url.as_str()).map_err(|e| LeaseError::InvalidRedisUrl {
+                reason: e.to_string(),
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -153,9 +152,8 @@ impl RedisBackend {
         if let Some(current) = self.current() {
             return Ok(current);
         }
-        let not_sent = |m: &str| {
-            SendFailure::NotSent(FailureDetail::new(FailureKind::Connect, m.to_owned()))
-        };
+        let not_sent =
+            |m: &str| SendFailure::NotSent(FailureDetail::new(FailureKind::Connect, m.to_owned()));
         let _gate = tokio::time::timeout_at(deadline, self.inner.connecting.lock())
             .await
             .map_err(|_| not_sent("timed out waiting for a connection"))?;
@@ -273,7 +271,13 @@ impl LeaseBackend for RedisBackend {
     ) -> BackendFuture<'a, RenewReply> {
         let mut args = ownership(attempt);
         args.push(millis_arg(ttl));
-        self.invoke(&scripts::RENEW, vec![keys.lease.as_str()], args, timeout, parse::renew)
+        self.invoke(
+            &scripts::RENEW,
+            vec![keys.lease.as_str()],
+            args,
+            timeout,
+            parse::renew,
+        )
     }
 
     fn release<'a>(
@@ -284,7 +288,13 @@ impl LeaseBackend for RedisBackend {
     ) -> BackendFuture<'a, ReleaseReply> {
         let mut args = ownership(attempt);
         args.push(keys.release_channel.as_bytes().to_vec());
-        self.invoke(&scripts::RELEASE, vec![keys.lease.as_str()], args, timeout, parse::release)
+        self.invoke(
+            &scripts::RELEASE,
+            vec![keys.lease.as_str()],
+            args,
+            timeout,
+            parse::release,
+        )
     }
 
     fn inspect<'a>(

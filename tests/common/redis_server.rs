@@ -1,0 +1,564 @@
+//! A real `redis-server` process, started fresh for one test.
+//!
+//! Every server gets its own loopback port and its own temporary directory
+//! (removed on drop). The process is killed by PID on drop, so a panicking
+//! test does not leave a server behind.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long to wait for a freshly started server to answer `PING`.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Polling interval while waiting for `PING`.
+const READY_POLL: Duration = Duration::from_millis(20);
+/// How many different ports `start` tries when redis cannot bind.
+const START_ATTEMPTS: usize = 5;
+/// How long `restart` keeps trying to bind the same port again.
+const REBIND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `stop` waits after SIGTERM before falling back to SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read/write timeout of connections returned by `conn` and used by `cmd`.
+const CONN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Commands the harness itself sends; `command_calls` leaves them out.
+const HARNESS_COMMANDS: &[&str] = &["info", "config", "ping", "hello", "client", "select"];
+
+const NOT_FOUND: &str = "redis-server not found: install the Debian package redis-server \
+                         (.ci/run does this); tests that need Redis never skip";
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+/// A `redis-server` child process bound to `127.0.0.1:<port>`.
+pub struct RedisServer {
+    binary: PathBuf,
+    port: u16,
+    dir: PathBuf,
+    persistent: bool,
+    child: Mutex<Option<Child>>,
+    pid: u32,
+    paused: AtomicBool,
+    /// Connection cached by `cmd` / `try_cmd`.
+    cached: Mutex<Option<redis::Connection>>,
+}
+
+impl RedisServer {
+    /// Starts a non-persistent server (`--save "" --appendonly no`).
+    pub fn start() -> RedisServer {
+        Self::launch(false)
+    }
+
+    /// Starts a server with `--appendonly yes --appendfsync always`, so every
+    /// acknowledged write survives `kill` + `restart` as well as `restart`.
+    pub fn start_persistent() -> RedisServer {
+        Self::launch(true)
+    }
+
+    fn launch(persistent: bool) -> RedisServer {
+        let binary = find_binary();
+        let dir = make_temp_dir();
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            match spawn_and_wait(&binary, port, &dir, persistent, READY_TIMEOUT) {
+                Ok(child) => {
+                    return RedisServer {
+                        binary,
+                        port,
+                        dir,
+                        persistent,
+                        pid: child.id(),
+                        child: Mutex::new(Some(child)),
+                        paused: AtomicBool::new(false),
+                        cached: Mutex::new(None),
+                    };
+                }
+                Err(SpawnError::Exited(msg)) => failures.push(format!("port {port}: {msg}")),
+                Err(SpawnError::NotReady(msg)) => {
+                    let log = log_tail(&dir);
+                    let _ = std::fs::remove_dir_all(&dir);
+                    panic!(
+                        "redis-server on port {port} did not answer PING within {READY_TIMEOUT:?}: \
+                         {msg}\n--- tail of redis.log ---\n{log}"
+                    );
+                }
+            }
+        }
+        let log = log_tail(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        panic!(
+            "redis-server failed to start after {START_ATTEMPTS} attempts:\n{}\n\
+             --- tail of redis.log ---\n{log}",
+            failures.join("\n")
+        );
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// PID of the current process (changes after `restart`).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The server's working directory (holds `redis.log` and the AOF).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A new synchronous connection with 5 s connect/read/write timeouts.
+    pub fn conn(&self) -> redis::Connection {
+        self.try_conn()
+            .unwrap_or_else(|e| panic!("cannot connect to redis at {}: {e}", self.url()))
+    }
+
+    /// Like `conn`, but returns the error.
+    pub fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+        let conn = redis::Client::open(self.url())?.get_connection_with_timeout(CONN_TIMEOUT)?;
+        conn.set_read_timeout(Some(CONN_TIMEOUT))?;
+        conn.set_write_timeout(Some(CONN_TIMEOUT))?;
+        Ok(conn)
+    }
+
+    /// Runs one command (on a cached connection) and panics on any error,
+    /// including a Redis error reply.
+    pub fn cmd(&self, args: &[&str]) -> redis::Value {
+        self.try_cmd(args)
+            .unwrap_or_else(|e| panic!("redis command {args:?} failed on {}: {e}", self.url()))
+    }
+
+    /// Runs one command and converts the reply, panicking on error, e.g.
+    /// `server.query::<Option<String>>(&["GET", "k"])`.
+    pub fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let value = self.cmd(args);
+        redis::from_redis_value(value.clone()).unwrap_or_else(|e| {
+            panic!("reply {value:?} to redis command {args:?} has unexpected type: {e}")
+        })
+    }
+
+    /// Runs one command on a cached connection. A Redis error reply is
+    /// returned as `Err`. The cached connection is discarded after any
+    /// error that is not a plain error reply (it is reconnected next time).
+    pub fn try_cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let (name, rest) = args
+            .split_first()
+            .expect("RedisServer::cmd needs at least a command name");
+        let mut cmd = redis::cmd(name);
+        for arg in rest {
+            cmd.arg(*arg);
+        }
+        let mut guard = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.try_conn()?);
+        }
+        let conn = guard.as_mut().expect("connection was just set");
+        let result = cmd.query::<redis::Value>(conn);
+        if let Err(e) = &result
+            && (e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || !redis::ConnectionLike::is_open(conn))
+        {
+            *guard = None;
+        }
+        result
+    }
+
+    /// Total number of commands executed by the server (sum of `calls` and
+    /// `rejected_calls` in `INFO commandstats`) excluding `info`, `config`,
+    /// `ping`, `hello`, `client` and `select`, which the harness and the
+    /// redis crate's connection setup send themselves.
+    ///
+    /// Commands issued by Lua scripts through `redis.call` are counted too,
+    /// as are commands the test sends with `cmd`. Use `reset_stats` after
+    /// setting up to assert on what the code under test sent.
+    pub fn command_calls(&self) -> u64 {
+        let info: String = self.query(&["INFO", "commandstats"]);
+        parse_command_calls(&info)
+    }
+
+    /// `CONFIG RESETSTAT`: zeroes `command_calls`.
+    pub fn reset_stats(&self) {
+        self.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+
+    /// SIGKILL the server and reap it. Data not in the AOF is lost.
+    pub fn kill(&mut self) {
+        self.drop_cached();
+        if let Some(mut child) = self.take_child() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// SIGTERM the server and wait up to 10 s for it to exit (then SIGKILL).
+    pub fn stop(&mut self) {
+        self.drop_cached();
+        let Some(mut child) = self.take_child() else {
+            return;
+        };
+        if self.paused.swap(false, Ordering::SeqCst) {
+            signal(self.pid, "CONT");
+        }
+        if let Ok(None) = child.try_wait() {
+            signal(self.pid, "TERM");
+            if wait_exit(&mut child, STOP_TIMEOUT).is_none() {
+                let _ = child.kill();
+            }
+        }
+        let _ = child.wait();
+    }
+
+    /// Stops the server gracefully (if running) and starts it again on the
+    /// same port and directory with the same options, waiting for `PING`.
+    /// A persistent server reloads its data from the AOF.
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + REBIND_TIMEOUT;
+        loop {
+            match spawn_and_wait(
+                &self.binary,
+                self.port,
+                &self.dir,
+                self.persistent,
+                READY_TIMEOUT,
+            ) {
+                Ok(child) => {
+                    self.pid = child.id();
+                    *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
+                    return;
+                }
+                Err(SpawnError::Exited(_)) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(SpawnError::Exited(msg)) | Err(SpawnError::NotReady(msg)) => panic!(
+                    "redis-server did not restart on port {}: {msg}\n--- tail of redis.log ---\n{}",
+                    self.port,
+                    log_tail(&self.dir)
+                ),
+            }
+        }
+    }
+
+    /// SIGSTOP: the process keeps its sockets (connects still succeed, the
+    /// kernel queues requests) but answers nothing until `resume`.
+    pub fn pause(&self) {
+        if self.is_running() && signal(self.pid, "STOP") {
+            self.paused.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        if self.is_running() && signal(self.pid, "CONT") {
+            self.paused.store(false, Ordering::SeqCst);
+        }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Whether the process exists (a paused process counts as running).
+    pub fn is_running(&self) -> bool {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            None => false,
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+        }
+    }
+
+    fn take_child(&mut self) -> Option<Child> {
+        self.child
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn drop_cached(&self) {
+        let mut guard = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        *guard = None;
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.drop_cached();
+        if let Some(mut child) = self.take_child() {
+            if self.paused.load(Ordering::SeqCst) {
+                signal(self.pid, "CONT");
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl std::fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid)
+            .field("persistent", &self.persistent)
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+enum SpawnError {
+    /// The process exited before answering (typically: port in use).
+    Exited(String),
+    /// The process kept running but never answered `PING`.
+    NotReady(String),
+}
+
+fn find_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("LEASEHOLD_REDIS_SERVER") {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return path;
+        }
+        panic!(
+            "{NOT_FOUND} (LEASEHOLD_REDIS_SERVER={} does not exist)",
+            path.display()
+        );
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let candidate = dir.join("redis-server");
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    let fallback = PathBuf::from("/usr/bin/redis-server");
+    if fallback.is_file() {
+        return fallback;
+    }
+    panic!("{NOT_FOUND}");
+}
+
+fn make_temp_dir() -> PathBuf {
+    let base = std::env::temp_dir();
+    loop {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!(
+            "leasehold-redis-{}-{n}-{nanos:08x}",
+            std::process::id()
+        ));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+fn spawn_and_wait(
+    binary: &Path,
+    port: u16,
+    dir: &Path,
+    persistent: bool,
+    timeout: Duration,
+) -> Result<Child, SpawnError> {
+    let port_s = port.to_string();
+    let log = dir.join("redis.log");
+    let mut cmd = Command::new(binary);
+    cmd.arg("--port")
+        .arg(&port_s)
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--daemonize", "no"])
+        .args(["--protected-mode", "no"])
+        .args(["--enable-debug-command", "local"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log);
+    if persistent {
+        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+    } else {
+        cmd.args(["--appendonly", "no"]);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+    let pid = child.id();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(SpawnError::Exited(format!(
+                "redis-server exited with {status}"
+            )));
+        }
+        match ping_pid(port) {
+            Some(Some(p)) if p == pid => return Ok(child),
+            Some(other) => {
+                // Somebody else answered on our port: ours cannot have bound it.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(SpawnError::Exited(format!(
+                    "port {port} is served by another process ({other:?})"
+                )));
+            }
+            None => {}
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(SpawnError::NotReady(format!("pid {pid}")));
+        }
+        thread::sleep(READY_POLL);
+    }
+}
+
+/// Sends `PING` and `INFO server` over a raw socket. `None`: not ready yet
+/// (refused, `-LOADING`, ...). `Some(pid)`: answered PONG, with the
+/// `process_id` from INFO if it could be parsed.
+fn ping_pid(port: u16) -> Option<Option<u32>> {
+    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    stream
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    stream
+        .write_all(b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        .ok()?;
+    const PONG: &[u8] = b"+PONG\r\n";
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() < PONG.len() {
+            if PONG.starts_with(&buf) {
+                continue;
+            }
+            return None;
+        }
+        if !buf.starts_with(PONG) {
+            // `-LOADING ...` and the like.
+            return None;
+        }
+        // The INFO reply: `$<len>\r\n<text>\r\n`.
+        let rest = &buf[PONG.len()..];
+        let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") else {
+            continue;
+        };
+        if rest.first() != Some(&b'$') {
+            return Some(None);
+        }
+        let len: usize = match std::str::from_utf8(&rest[1..line_end])
+            .ok()
+            .and_then(|l| l.parse().ok())
+        {
+            Some(len) => len,
+            None => return Some(None),
+        };
+        let body = &rest[line_end + 2..];
+        if body.len() < len {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&body[..len]);
+        let pid = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|p| p.trim().parse().ok());
+        return Some(pid);
+    }
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `kill -s <sig> <pid>` (std has no way to send signals other than SIGKILL).
+fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn log_tail(dir: &Path) -> String {
+    match std::fs::read_to_string(dir.join("redis.log")) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        }
+        Err(e) => format!("(cannot read redis.log: {e})"),
+    }
+}
+
+fn parse_command_calls(info: &str) -> u64 {
+    let mut total = 0;
+    for line in info.lines() {
+        let Some(rest) = line.trim().strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((name, stats)) = rest.split_once(':') else {
+            continue;
+        };
+        // Subcommands appear as `config|resetstat`, `client|setinfo`, ...
+        let base = name.split('|').next().unwrap_or(name).to_ascii_lowercase();
+        if HARNESS_COMMANDS.contains(&base.as_str()) {
+            continue;
+        }
+        for field in stats.split(',') {
+            if let Some((key, value)) = field.split_once('=')
+                && (key == "calls" || key == "rejected_calls")
+            {
+                total += value.parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    total
+}

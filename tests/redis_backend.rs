@@ -1,0 +1,377 @@
+//! What only a real Redis can show: connection faults, server refusals, script reloads,
+//! persistence, ACLs, and what a script reply carries. Each test asserts what the API
+//! reported and what Redis holds afterwards.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::backends::redis_settings;
+use common::{Proxy, ProxyMode, RedisServer};
+use leasehold::*;
+
+fn request(client: &LeaseClient, resource: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("redis").unwrap(),
+        ResourceDigest::of(resource),
+        client.new_attempt("op").unwrap(),
+    )
+    .ttl(Duration::from_secs(30))
+    .build()
+    .unwrap()
+}
+
+async fn acquired(client: &LeaseClient, req: &LeaseRequest) -> LeaseHandle {
+    match client.try_acquire(req).await.unwrap() {
+        AcquireOutcome::Acquired(h) => h,
+        other => panic!("expected acquired, got {other:?}"),
+    }
+}
+
+fn lease_exists(server: &RedisServer, keys: &LeaseKeys) -> bool {
+    server.query::<i64>(&["EXISTS", &keys.lease]) == 1
+}
+
+#[tokio::test]
+async fn closed_port_is_unavailable_without_waiting_for_a_timeout() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    proxy.stop_listening();
+    let client = LeaseClient::redis(&proxy.url(), redis_settings()).unwrap();
+    let req = request(&client, "r");
+    let started = Instant::now();
+    let outcome = client.try_acquire(&req).await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            AcquireOutcome::Unavailable {
+                detail: FailureDetail {
+                    kind: FailureKind::Connect,
+                    ..
+                }
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refusal must be fast"
+    );
+    assert!(!lease_exists(
+        &server,
+        &client.keys(req.purpose(), req.resource())
+    ));
+    // Once the port opens, the same client connects.
+    proxy.start_listening();
+    assert!(matches!(
+        client.try_acquire(&req).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+}
+
+#[tokio::test]
+async fn black_holed_request_is_indeterminate_after_the_command_timeout_and_nothing_is_held() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(300));
+    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
+    let warm = request(&client, "warm");
+    let _ = acquired(&client, &warm).await.release().await;
+    proxy.set_mode(ProxyMode::DropRequests);
+    let req = request(&client, "r");
+    let started = Instant::now();
+    let outcome = client.try_acquire(&req).await.unwrap();
+    let waited = started.elapsed();
+    assert!(
+        matches!(outcome, AcquireOutcome::Indeterminate { .. }),
+        "{outcome:?}"
+    );
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(2));
+    assert!(!lease_exists(
+        &server,
+        &client.keys(req.purpose(), req.resource())
+    ));
+    // The silent connection is dropped; after the network heals the same attempt acquires.
+    proxy.set_mode(ProxyMode::Pass);
+    assert!(matches!(
+        client.try_acquire(&req).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+}
+
+#[tokio::test]
+async fn renew_survives_a_reset_connection_by_retrying_on_a_new_one() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let client = LeaseClient::redis(&proxy.url(), redis_settings()).unwrap();
+    let mut lease = acquired(&client, &request(&client, "r")).await;
+    proxy.reset_all();
+    let outcome = lease.renew().await;
+    assert!(
+        matches!(outcome, RenewOutcome::Renewed { .. }),
+        "{outcome:?}"
+    );
+    assert!(proxy.accepted() >= 2, "a second connection was made");
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test]
+async fn script_flush_mid_run_is_recovered_by_reloading_the_script() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let req = request(&client, "r");
+    let mut lease = acquired(&client, &req).await;
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(matches!(
+        client
+            .inspect(req.purpose(), req.resource(), req.attempt())
+            .await,
+        InspectOutcome::HeldByAttempt { .. }
+    ));
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(matches!(
+        client.try_acquire(&request(&client, "r")).await.unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+}
+
+#[tokio::test]
+async fn lease_and_fencing_counter_survive_a_restart_with_persistence() {
+    let mut server = RedisServer::start_persistent();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let req = request(&client, "r");
+    let mut lease = acquired(&client, &req).await;
+    let first = lease.token();
+    server.restart();
+    // The lease is still held by the same attempt, and renewal works on a new connection.
+    let mut renewed = lease.renew().await;
+    if !matches!(renewed, RenewOutcome::Renewed { .. }) {
+        renewed = lease.renew().await;
+    }
+    assert!(
+        matches!(renewed, RenewOutcome::Renewed { .. }),
+        "{renewed:?}"
+    );
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    server.restart();
+    // The first command on the connection the restart closed fails with a broken pipe,
+    // which may have been written (DESIGN §12): `Indeterminate`, and `acquire` replays the
+    // same attempt until it is certain.
+    let req = LeaseRequest::builder(
+        Purpose::new("redis").unwrap(),
+        ResourceDigest::of("r"),
+        client.new_attempt("op").unwrap(),
+    )
+    .wait_timeout(Duration::from_secs(5))
+    .build()
+    .unwrap();
+    let next = client
+        .acquire(&req)
+        .await
+        .unwrap()
+        .into_handle()
+        .expect("acquired");
+    assert!(next.token() > first, "{} !> {first}", next.token());
+}
+
+#[tokio::test]
+async fn busy_server_is_unavailable_and_nothing_is_written() {
+    let server = RedisServer::start();
+    server.cmd(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let warm = request(&client, "warm");
+    let _ = acquired(&client, &warm).await.release().await;
+    // A read-only script that spins: other clients get BUSY until it is killed.
+    let url = server.url();
+    let spinner = std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: redis::RedisResult<()> = redis::cmd("EVAL")
+            .arg("local i = 0 while true do i = i + 1 end")
+            .arg(0)
+            .query(&mut conn);
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let req = request(&client, "r");
+    let outcome = client.try_acquire(&req).await.unwrap();
+    server.cmd(&["SCRIPT", "KILL"]);
+    spinner.join().unwrap();
+    let AcquireOutcome::Unavailable { detail } = outcome else {
+        panic!("expected unavailable, got {outcome:?}")
+    };
+    assert_eq!(detail.kind, FailureKind::ServerRefused);
+    assert!(detail.message.contains("BUSY"), "{detail}");
+    assert!(!lease_exists(
+        &server,
+        &client.keys(req.purpose(), req.resource())
+    ));
+}
+
+#[tokio::test]
+async fn out_of_memory_is_unavailable_and_nothing_is_written() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let warm = request(&client, "warm");
+    let _ = acquired(&client, &warm).await.release().await;
+    server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let req = request(&client, "r");
+    let outcome = client.try_acquire(&req).await.unwrap();
+    server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    let AcquireOutcome::Unavailable { detail } = outcome else {
+        panic!("expected unavailable, got {outcome:?}")
+    };
+    assert!(detail.message.contains("OOM"), "{detail}");
+    assert!(!lease_exists(
+        &server,
+        &client.keys(req.purpose(), req.resource())
+    ));
+}
+
+#[tokio::test]
+async fn acl_user_confined_to_the_namespace_can_lease_and_a_wrong_password_is_unavailable() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "leaser",
+        "on",
+        ">s3cret",
+        "~leasehold:*",
+        "&leasehold:*",
+        "+@all",
+    ]);
+    let port = server.port();
+    let ok = LeaseClient::redis(
+        &format!("redis://leaser:s3cret@127.0.0.1:{port}"),
+        redis_settings(),
+    )
+    .unwrap();
+    let mut lease = acquired(&ok, &request(&ok, "r")).await;
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+
+    let url = format!("redis://leaser:wrong@127.0.0.1:{port}");
+    let bad = LeaseClient::redis(&url, redis_settings()).unwrap();
+    let outcome = bad.try_acquire(&request(&bad, "r")).await.unwrap();
+    let AcquireOutcome::Unavailable { detail } = outcome else {
+        panic!("expected unavailable, got {outcome:?}")
+    };
+    assert!(
+        !detail.message.contains("wrong"),
+        "password leaked: {detail}"
+    );
+    assert!(!format!("{bad:?}").contains("wrong"), "password in Debug");
+
+    let other_ns = LeaseClient::redis(
+        &format!("redis://leaser:s3cret@127.0.0.1:{port}"),
+        redis_settings().with_namespace(Namespace::new("other").unwrap()),
+    )
+    .unwrap();
+    let outcome = other_ns
+        .try_acquire(&request(&other_ns, "r"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, AcquireOutcome::Unavailable { .. }),
+        "NOPERM outside the namespace: {outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let req = request(&client, "r");
+    let _lease = acquired(&client, &req).await;
+    let keys = client.keys(req.purpose(), req.resource());
+    let secret = req.attempt().owner().expose().to_owned();
+    for (script, keys_used) in [
+        (
+            include_str!("../lua/acquire.lua"),
+            vec![&keys.lease, &keys.fence],
+        ),
+        (include_str!("../lua/inspect.lua"), vec![&keys.lease]),
+    ] {
+        let n = keys_used.len().to_string();
+        let mut args = vec!["EVAL", script, &n];
+        args.extend(keys_used.iter().map(|k| k.as_str()));
+        args.extend(["another-owner", "op", "30000"]);
+        let reply = server.cmd(&args);
+        let text = format!("{reply:?}");
+        assert!(
+            text.contains("CONTENDED") || text.contains("HELD_BY_OTHER"),
+            "{text}"
+        );
+        assert!(!text.contains(&secret), "owner token leaked: {text}");
+    }
+}
+
+#[tokio::test]
+async fn raw_resource_ids_never_reach_redis() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let raw = "customer-4711-secret";
+    let req = LeaseRequest::builder(
+        Purpose::new("redis").unwrap(),
+        ResourceDigest::of(raw),
+        client.new_attempt("op").unwrap(),
+    )
+    .build()
+    .unwrap();
+    let _lease = acquired(&client, &req).await;
+    let keys: Vec<String> = server.query(&["KEYS", "*"]);
+    assert!(!keys.is_empty());
+    assert!(keys.iter().all(|k| !k.contains(raw)), "{keys:?}");
+}
+
+#[tokio::test]
+async fn bad_urls_are_rejected_before_any_io_without_echoing_secrets() {
+    for url in ["not a url", "http://127.0.0.1:6379", "redis://user:pw@[::1"] {
+        let err = LeaseClient::redis(url, LeaseSettings::default()).unwrap_err();
+        assert!(
+            matches!(err, LeaseError::InvalidRedisUrl { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(!err.to_string().contains("pw"));
+    }
+}
+
+/// A fake server that answers every command with `+OK`: a script reply Redis would never
+/// send. The outcome must be `Indeterminate` with detail, never a panic.
+#[tokio::test]
+async fn malformed_script_replies_are_indeterminate_not_a_panic() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    // One reply per command (count RESP array headers in the chunk).
+                    let commands = buf[..n].iter().filter(|&&b| b == b'*').count().max(1);
+                    for _ in 0..commands {
+                        if stream.write_all(b"+OK\r\n").is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(500));
+    let client = LeaseClient::redis(&format!("redis://{addr}"), settings).unwrap();
+    let outcome = client.try_acquire(&request(&client, "r")).await.unwrap();
+    let AcquireOutcome::Indeterminate { detail, .. } = outcome else {
+        panic!("expected indeterminate, got {outcome:?}")
+    };
+    assert_eq!(detail.kind, FailureKind::MalformedReply, "{detail}");
+}
