@@ -76,6 +76,7 @@ pub mod backend;
 mod error;
 pub mod lease;
 pub mod protocol;
+pub mod runtime;
 
 pub use backend::{
     FailureDetail, FailureKind, LeaseBackend, MemoryBackend, MemoryFault, RedisBackend,

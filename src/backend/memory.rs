@@ -34,9 +34,21 @@ use crate::protocol::{
 /// assert_eq!(backend.held_leases(), 0);
 /// # }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct MemoryBackend {
     store: Arc<Mutex<Store>>,
+}
+
+impl std::fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the store: it holds owner tokens, which are bearer secrets.
+        let store = self.lock();
+        f.debug_struct("MemoryBackend")
+            .field("leases", &store.leases.len())
+            .field("fault", &store.fault)
+            .field("calls", &store.calls)
+            .finish()
+    }
 }
 
 /// A fault [`MemoryBackend`] applies to every call until cleared.
@@ -57,7 +69,7 @@ pub enum MemoryFault {
     Slow(Duration),
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Store {
     leases: HashMap<String, Entry>,
     fences: HashMap<String, u64>,
@@ -66,7 +78,6 @@ struct Store {
     calls: u64,
 }
 
-#[derive(Debug)]
 struct Entry {
     owner: String,
     operation: String,

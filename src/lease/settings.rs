@@ -165,6 +165,32 @@ impl LeaseSettings {
         Ok(())
     }
 
+    /// Checks that renewals at [`renew_every`](Self::renew_every) fit a lease of `ttl`:
+    /// `renew_every < ttl − drift_budget − safety_margin`, so one renewal can fail and the
+    /// next still arrive before the runtime must cancel the worker.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] for `renew_every` (or for `ttl`, via
+    /// [`check_ttl`](Self::check_ttl)).
+    pub fn check_renewal_cadence(&self, ttl: Duration) -> Result<(), LeaseError> {
+        self.check_ttl(ttl)?;
+        let window = ttl
+            .saturating_sub(self.drift_budget)
+            .saturating_sub(self.safety_margin());
+        let every = self.renew_every(ttl);
+        if every >= window {
+            return Err(LeaseError::InvalidDuration {
+                param: "renew_every",
+                problem: DurationProblem::NotLessThan {
+                    value: every,
+                    other: "ttl - drift_budget - safety_margin",
+                    other_value: window,
+                },
+            });
+        }
+        Ok(())
+    }
+
     /// Defaults overridden by the variables of [`ENV_VARS`] that are set, then validated.
     ///
     /// # Errors
@@ -299,6 +325,24 @@ mod tests {
         assert!(toml::from_str::<LeaseSettings>("namespace = \"Bad\"").is_err());
         assert!(toml::from_str::<LeaseSettings>("command_timeout = \"x\"").is_err());
         assert!(toml::from_str::<LeaseSettings>("unknown = \"1s\"").is_err());
+    }
+
+    #[test]
+    fn renewal_cadence_must_leave_room_before_the_safety_margin() {
+        let s = LeaseSettings::default();
+        assert!(s.check_renewal_cadence(Duration::from_secs(30)).is_ok());
+        let err = s
+            .check_renewal_cadence(Duration::from_millis(300))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "renew_every 100ms must be less than ttl - drift_budget - safety_margin (90ms)"
+        );
+        let fast = s.with_command_timeout(Duration::from_millis(50));
+        assert!(
+            fast.check_renewal_cadence(Duration::from_millis(300))
+                .is_ok()
+        );
     }
 
     #[test]

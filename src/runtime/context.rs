@@ -1,0 +1,112 @@
+//! `LeaseContext`: what a worker sees of its lease.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::lease::LeaseState;
+use crate::protocol::{FencingToken, Purpose, ResourceDigest};
+
+/// The lease as the LeaseActor last confirmed it; published on every change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseStatus {
+    /// The handle's state.
+    pub state: LeaseState,
+    /// When local validity ends, while ACTIVE and not cancelled.
+    pub valid_until: Option<Instant>,
+    /// Renewals confirmed so far.
+    pub renewals: u64,
+    /// Whether [`LeaseCancelled`](crate::runtime::LeaseCancelled) was sent.
+    pub cancelled: bool,
+}
+
+impl LeaseStatus {
+    /// Validity left at `now`; zero once cancelled or not ACTIVE.
+    pub fn remaining_at(&self, now: Instant) -> Duration {
+        match (self.cancelled, self.valid_until) {
+            (false, Some(until)) => until.saturating_duration_since(now),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// Handed to the worker when it starts: its fencing token, a cancellation token, and a live
+/// view of the lease's validity. Cheap to clone.
+///
+/// The cancellation token is cancelled at the moment [`LeaseCancelled`] is sent (exactly
+/// once), and also when the LeaseActor ends for any reason — so a token obtained after the
+/// loss is already cancelled.
+///
+/// [`LeaseCancelled`]: crate::runtime::LeaseCancelled
+#[derive(Debug, Clone)]
+pub struct LeaseContext {
+    token: FencingToken,
+    purpose: Purpose,
+    resource: ResourceDigest,
+    cancel: CancellationToken,
+    status: watch::Receiver<LeaseStatus>,
+}
+
+impl LeaseContext {
+    pub(crate) fn new(
+        token: FencingToken,
+        purpose: Purpose,
+        resource: ResourceDigest,
+        cancel: CancellationToken,
+        status: watch::Receiver<LeaseStatus>,
+    ) -> Self {
+        Self {
+            token,
+            purpose,
+            resource,
+            cancel,
+            status,
+        }
+    }
+
+    /// The fencing token: pass it with every write the lease protects.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// What the lease is for.
+    pub fn purpose(&self) -> &Purpose {
+        &self.purpose
+    }
+
+    /// Which resource.
+    pub fn resource(&self) -> &ResourceDigest {
+        &self.resource
+    }
+
+    /// Completes when the lease is cancelled (or its actor ended).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future loses nothing; call again.
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// Whether the lease was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The cancellation token itself, e.g. to make child tokens for sub-tasks (a child of a
+    /// cancelled token is born cancelled).
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Local validity left now; zero once cancelled.
+    pub fn remaining(&self) -> Duration {
+        self.status.borrow().remaining_at(Instant::now())
+    }
+
+    /// The latest published status.
+    pub fn status(&self) -> LeaseStatus {
+        *self.status.borrow()
+    }
+}

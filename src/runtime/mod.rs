@@ -1,0 +1,25 @@
+//! Runtime layer: each held lease is a ractor actor that renews it and supervises the work it
+//! protects (DESIGN §8). Imports the lease core only — never a backend.
+//!
+//! * [`LeaseRuntime::spawn_under_lease`] — acquire, then run a worker actor under the lease.
+//! * [`LeaseRuntime::run_under_lease`] — the same for a plain future.
+//! * [`LeaseRuntime::attach`] — a lease actor for a worker that already runs.
+//!
+//! In every case the worker hears of a lost or unknown lease exactly once, as a
+//! [`LeaseCancelled`] message and through [`LeaseContext::cancelled`]; under
+//! [`CancelPolicy::Kill`] (the default) it is stopped when local validity ends; when it
+//! ends, the lease is released at once (owner-checked), and [`LeaseReport`] says how.
+
+mod cancel;
+mod context;
+mod lease_actor;
+mod report;
+mod run;
+mod spawn;
+
+pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
+pub use context::{LeaseContext, LeaseStatus};
+pub use lease_actor::{LeaseActor, LeaseActorMsg, LeaseActorState};
+pub use report::{JobEnd, LeaseReport};
+pub use run::RunOutcome;
+pub use spawn::{AttachedLease, LeaseJob, LeaseRuntime, RuntimeError, SpawnOutcome};

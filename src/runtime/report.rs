@@ -1,0 +1,54 @@
+//! `LeaseReport`: how a supervised job ended, and what happened to its lease.
+
+use crate::lease::ReleaseOutcome;
+use crate::protocol::FencingToken;
+use crate::runtime::{CancelReason, LeaseCancelled};
+
+/// How the worker ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobEnd {
+    /// The worker exited normally while the lease was held.
+    Completed,
+    /// The lease was cancelled; the worker then exited (`killed: false`) or was stopped by
+    /// the [`Kill`](crate::runtime::CancelPolicy::Kill) policy (`killed: true`).
+    Cancelled {
+        /// Why the lease was cancelled.
+        reason: CancelReason,
+        /// Whether the runtime had to stop the worker.
+        killed: bool,
+    },
+    /// The worker panicked or returned an error.
+    Failed {
+        /// The error text.
+        error: String,
+    },
+    /// The LeaseActor was stopped or killed from outside before the worker ended; the
+    /// worker was stopped with it and the lease released best effort (see the logs).
+    Aborted,
+}
+
+impl JobEnd {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Cancelled { .. } => "cancelled",
+            Self::Failed { .. } => "failed",
+            Self::Aborted => "aborted",
+        }
+    }
+}
+
+/// The final report of a LeaseActor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseReport {
+    /// How the worker ended.
+    pub end: JobEnd,
+    /// The cancellation sent to the worker, if one was.
+    pub cancelled: Option<LeaseCancelled>,
+    /// The owner-checked release made after the worker ended.
+    pub release: ReleaseOutcome,
+    /// The lease's fencing token.
+    pub token: FencingToken,
+}

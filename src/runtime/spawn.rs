@@ -1,0 +1,449 @@
+//! `LeaseRuntime`: the entry points that put work under a lease.
+
+use std::fmt;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorCell, ActorRef, Message, RpcReplyPort};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::LeaseError;
+use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState};
+use crate::protocol::{FencingToken, LeaseRequest};
+use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs, LeaseActorMsg, Worker};
+use crate::runtime::{
+    CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseReport, LeaseStatus,
+};
+
+/// Why the runtime could not start: all local, before or instead of any lease being held.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// A request or setting broke a rule; nothing was sent.
+    #[error(transparent)]
+    Invalid(#[from] LeaseError),
+    /// This runtime already holds its maximum number of leases; nothing was sent.
+    #[error("lease limit reached: this runtime holds at most {max} leases")]
+    LimitReached {
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The actor system refused to start the lease actor; the lease was released.
+    #[error("the lease actor could not start: {reason}")]
+    Spawn {
+        /// ractor's error text.
+        reason: String,
+    },
+}
+
+/// What [`LeaseRuntime::spawn_under_lease`] achieved.
+#[must_use]
+#[derive(Debug)]
+pub enum SpawnOutcome<M> {
+    /// The lease is held and the worker runs under it.
+    Started(LeaseJob<M>),
+    /// The lease was not acquired within the wait timeout; no worker was started. The
+    /// outcome says why (`Contended`, `Unavailable`, `Indeterminate`, `OwnerOperationConflict`).
+    NotAcquired(AcquireOutcome),
+}
+
+impl<M> SpawnOutcome<M> {
+    /// The job, if it started.
+    pub fn started(self) -> Option<LeaseJob<M>> {
+        match self {
+            Self::Started(job) => Some(job),
+            Self::NotAcquired(_) => None,
+        }
+    }
+}
+
+/// Runs work under leases from one [`LeaseClient`], holding at most a bounded number at once.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use leasehold::runtime::{CancelPolicy, LeaseRuntime};
+/// use leasehold::*;
+///
+/// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+/// let runtime = LeaseRuntime::new(client.clone()).with_max_leases(1_000);
+/// let request = LeaseRequest::builder(
+///     Purpose::new("reports")?,
+///     ResourceDigest::of(b"tenant-7"),
+///     client.new_attempt("nightly")?,
+/// )
+/// .build()?;
+/// let outcome = runtime
+///     .run_under_lease(&request, CancelPolicy::Kill, |ctx| async move {
+///         tokio::select! {
+///             _ = ctx.cancelled() => None,                 // lease lost: stop writing
+///             token = async { Some(ctx.token()) } => token, // the work, fenced
+///         }
+///     })
+///     .await?;
+/// # let _ = outcome;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LeaseRuntime {
+    client: LeaseClient,
+    permits: Arc<Semaphore>,
+    max: usize,
+}
+
+impl fmt::Debug for LeaseRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseRuntime")
+            .field("max_leases", &self.max)
+            .field("held", &self.held())
+            .finish()
+    }
+}
+
+impl LeaseRuntime {
+    /// Default bound on leases held at once by one runtime.
+    pub const DEFAULT_MAX_LEASES: usize = 100_000;
+
+    /// A runtime on `client` holding at most [`DEFAULT_MAX_LEASES`](Self::DEFAULT_MAX_LEASES).
+    pub fn new(client: LeaseClient) -> Self {
+        Self {
+            client,
+            permits: Arc::new(Semaphore::new(Self::DEFAULT_MAX_LEASES)),
+            max: Self::DEFAULT_MAX_LEASES,
+        }
+    }
+
+    /// Sets the bound on leases held at once; past it, starting one more is
+    /// [`RuntimeError::LimitReached`] before any I/O.
+    #[must_use]
+    pub fn with_max_leases(self, max: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+            ..self
+        }
+    }
+
+    /// The client leases are taken with.
+    pub fn client(&self) -> &LeaseClient {
+        &self.client
+    }
+
+    /// Leases held by this runtime's actors now.
+    pub fn held(&self) -> usize {
+        self.max - self.permits.available_permits()
+    }
+
+    fn permit(&self) -> Result<OwnedSemaphorePermit, RuntimeError> {
+        self.permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| RuntimeError::LimitReached { max: self.max })
+    }
+
+    /// Acquires `request` (waiting up to its wait timeout), then starts a [`LeaseActor`] and,
+    /// as its child, the worker actor `W` with the arguments `args` builds from the lease's
+    /// [`LeaseContext`].
+    ///
+    /// The worker receives one [`LeaseCancelled`] (through `W::Msg: From<LeaseCancelled>`)
+    /// when the lease is lost or unknown, or when the next renewal cannot be confirmed in
+    /// time; under [`CancelPolicy::Kill`] it is stopped when local validity ends. When the
+    /// worker exits, the lease is released at once; [`LeaseJob::wait`] gives the report.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Invalid`] for a request whose TTL leaves no room for renewals
+    /// ([`LeaseSettings::check_renewal_cadence`](crate::LeaseSettings::check_renewal_cadence)),
+    /// [`RuntimeError::LimitReached`] — both before any I/O; [`RuntimeError::Spawn`] if the
+    /// actor system refused (the lease is then released).
+    ///
+    /// # Cancel safety
+    /// Dropping the future while it acquires can leave the lease held by the request's
+    /// attempt until its TTL (see [`LeaseClient::acquire`]); once the actors run, they own it.
+    pub async fn spawn_under_lease<W>(
+        &self,
+        request: &LeaseRequest,
+        worker: W,
+        args: impl FnOnce(LeaseContext) -> W::Arguments + Send + 'static,
+        policy: CancelPolicy,
+    ) -> Result<SpawnOutcome<W::Msg>, RuntimeError>
+    where
+        W: Actor,
+        W::Msg: From<LeaseCancelled>,
+    {
+        self.client
+            .settings()
+            .check_renewal_cadence(request.ttl())?;
+        let permit = self.permit()?;
+        let handle = match self.client.acquire(request).await? {
+            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => h,
+            other => return Ok(SpawnOutcome::NotAcquired(other)),
+        };
+        let (worker_tx, worker_rx) = oneshot::channel();
+        let spawner = move |supervisor: ActorCell, ctx: LeaseContext| {
+            let fut = async move {
+                let (worker, _) = W::spawn_linked(None, worker, args(ctx), supervisor).await?;
+                let _ = worker_tx.send(worker.clone());
+                Ok(worker)
+            };
+            Box::pin(fut) as crate::runtime::lease_actor::SpawnFuture<W::Msg>
+        };
+        let started = self
+            .start(handle, permit, policy, None, |ctx| {
+                Worker::Spawn(Box::new(move |cell| spawner(cell, ctx)))
+            })
+            .await?;
+        let Ok(worker) = worker_rx.await else {
+            // The worker failed to start; the lease actor released and reported it.
+            let report = started.wait().await;
+            return Err(RuntimeError::Spawn {
+                reason: match report.end {
+                    JobEnd::Failed { error } => error,
+                    other => other.as_str().to_owned(),
+                },
+            });
+        };
+        Ok(SpawnOutcome::Started(LeaseJob {
+            lease: started.lease,
+            worker,
+            context: started.context,
+            report: started.report,
+        }))
+    }
+
+    /// Starts a [`LeaseActor`] for a lease already held (`handle`), on behalf of a worker
+    /// that already runs and outlives the lease — a long-running actor taking and dropping
+    /// leases over its life. The lease actor is linked under `supervisor` if given.
+    ///
+    /// The worker receives one [`LeaseCancelled`] if the lease is lost or unknown; it ends
+    /// the lease by sending [`LeaseActorMsg::release`] (or [`AttachedLease::release`]).
+    /// Under [`CancelPolicy::Kill`], a worker that has not released by the end of local
+    /// validity after a cancellation is killed — choose [`CancelPolicy::NotifyOnly`] if the
+    /// worker must survive and checks [`LeaseContext::cancelled`] instead.
+    ///
+    /// # Errors
+    /// [`RuntimeError::LimitReached`], [`RuntimeError::Invalid`] (renewal cadence), or
+    /// [`RuntimeError::Spawn`]; in every error case the handle is released.
+    pub async fn attach<M>(
+        &self,
+        mut handle: LeaseHandle,
+        worker: ActorRef<M>,
+        supervisor: Option<ActorCell>,
+        policy: CancelPolicy,
+    ) -> Result<AttachedLease, RuntimeError>
+    where
+        M: Message + From<LeaseCancelled>,
+    {
+        let checked = self
+            .client
+            .settings()
+            .check_renewal_cadence(handle.ttl())
+            .map_err(RuntimeError::from)
+            .and_then(|()| self.permit());
+        let permit = match checked {
+            Ok(permit) => permit,
+            Err(e) => {
+                let _ = handle.release().await;
+                return Err(e);
+            }
+        };
+        let started = self
+            .start(handle, permit, policy, supervisor, |_| {
+                Worker::Attached(worker)
+            })
+            .await?;
+        Ok(AttachedLease {
+            lease: started.lease,
+            context: started.context,
+            report: started.report,
+        })
+    }
+
+    /// Spawns the lease actor for `handle`; the worker is made from the lease's context.
+    pub(crate) async fn start<M>(
+        &self,
+        mut handle: LeaseHandle,
+        permit: OwnedSemaphorePermit,
+        policy: CancelPolicy,
+        supervisor: Option<ActorCell>,
+        worker: impl FnOnce(LeaseContext) -> Worker<M>,
+    ) -> Result<Started, RuntimeError>
+    where
+        M: Message + From<LeaseCancelled>,
+    {
+        let settings = self.client.settings();
+        let cancel = CancellationToken::new();
+        let (status_tx, status_rx) = watch::channel(LeaseStatus {
+            state: LeaseState::Active,
+            valid_until: handle.valid_until(),
+            renewals: 0,
+            cancelled: false,
+        });
+        let context = LeaseContext::new(
+            handle.token(),
+            handle.purpose().clone(),
+            *handle.resource(),
+            cancel.clone(),
+            status_rx,
+        );
+        let (report_tx, report_rx) = oneshot::channel();
+        let token = handle.token();
+        let args = LeaseActorArgs {
+            renew_every: settings.renew_every(handle.ttl()),
+            safety_margin: settings.safety_margin(),
+            worker: worker(context.clone()),
+            handle,
+            policy,
+            cancel,
+            status: status_tx,
+            report: Some(report_tx),
+            permit: Some(permit),
+        };
+        let spawned = match supervisor {
+            Some(sup) => Actor::spawn_linked(None, LeaseActor::<M>::new(), args, sup).await,
+            None => Actor::spawn(None, LeaseActor::<M>::new(), args).await,
+        };
+        // On a spawn error the arguments (and the handle in them) are dropped, which
+        // releases the lease best effort.
+        let (lease, _) = spawned.map_err(|e| RuntimeError::Spawn {
+            reason: e.to_string(),
+        })?;
+        tracing::debug!(token = token.get(), "lease actor started");
+        Ok(Started {
+            lease,
+            context,
+            report: report_rx,
+        })
+    }
+}
+
+pub(crate) struct Started {
+    pub(crate) lease: ActorRef<LeaseActorMsg>,
+    pub(crate) context: LeaseContext,
+    pub(crate) report: oneshot::Receiver<LeaseReport>,
+}
+
+impl Started {
+    pub(crate) async fn wait(self) -> LeaseReport {
+        wait_report(self.report, self.context.token()).await
+    }
+}
+
+async fn wait_report(report: oneshot::Receiver<LeaseReport>, token: FencingToken) -> LeaseReport {
+    report.await.unwrap_or_else(|_| LeaseReport {
+        // The state's drop always sends a report; this only covers a runtime shutdown.
+        end: JobEnd::Aborted,
+        cancelled: None,
+        release: crate::lease::ReleaseOutcome::Indeterminate {
+            detail: crate::backend::FailureDetail::new(
+                crate::backend::FailureKind::Timeout,
+                "lease actor vanished without a report",
+            ),
+        },
+        token,
+    })
+}
+
+/// A worker running under a lease, started by [`LeaseRuntime::spawn_under_lease`].
+pub struct LeaseJob<M> {
+    lease: ActorRef<LeaseActorMsg>,
+    worker: ActorRef<M>,
+    context: LeaseContext,
+    report: oneshot::Receiver<LeaseReport>,
+}
+
+impl<M> fmt::Debug for LeaseJob<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseJob")
+            .field("token", &self.context.token())
+            .field("lease_actor", &self.lease.get_id())
+            .field("worker", &self.worker.get_id())
+            .finish()
+    }
+}
+
+impl<M> LeaseJob<M> {
+    /// The lease actor (to link, monitor or message it).
+    pub fn lease_actor(&self) -> &ActorRef<LeaseActorMsg> {
+        &self.lease
+    }
+
+    /// The worker actor.
+    pub fn worker(&self) -> &ActorRef<M> {
+        &self.worker
+    }
+
+    /// The lease as the worker sees it.
+    pub fn context(&self) -> &LeaseContext {
+        &self.context
+    }
+
+    /// The fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.context.token()
+    }
+
+    /// Asks the worker to stop (a [`LeaseCancelled`] with `Shutdown`); the lease is released
+    /// when it has.
+    pub fn shutdown(&self) {
+        let _ = self.lease.send_message(LeaseActorMsg::release());
+    }
+
+    /// The lease actor's current view of the lease.
+    pub async fn status(&self) -> Option<LeaseStatus> {
+        status(&self.lease).await
+    }
+
+    /// Waits for the worker to end and the lease to be released.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the report is consumed with `self`. The job carries on regardless.
+    pub async fn wait(self) -> LeaseReport {
+        wait_report(self.report, self.context.token()).await
+    }
+}
+
+/// A lease held by a [`LeaseActor`] on behalf of an existing worker (see
+/// [`LeaseRuntime::attach`]).
+#[derive(Debug)]
+pub struct AttachedLease {
+    lease: ActorRef<LeaseActorMsg>,
+    context: LeaseContext,
+    report: oneshot::Receiver<LeaseReport>,
+}
+
+impl AttachedLease {
+    /// The lease actor.
+    pub fn lease_actor(&self) -> &ActorRef<LeaseActorMsg> {
+        &self.lease
+    }
+
+    /// The lease as the worker sees it.
+    pub fn context(&self) -> &LeaseContext {
+        &self.context
+    }
+
+    /// Ends the lease and waits for the release outcome.
+    pub async fn release(self) -> LeaseReport {
+        let _ = self.lease.send_message(LeaseActorMsg::release());
+        wait_report(self.report, self.context.token()).await
+    }
+
+    /// Waits for the lease to end (lost or released) and returns the report.
+    pub async fn wait(self) -> LeaseReport {
+        wait_report(self.report, self.context.token()).await
+    }
+}
+
+async fn status(lease: &ActorRef<LeaseActorMsg>) -> Option<LeaseStatus> {
+    lease
+        .call(
+            |reply: RpcReplyPort<LeaseStatus>| LeaseActorMsg::status(reply),
+            None,
+        )
+        .await
+        .ok()
+        .and_then(|r| match r {
+            ractor::rpc::CallResult::Success(s) => Some(s),
+            _ => None,
+        })
+}
