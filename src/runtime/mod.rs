@@ -4,6 +4,8 @@
 //! * [`LeaseRuntime::spawn_under_lease`] — acquire, then run a worker actor under the lease.
 //! * [`LeaseRuntime::run_under_lease`] — the same for a plain future.
 //! * [`LeaseRuntime::attach`] — a lease actor for a worker that already runs.
+//! * [`LeaseRuntime::supervise`] — keep a job running under a lease across losses (leader
+//!   election).
 //!
 //! In every case the worker hears of a lost or unknown lease exactly once, as a
 //! [`LeaseCancelled`] message and through [`LeaseContext::cancelled`]; under
@@ -16,6 +18,7 @@ mod lease_actor;
 mod report;
 mod run;
 mod spawn;
+mod supervisor;
 
 pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
 pub use context::{LeaseContext, LeaseStatus};
@@ -23,3 +26,4 @@ pub use lease_actor::{LeaseActor, LeaseActorMsg, LeaseActorState};
 pub use report::{JobEnd, LeaseReport};
 pub use run::RunOutcome;
 pub use spawn::{AttachedLease, LeaseJob, LeaseRuntime, RuntimeError, SpawnOutcome};
+pub use supervisor::{LeaseSupervisor, SupervisorConfig, SupervisorState};

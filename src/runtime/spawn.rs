@@ -134,7 +134,7 @@ impl LeaseRuntime {
         self.max - self.permits.available_permits()
     }
 
-    fn permit(&self) -> Result<OwnedSemaphorePermit, RuntimeError> {
+    pub(crate) fn permit(&self) -> Result<OwnedSemaphorePermit, RuntimeError> {
         self.permits
             .clone()
             .try_acquire_owned()
@@ -329,7 +329,15 @@ impl Started {
 }
 
 async fn wait_report(report: oneshot::Receiver<LeaseReport>, token: FencingToken) -> LeaseReport {
-    report.await.unwrap_or_else(|_| LeaseReport {
+    report_or_vanished(report.await, token)
+}
+
+/// The report, or — if the LeaseActor vanished without one — an `Aborted` report.
+pub(crate) fn report_or_vanished(
+    report: Result<LeaseReport, oneshot::error::RecvError>,
+    token: FencingToken,
+) -> LeaseReport {
+    report.unwrap_or_else(|_| LeaseReport {
         // The state's drop always sends a report; this only covers a runtime shutdown.
         end: JobEnd::Aborted,
         cancelled: None,

@@ -1,0 +1,357 @@
+//! `run_under_lease`, `attach` and `supervise` on `MemoryBackend` under paused tokio time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use leasehold::runtime::*;
+use leasehold::*;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep};
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn runtime() -> (LeaseRuntime, MemoryBackend) {
+    let backend = MemoryBackend::new();
+    let client = LeaseClient::new(backend.clone(), LeaseSettings::default()).unwrap();
+    (LeaseRuntime::new(client), backend)
+}
+
+fn request(rt: &LeaseRuntime, wait: Duration) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("entry").unwrap(),
+        ResourceDigest::of("r"),
+        rt.client().new_attempt("op").unwrap(),
+    )
+    .ttl(TTL)
+    .wait_timeout(wait)
+    .build()
+    .unwrap()
+}
+
+fn keys(rt: &LeaseRuntime) -> LeaseKeys {
+    rt.client()
+        .keys(&Purpose::new("entry").unwrap(), &ResourceDigest::of("r"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_returns_the_output_and_releases_at_once() {
+    let (rt, backend) = runtime();
+    let outcome = rt
+        .run_under_lease(
+            &request(&rt, Duration::ZERO),
+            CancelPolicy::Kill,
+            |ctx| async move {
+                sleep(TTL * 2).await; // outlives one TTL: renewals keep it
+                assert!(!ctx.is_cancelled());
+                assert!(ctx.remaining() > Duration::ZERO);
+                ctx.token()
+            },
+        )
+        .await
+        .unwrap();
+    let RunOutcome::Ran { output, report } = outcome else {
+        panic!("not acquired")
+    };
+    assert_eq!(output, Some(report.token));
+    assert_eq!(report.end, JobEnd::Completed);
+    assert_eq!(report.release, ReleaseOutcome::Released);
+    assert_eq!(backend.held_leases(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_context_is_cancelled_on_loss() {
+    let (rt, backend) = runtime();
+    let k = keys(&rt);
+    let deleter = backend.clone();
+    tokio::spawn(async move {
+        sleep(Duration::from_millis(500)).await;
+        deleter.delete(&k);
+    });
+    let outcome = rt
+        .run_under_lease(
+            &request(&rt, Duration::ZERO),
+            CancelPolicy::Kill,
+            |ctx| async move {
+                ctx.cancelled().await;
+                assert_eq!(ctx.remaining(), Duration::ZERO);
+                "stopped cleanly"
+            },
+        )
+        .await
+        .unwrap();
+    let RunOutcome::Ran { output, report } = outcome else {
+        panic!("not acquired")
+    };
+    assert_eq!(output, Some("stopped cleanly"));
+    assert_eq!(
+        report.end,
+        JobEnd::Cancelled {
+            reason: CancelReason::Lost(LostReason::Absent),
+            killed: false
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_future_is_dropped_at_validity_end_under_kill() {
+    let (rt, backend) = runtime();
+    backend.set_fault(None);
+    let dropped = Arc::new(AtomicUsize::new(0));
+    struct Guard(Arc<AtomicUsize>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let flag = dropped.clone();
+    let faults = backend.clone();
+    let started = Instant::now();
+    let outcome = rt
+        .run_under_lease(
+            &request(&rt, Duration::ZERO),
+            CancelPolicy::Kill,
+            move |_ctx| async move {
+                let _guard = Guard(flag);
+                // Renewals start failing; this work ignores the cancellation.
+                faults.set_fault(Some(MemoryFault::Unavailable));
+                sleep(TTL * 10).await;
+                "never"
+            },
+        )
+        .await
+        .unwrap();
+    let RunOutcome::Ran { output, report } = outcome else {
+        panic!("not acquired")
+    };
+    assert_eq!(output, None);
+    assert_eq!(
+        report.end,
+        JobEnd::Cancelled {
+            reason: CancelReason::RenewalUnconfirmed,
+            killed: true
+        }
+    );
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the future was dropped");
+    assert!(
+        started.elapsed() <= TTL,
+        "dropped at validity end, not later"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_not_acquired_does_not_call_the_closure() {
+    let (rt, _) = runtime();
+    let client = rt.client().clone();
+    let _holder = client
+        .try_acquire(&request(&rt, Duration::ZERO))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let outcome = rt
+        .run_under_lease(
+            &request(&rt, Duration::ZERO),
+            CancelPolicy::Kill,
+            |_| async { panic!("must not run") },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        outcome,
+        RunOutcome::NotAcquired(AcquireOutcome::Contended { .. })
+    ));
+}
+
+/// A long-running actor that takes leases over its life.
+struct Partitioner;
+
+enum PartitionMsg {
+    Cancelled(LeaseCancelled),
+}
+
+impl From<LeaseCancelled> for PartitionMsg {
+    fn from(c: LeaseCancelled) -> Self {
+        Self::Cancelled(c)
+    }
+}
+
+impl Actor for Partitioner {
+    type Msg = PartitionMsg;
+    type State = mpsc::UnboundedSender<LeaseCancelled>;
+    type Arguments = mpsc::UnboundedSender<LeaseCancelled>;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<PartitionMsg>,
+        tx: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tx)
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<PartitionMsg>,
+        msg: PartitionMsg,
+        tx: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let PartitionMsg::Cancelled(c) = msg;
+        let _ = tx.send(c);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn attached_worker_keeps_running_across_leases_and_hears_of_a_loss() {
+    let (rt, backend) = runtime();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (worker, _) = Actor::spawn(None, Partitioner, tx).await.unwrap();
+    // First lease: held for a while, released by the worker.
+    let handle = rt
+        .client()
+        .try_acquire(&request(&rt, Duration::ZERO))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let lease = rt
+        .attach(handle, worker.clone(), None, CancelPolicy::NotifyOnly)
+        .await
+        .unwrap();
+    sleep(TTL * 2).await;
+    assert!(!lease.context().is_cancelled());
+    let report = lease.release().await;
+    assert_eq!(report.end, JobEnd::Completed);
+    assert_eq!(report.release, ReleaseOutcome::Released);
+    // Second lease: lost behind its back.
+    let handle = rt
+        .client()
+        .try_acquire(&request(&rt, Duration::ZERO))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let lease = rt
+        .attach(handle, worker.clone(), None, CancelPolicy::NotifyOnly)
+        .await
+        .unwrap();
+    backend.delete(&keys(&rt));
+    let c = rx.recv().await.unwrap();
+    assert_eq!(c.reason, CancelReason::Lost(LostReason::Absent));
+    let report = lease.wait().await;
+    assert!(report.cancelled.is_some());
+    assert_eq!(worker.get_status(), ractor::ActorStatus::Running);
+    assert!(rx.try_recv().is_err(), "exactly one cancellation");
+    worker.stop(None);
+}
+
+/// A job that runs until its lease ends.
+struct Forever;
+
+impl Actor for Forever {
+    type Msg = LeaseCancelled;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LeaseCancelled>,
+        _: LeaseCancelled,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        myself.stop(None);
+        Ok(())
+    }
+}
+
+async fn holding(w: &mut tokio::sync::watch::Receiver<SupervisorState>) -> FencingToken {
+    loop {
+        if let SupervisorState::Holding { token } = *w.borrow_and_update() {
+            return token;
+        }
+        w.changed().await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn supervisor_reacquires_after_a_loss_with_a_larger_token() {
+    let (rt, backend) = runtime();
+    let sup = rt
+        .supervise(
+            request(&rt, Duration::from_secs(10)),
+            |_ctx| (Forever, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )
+        .unwrap();
+    let mut w = sup.watch();
+    let first = holding(&mut w).await;
+    backend.delete(&keys(&rt));
+    w.changed().await.unwrap();
+    let second = holding(&mut w).await;
+    assert!(second > first);
+    let reports = sup.shutdown().await;
+    assert_eq!(reports.len(), 2);
+    assert_eq!(
+        reports[0].end,
+        JobEnd::Cancelled {
+            reason: CancelReason::Lost(LostReason::Absent),
+            killed: false
+        }
+    );
+    assert_eq!(
+        reports[1].cancelled.as_ref().map(|c| c.reason),
+        Some(CancelReason::Shutdown)
+    );
+    assert_eq!(reports[1].release, ReleaseOutcome::Released);
+    assert_eq!(backend.held_leases(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_supervisors_elect_one_leader_and_hand_over_on_shutdown() {
+    let (rt, _) = runtime();
+    let a = rt
+        .supervise(
+            request(&rt, Duration::from_secs(10)),
+            |_| (Forever, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )
+        .unwrap();
+    let mut wa = a.watch();
+    let leader_token = holding(&mut wa).await;
+    let b = rt
+        .supervise(
+            request(&rt, Duration::from_secs(10)),
+            |_| (Forever, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )
+        .unwrap();
+    let mut wb = b.watch();
+    sleep(TTL * 3).await;
+    assert_eq!(
+        *wb.borrow(),
+        SupervisorState::Acquiring,
+        "one leader at a time"
+    );
+    let handed_over = Instant::now();
+    let _ = a.shutdown().await;
+    let next = holding(&mut wb).await;
+    assert!(next > leader_token);
+    assert!(
+        handed_over.elapsed() < Duration::from_millis(100),
+        "the follower wakes on the release notice: {:?}",
+        handed_over.elapsed()
+    );
+    let _ = b.shutdown().await;
+}
