@@ -1,0 +1,230 @@
+//! The runtime on a real redis-server (behind a controllable proxy), in real time: renewal
+//! cadence, and the delay from each fault to the worker's cancellation, measured against
+//! the TTL. The measured delays are printed (`--nocapture`) for the issue notes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Proxy, ProxyMode, RedisServer};
+use leasehold::runtime::*;
+use leasehold::*;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(600);
+
+/// 100 ms per command and as safety margin: renewals every 200 ms, cancellation at the
+/// latest 100 ms before local validity ends.
+fn settings() -> LeaseSettings {
+    LeaseSettings::default().with_command_timeout(Duration::from_millis(100))
+}
+
+struct Fixture {
+    server: RedisServer,
+    proxy: Proxy,
+    runtime: LeaseRuntime,
+}
+
+fn fixture() -> Fixture {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let client = LeaseClient::redis(&proxy.url(), settings()).unwrap();
+    Fixture {
+        server,
+        proxy,
+        runtime: LeaseRuntime::new(client),
+    }
+}
+
+fn request(rt: &LeaseRuntime, resource: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("rt").unwrap(),
+        ResourceDigest::of(resource),
+        rt.client().new_attempt("op").unwrap(),
+    )
+    .ttl(TTL)
+    .build()
+    .unwrap()
+}
+
+/// Runs a job that waits for its cancellation; returns the delay from the fault to the
+/// cancellation, the report, and whether the cancellation came before the local validity
+/// end last confirmed before the fault.
+async fn run_until_cancelled(
+    f: &Fixture,
+    fault: impl FnOnce(&Fixture) + Send,
+) -> (Duration, LeaseReport, bool) {
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
+    let (ctx_tx, ctx_rx) = tokio::sync::oneshot::channel();
+    let rt = f.runtime.clone();
+    let req = request(&rt, "r");
+    let job = tokio::spawn(async move {
+        rt.run_under_lease(&req, CancelPolicy::Kill, move |ctx| async move {
+            let _ = ctx_tx.send(ctx.clone());
+            ctx.cancelled().await;
+            let _ = seen_tx.send(Instant::now());
+        })
+        .await
+        .unwrap()
+    });
+    let ctx = ctx_rx.await.unwrap();
+    // Let a few renewals pass first.
+    tokio::time::sleep(TTL).await;
+    assert!(!ctx.is_cancelled());
+    let valid_until = ctx.status().valid_until.unwrap();
+    let faulted = Instant::now();
+    fault(f);
+    let seen = seen_rx.await.unwrap();
+    let RunOutcome::Ran { report, .. } = job.await.unwrap() else {
+        panic!("not acquired")
+    };
+    (seen - faulted, report, seen < valid_until)
+}
+
+#[tokio::test]
+async fn lease_held_ten_ttls_on_redis_stays_active_and_is_never_cancelled() {
+    let f = fixture();
+    let outcome = f
+        .runtime
+        .run_under_lease(
+            &request(&f.runtime, "r"),
+            CancelPolicy::Kill,
+            |ctx| async move {
+                tokio::time::sleep(TTL * 10).await;
+                (ctx.is_cancelled(), ctx.status())
+            },
+        )
+        .await
+        .unwrap();
+    let RunOutcome::Ran { output, report } = outcome else {
+        panic!("not acquired")
+    };
+    let (cancelled, status) = output.unwrap();
+    assert!(!cancelled);
+    // Every 200 ms for 6 s: about 30 renewals.
+    assert!(status.renewals >= 25, "{} renewals", status.renewals);
+    eprintln!(
+        "RESULT redis cadence: {} renewals in 10 TTLs of {TTL:?}",
+        status.renewals
+    );
+    assert_eq!(report.end, JobEnd::Completed);
+    assert_eq!(report.release, ReleaseOutcome::Released);
+    let keys: Vec<String> = f.server.query(&["KEYS", "*:lease:v1:*}"]);
+    assert!(keys.is_empty(), "released, not left to expire: {keys:?}");
+}
+
+#[tokio::test]
+async fn key_deleted_on_redis_cancels_the_worker_within_one_renew_period() {
+    let f = fixture();
+    let key = f
+        .runtime
+        .client()
+        .keys(&Purpose::new("rt").unwrap(), &ResourceDigest::of("r"))
+        .lease;
+    let (delay, report, _) = run_until_cancelled(&f, |f| {
+        f.server.cmd(&["DEL", &key]);
+    })
+    .await;
+    // (The validity end is irrelevant here: the key is gone, the next renewal says so.)
+    eprintln!("RESULT redis key deleted -> cancelled in {delay:?} (ttl {TTL:?})");
+    assert!(delay <= TTL / 3 + Duration::from_millis(150), "{delay:?}");
+    assert_eq!(
+        report.cancelled.map(|c| c.reason),
+        Some(CancelReason::Lost(LostReason::Absent))
+    );
+}
+
+#[tokio::test]
+async fn dropped_renew_replies_on_redis_cancel_before_validity_ends() {
+    let f = fixture();
+    let (delay, report, in_time) = run_until_cancelled(&f, |f| {
+        f.proxy.set_mode(ProxyMode::DropReplies);
+    })
+    .await;
+    eprintln!("RESULT redis replies dropped -> cancelled in {delay:?} (ttl {TTL:?})");
+    let c = report.cancelled.unwrap();
+    assert_eq!(c.reason, CancelReason::Unknown);
+    // No renewal is confirmed after the fault, so the validity end seen before it is final.
+    assert!(in_time, "cancelled after local validity ended ({delay:?})");
+}
+
+#[tokio::test]
+async fn killed_redis_cancels_the_worker_before_ttl_minus_drift_after_the_last_renewal() {
+    let mut f = fixture();
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
+    let (ctx_tx, ctx_rx) = tokio::sync::oneshot::channel();
+    let rt = f.runtime.clone();
+    let req = request(&rt, "r");
+    let job = tokio::spawn(async move {
+        rt.run_under_lease(&req, CancelPolicy::Kill, move |ctx| async move {
+            let _ = ctx_tx.send(ctx.clone());
+            ctx.cancelled().await;
+            let _ = seen_tx.send(Instant::now());
+        })
+        .await
+        .unwrap()
+    });
+    let ctx = ctx_rx.await.unwrap();
+    tokio::time::sleep(TTL).await;
+    let killed = Instant::now();
+    f.server.kill();
+    let last_valid_until = ctx.status().valid_until.unwrap();
+    let seen = seen_rx.await.unwrap();
+    let RunOutcome::Ran { report, .. } = job.await.unwrap() else {
+        panic!("not acquired")
+    };
+    let delay = seen - killed;
+    eprintln!(
+        "RESULT redis killed -> cancelled in {delay:?}; {:?} before local validity ended (ttl {TTL:?})",
+        last_valid_until.saturating_duration_since(seen)
+    );
+    assert!(
+        seen < last_valid_until,
+        "cancelled after local validity ended"
+    );
+    assert!(report.cancelled.is_some());
+}
+
+#[tokio::test]
+async fn a_thousand_leases_on_redis_renew_for_three_ttls() {
+    let server = RedisServer::start();
+    let settings = LeaseSettings::default().with_command_timeout(Duration::from_millis(300));
+    let client = LeaseClient::redis(&server.url(), settings).unwrap();
+    let runtime = LeaseRuntime::new(client);
+    let ttl = Duration::from_secs(2);
+    let mut jobs = Vec::new();
+    for i in 0..1_000 {
+        let req = LeaseRequest::builder(
+            Purpose::new("many").unwrap(),
+            ResourceDigest::of(format!("r{i}")),
+            runtime.client().new_attempt("op").unwrap(),
+        )
+        .ttl(ttl)
+        .build()
+        .unwrap();
+        let rt = runtime.clone();
+        jobs.push(tokio::spawn(async move {
+            rt.run_under_lease(&req, CancelPolicy::Kill, move |ctx| async move {
+                tokio::time::sleep(ttl * 3).await;
+                (ctx.is_cancelled(), ctx.status().renewals)
+            })
+            .await
+            .unwrap()
+        }));
+    }
+    let mut renewals = 0;
+    for job in jobs {
+        let RunOutcome::Ran { output, report } = job.await.unwrap() else {
+            panic!("not acquired")
+        };
+        let (cancelled, n) = output.unwrap();
+        assert!(!cancelled, "a lease was cancelled: {report:?}");
+        assert!(n >= 3, "only {n} renewals");
+        assert_eq!(report.release, ReleaseOutcome::Released);
+        renewals += n;
+    }
+    eprintln!("RESULT redis 1000 leases x 3 ttls: {renewals} renewals, no cancellation");
+    let left: Vec<String> = server.query(&["KEYS", "*:lease:v1:*}"]);
+    assert!(left.is_empty());
+    assert_eq!(runtime.held(), 0);
+}
