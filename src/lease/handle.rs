@@ -331,27 +331,23 @@ impl LeaseHandle {
             .backend()
             .release(&self.keys, &self.attempt, timeout)
             .await;
-        match result {
-            Ok(ReleaseReply::Released) => {
-                self.transition(HandleState::Released);
-                ReleaseOutcome::Released
-            }
-            Ok(ReleaseReply::Absent) => {
+        let outcome = release_outcome(result);
+        match &outcome {
+            ReleaseOutcome::Released => self.transition(HandleState::Released),
+            ReleaseOutcome::AlreadyAbsent => {
                 let _ = self.lose(LostReason::Absent);
-                ReleaseOutcome::AlreadyAbsent
             }
-            Ok(ReleaseReply::NotOwner) => {
+            ReleaseOutcome::NotOwner => {
                 let _ = self.lose(LostReason::NotOwner);
-                ReleaseOutcome::NotOwner
             }
-            Err(SendFailure::MaybeSent(detail)) => {
+            ReleaseOutcome::Indeterminate { .. } => {
                 if matches!(self.state, HandleState::Active { .. }) {
                     self.transition(HandleState::Unknown);
                 }
-                ReleaseOutcome::Indeterminate { detail }
             }
-            Err(SendFailure::NotSent(detail)) => ReleaseOutcome::Unavailable { detail },
+            ReleaseOutcome::Unavailable { .. } => {}
         }
+        outcome
     }
 
     /// Applies the clock: ACTIVE with no validity left becomes LOST (invariant 3).
@@ -393,6 +389,17 @@ impl LeaseHandle {
     }
 }
 
+/// The one mapping from a release script result to its outcome.
+fn release_outcome(result: Result<ReleaseReply, SendFailure>) -> ReleaseOutcome {
+    match result {
+        Ok(ReleaseReply::Released) => ReleaseOutcome::Released,
+        Ok(ReleaseReply::Absent) => ReleaseOutcome::AlreadyAbsent,
+        Ok(ReleaseReply::NotOwner) => ReleaseOutcome::NotOwner,
+        Err(SendFailure::MaybeSent(detail)) => ReleaseOutcome::Indeterminate { detail },
+        Err(SendFailure::NotSent(detail)) => ReleaseOutcome::Unavailable { detail },
+    }
+}
+
 impl fmt::Debug for LeaseHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseHandle")
@@ -428,12 +435,13 @@ impl Drop for LeaseHandle {
         runtime.spawn(async move {
             let timeout = client.settings().command_timeout;
             let result = client.backend().release(&keys, &attempt, timeout).await;
-            let outcome = match &result {
-                Ok(reply) => reply.status(),
-                Err(SendFailure::NotSent(_)) => "unavailable",
-                Err(SendFailure::MaybeSent(_)) => "indeterminate",
-            };
-            tracing::info!(%purpose, %digest, outcome, "released lease on drop (best effort)");
+            let outcome = release_outcome(result);
+            tracing::info!(
+                %purpose,
+                %digest,
+                outcome = outcome.as_str(),
+                "released lease on drop (best effort)"
+            );
         });
     }
 }

@@ -3,6 +3,10 @@
 //! Every server gets its own loopback port and its own temporary directory
 //! (removed on drop). The process is killed by PID on drop, so a panicking
 //! test does not leave a server behind.
+//!
+//! [`RedisServer::start_tls`] starts a server that speaks only TLS (`--port 0
+//! --tls-port P`) with a self-signed certificate made by the `openssl` CLI;
+//! `cmd`, `query` and `conn` then connect over TLS (`tls_url`).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -31,6 +35,14 @@ const HARNESS_COMMANDS: &[&str] = &["info", "config", "ping", "hello", "client",
 
 const NOT_FOUND: &str = "redis-server not found: install the Debian package redis-server \
                          (.ci/run does this); tests that need Redis never skip";
+const OPENSSL_NOT_FOUND: &str = "openssl not found (needed by RedisServer::start_tls to make a \
+                                 self-signed certificate): install the Debian package openssl; \
+                                 TLS tests never skip";
+const REDIS_CLI_NOT_FOUND: &str = "redis-cli not found (needed by RedisServer::start_tls to wait \
+                                   for the TLS port): install the Debian package redis-tools \
+                                   (redis-server depends on it); TLS tests never skip";
+/// Subdirectory of the server's directory holding `cert.pem` and `key.pem`.
+const TLS_DIR: &str = "tls";
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
@@ -43,6 +55,8 @@ pub struct RedisServer {
     child: Mutex<Option<Child>>,
     pid: u32,
     paused: AtomicBool,
+    /// Serves TLS only (`--port 0 --tls-port <port>`), see `start_tls`.
+    tls: bool,
     /// Connection cached by `cmd` / `try_cmd`.
     cached: Mutex<Option<redis::Connection>>,
 }
@@ -50,22 +64,42 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a non-persistent server (`--save "" --appendonly no`).
     pub fn start() -> RedisServer {
-        Self::launch(false)
+        Self::launch(false, false)
+    }
+
+    /// Starts a non-persistent server that accepts only TLS connections, on
+    /// `--tls-port <port>` with plain TCP disabled (`--port 0`), a fresh
+    /// self-signed certificate for `127.0.0.1`/`localhost` (made with the
+    /// `openssl` CLI in the server's directory) and `--tls-auth-clients no`.
+    /// Readiness is checked over TLS with `redis-cli --tls --insecure`.
+    ///
+    /// Connect with [`tls_url`](Self::tls_url); [`url`](Self::url) is the
+    /// plain-text URL to the same port, which a TLS server does not answer.
+    /// `cmd`, `query`, `conn` and `restart` work as for a plain server (over
+    /// TLS, without certificate verification).
+    pub fn start_tls() -> RedisServer {
+        Self::launch(false, true)
     }
 
     /// Starts a server with `--appendonly yes --appendfsync always`, so every
     /// acknowledged write survives `kill` + `restart` as well as `restart`.
     pub fn start_persistent() -> RedisServer {
-        Self::launch(true)
+        Self::launch(true, false)
     }
 
-    fn launch(persistent: bool) -> RedisServer {
+    fn launch(persistent: bool, tls: bool) -> RedisServer {
         let binary = find_binary();
         let dir = make_temp_dir();
+        if tls {
+            if let Err(msg) = make_self_signed_cert(&dir.join(TLS_DIR)) {
+                let _ = std::fs::remove_dir_all(&dir);
+                panic!("{msg}");
+            }
+        }
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
-            match spawn_and_wait(&binary, port, &dir, persistent, READY_TIMEOUT) {
+            match spawn_and_wait(&binary, port, &dir, persistent, tls, READY_TIMEOUT) {
                 Ok(child) => {
                     return RedisServer {
                         binary,
@@ -75,6 +109,7 @@ impl RedisServer {
                         pid: child.id(),
                         child: Mutex::new(Some(child)),
                         paused: AtomicBool::new(false),
+                        tls,
                         cached: Mutex::new(None),
                     };
                 }
@@ -98,9 +133,27 @@ impl RedisServer {
         );
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (for a `start_tls` server: plain text to
+    /// the TLS port, which the server does not answer).
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<port>/#insecure`: TLS without certificate
+    /// verification (the redis crate honours `#insecure` only with its
+    /// `tls-rustls-insecure` feature, enabled for tests in Cargo.toml).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/#insecure", self.port)
+    }
+
+    /// Whether this server was started with `start_tls`.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The URL the harness's own connections use: `tls_url` or `url`.
+    fn client_url(&self) -> String {
+        if self.tls { self.tls_url() } else { self.url() }
     }
 
     pub fn port(&self) -> u16 {
@@ -124,12 +177,13 @@ impl RedisServer {
     /// A new synchronous connection with 5 s connect/read/write timeouts.
     pub fn conn(&self) -> redis::Connection {
         self.try_conn()
-            .unwrap_or_else(|e| panic!("cannot connect to redis at {}: {e}", self.url()))
+            .unwrap_or_else(|e| panic!("cannot connect to redis at {}: {e}", self.client_url()))
     }
 
     /// Like `conn`, but returns the error.
     pub fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        let conn = redis::Client::open(self.url())?.get_connection_with_timeout(CONN_TIMEOUT)?;
+        let conn =
+            redis::Client::open(self.client_url())?.get_connection_with_timeout(CONN_TIMEOUT)?;
         conn.set_read_timeout(Some(CONN_TIMEOUT))?;
         conn.set_write_timeout(Some(CONN_TIMEOUT))?;
         Ok(conn)
@@ -138,8 +192,12 @@ impl RedisServer {
     /// Runs one command (on a cached connection) and panics on any error,
     /// including a Redis error reply.
     pub fn cmd(&self, args: &[&str]) -> redis::Value {
-        self.try_cmd(args)
-            .unwrap_or_else(|e| panic!("redis command {args:?} failed on {}: {e}", self.url()))
+        self.try_cmd(args).unwrap_or_else(|e| {
+            panic!(
+                "redis command {args:?} failed on {}: {e}",
+                self.client_url()
+            )
+        })
     }
 
     /// Runs one command and converts the reply, panicking on error, e.g.
@@ -237,6 +295,7 @@ impl RedisServer {
                 self.port,
                 &self.dir,
                 self.persistent,
+                self.tls,
                 READY_TIMEOUT,
             ) {
                 Ok(child) => {
@@ -317,6 +376,7 @@ impl std::fmt::Debug for RedisServer {
             .field("port", &self.port)
             .field("pid", &self.pid)
             .field("persistent", &self.persistent)
+            .field("tls", &self.tls)
             .field("dir", &self.dir)
             .finish()
     }
@@ -385,14 +445,27 @@ fn spawn_and_wait(
     port: u16,
     dir: &Path,
     persistent: bool,
+    tls: bool,
     timeout: Duration,
 ) -> Result<Child, SpawnError> {
     let port_s = port.to_string();
     let log = dir.join("redis.log");
     let mut cmd = Command::new(binary);
-    cmd.arg("--port")
-        .arg(&port_s)
-        .args(["--bind", "127.0.0.1"])
+    if tls {
+        let certs = dir.join(TLS_DIR);
+        cmd.args(["--port", "0", "--tls-port", &port_s])
+            .arg("--tls-cert-file")
+            .arg(certs.join("cert.pem"))
+            .arg("--tls-key-file")
+            .arg(certs.join("key.pem"))
+            // Self-signed: the certificate is its own CA.
+            .arg("--tls-ca-cert-file")
+            .arg(certs.join("cert.pem"))
+            .args(["--tls-auth-clients", "no"]);
+    } else {
+        cmd.arg("--port").arg(&port_s);
+    }
+    cmd.args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
         .args(["--daemonize", "no"])
         .args(["--protected-mode", "no"])
@@ -413,6 +486,11 @@ fn spawn_and_wait(
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
     let pid = child.id();
+    let redis_cli = if tls {
+        Some(find_redis_cli(binary))
+    } else {
+        None
+    };
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -420,7 +498,11 @@ fn spawn_and_wait(
                 "redis-server exited with {status}"
             )));
         }
-        match ping_pid(port) {
+        let answer = match &redis_cli {
+            Some(cli) => ping_pid_tls(cli, port),
+            None => ping_pid(port),
+        };
+        match answer {
             Some(Some(p)) if p == pid => return Ok(child),
             Some(other) => {
                 // Somebody else answered on our port: ours cannot have bound it.
@@ -501,6 +583,89 @@ fn ping_pid(port: u16) -> Option<Option<u32>> {
             .and_then(|p| p.trim().parse().ok());
         return Some(pid);
     }
+}
+
+/// `ping_pid` over TLS, with `redis-cli --tls --insecure` (`PING`, then
+/// `INFO server`); `None` while the server does not answer `PONG`.
+fn ping_pid_tls(redis_cli: &Path, port: u16) -> Option<Option<u32>> {
+    let run = |args: &[&str]| -> Option<String> {
+        let out = Command::new(redis_cli)
+            .args([
+                "--tls",
+                "--insecure",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_cli.display()));
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    if run(&["PING"])?.trim() != "PONG" {
+        return None;
+    }
+    let info = run(&["INFO", "server"]).unwrap_or_default();
+    Some(
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|p| p.trim().parse().ok()),
+    )
+}
+
+/// `redis-cli` next to `redis_server`, else on `PATH`, else `/usr/bin`.
+fn find_redis_cli(redis_server: &Path) -> PathBuf {
+    let sibling = redis_server.with_file_name("redis-cli");
+    if sibling.is_file() {
+        return sibling;
+    }
+    find_on_path("redis-cli").unwrap_or_else(|| panic!("{REDIS_CLI_NOT_FOUND}"))
+}
+
+/// `name` on `PATH`, else in `/usr/bin`.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    });
+    on_path.or_else(|| {
+        let fallback = Path::new("/usr/bin").join(name);
+        fallback.is_file().then_some(fallback)
+    })
+}
+
+/// Writes `cert.pem` (self-signed, P-256, SAN `IP:127.0.0.1, DNS:localhost`,
+/// valid 2 days) and `key.pem` into `dir` with the `openssl` CLI.
+fn make_self_signed_cert(dir: &Path) -> Result<(), String> {
+    let openssl = find_on_path("openssl").ok_or_else(|| OPENSSL_NOT_FOUND.to_owned())?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let out = Command::new(&openssl)
+        .args(["req", "-x509", "-nodes", "-days", "2"])
+        .args(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}; {OPENSSL_NOT_FOUND}", openssl.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} req -x509 failed with {}:\n{}",
+            openssl.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
 }
 
 fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
