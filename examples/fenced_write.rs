@@ -18,7 +18,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use leasehold::{AcquireOutcome, FencingToken, LeaseClient, LeaseRequest, Purpose, ResourceDigest};
@@ -33,7 +32,7 @@ return 1
 
 enum Target {
     Redis(redis::aio::MultiplexedConnection),
-    Memory(Mutex<HashMap<String, (u64, String)>>),
+    Memory(HashMap<String, (u64, String)>),
 }
 
 impl Target {
@@ -49,7 +48,6 @@ impl Target {
                 matches!(accepted, Ok(1))
             }
             Target::Memory(map) => {
-                let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
                 let entry = map.entry(key.to_owned()).or_insert((0, String::new()));
                 if token.get() <= entry.0 {
                     return false;
@@ -70,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .get_multiplexed_async_connection()
                 .await?,
         ),
-        Err(_) => Target::Memory(Mutex::new(HashMap::new())),
+        Err(_) => Target::Memory(HashMap::new()),
     };
     let resource = ResourceDigest::of(b"report/2026-12-02");
     let request = |op: &str| -> Result<LeaseRequest, leasehold::LeaseError> {

@@ -1,0 +1,100 @@
+//! Leader election: three candidates run a `LeaseSupervisor` each over one lease. One
+//! leads; when it steps down, another takes over (woken by the release notice) with a
+//! larger fencing token.
+//!
+//! ```text
+//! cargo run --example leader                                          # in memory
+//! LEASEHOLD_REDIS_URL=redis://127.0.0.1:6379 cargo run --example leader # Redis
+//! ```
+
+use std::time::Duration;
+
+use leasehold::runtime::{
+    CancelPolicy, LeaseCancelled, LeaseRuntime, LeaseSupervisor, SupervisorConfig, SupervisorState,
+};
+use leasehold::{LeaseClient, LeaseRequest, LeaseSettings, MemoryBackend, Purpose, ResourceDigest};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+/// The leader's job: runs until its lease ends.
+struct Lead;
+
+impl Actor for Lead {
+    type Msg = LeaseCancelled;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LeaseCancelled>,
+        _: LeaseCancelled,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        myself.stop(None); // the term is over
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let memory = MemoryBackend::new();
+    let redis_url = std::env::var(leasehold::lease::REDIS_URL_ENV).ok();
+    let mut candidates: Vec<(&str, LeaseSupervisor)> = Vec::new();
+    for name in ["alpha", "beta", "gamma"] {
+        let client = match &redis_url {
+            Some(url) => LeaseClient::redis(url, LeaseSettings::default())?,
+            None => LeaseClient::new(memory.clone(), LeaseSettings::default())?,
+        };
+        let runtime = LeaseRuntime::new(client);
+        let request = LeaseRequest::builder(
+            Purpose::new("leader")?,
+            ResourceDigest::of(b"billing-scheduler"),
+            runtime.client().new_attempt(name)?,
+        )
+        .ttl(Duration::from_secs(2))
+        .wait_timeout(Duration::from_secs(30))
+        .build()?;
+        let supervisor = runtime.supervise(
+            request,
+            |_ctx| (Lead, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )?;
+        let mut watch = supervisor.watch();
+        tokio::spawn(async move {
+            while watch.changed().await.is_ok() {
+                if let SupervisorState::Holding { token } = *watch.borrow() {
+                    println!("{name} leads (fencing token {token})");
+                }
+            }
+        });
+        candidates.push((name, supervisor));
+    }
+
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let leader = candidates
+            .iter()
+            .position(|(_, s)| matches!(*s.watch().borrow(), SupervisorState::Holding { .. }));
+        if let Some(i) = leader {
+            let (name, supervisor) = candidates.remove(i);
+            println!("{name} steps down");
+            let reports = supervisor.shutdown().await;
+            if let Some(last) = reports.last() {
+                println!("{name}'s term ended: release {}", last.release.as_str());
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (_, supervisor) in candidates {
+        let _ = supervisor.shutdown().await;
+    }
+    Ok(())
+}
