@@ -10,7 +10,7 @@ use tracing::Instrument as _;
 use crate::backend::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, SendFailure};
 use crate::error::LeaseError;
 use crate::lease::handle::LeaseHandle;
-use crate::lease::outcome::{AcquireOutcome, InspectOutcome};
+use crate::lease::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, release_outcome};
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
@@ -280,6 +280,31 @@ impl LeaseClient {
             Err(SendFailure::NotSent(detail)) => InspectOutcome::Unavailable { detail },
             Err(SendFailure::MaybeSent(detail)) => InspectOutcome::Indeterminate { detail },
         };
+        trace::finish(&span, outcome.as_str(), started);
+        outcome
+    }
+
+    /// Releases the lease on (`purpose`, `resource`) if `attempt` holds it — for an attempt
+    /// whose acquisition ended `Indeterminate` and is being given up, so the lease is not
+    /// left held until its TTL. Owner-checked: another holder's lease is never touched.
+    ///
+    /// # Cancel safety
+    /// If dropped mid-flight the release may or may not have landed; call again.
+    pub async fn release_attempt(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: &Attempt,
+    ) -> ReleaseOutcome {
+        let span = trace::span!("lease.release", purpose, resource, attempt);
+        let started = Instant::now();
+        let keys = self.keys(purpose, resource);
+        let result = self
+            .backend()
+            .release(&keys, attempt, self.inner.settings.command_timeout)
+            .instrument(span.clone())
+            .await;
+        let outcome = release_outcome(result);
         trace::finish(&span, outcome.as_str(), started);
         outcome
     }

@@ -30,13 +30,13 @@ use tracing::Instrument as _;
 
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
 use crate::lease::client::LeaseClient;
-use crate::lease::outcome::{LeaseState, LostReason, ReleaseOutcome, RenewOutcome};
+use crate::lease::outcome::{
+    LeaseState, LostReason, ReleaseOutcome, RenewOutcome, release_outcome,
+};
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
 use crate::protocol::limits::RENEW_ATTEMPTS;
-use crate::protocol::{
-    Attempt, FencingToken, LeaseKeys, Purpose, ReleaseReply, RenewReply, ResourceDigest,
-};
+use crate::protocol::{Attempt, FencingToken, LeaseKeys, Purpose, RenewReply, ResourceDigest};
 
 /// What a held lease lets its holder rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,17 +386,6 @@ impl LeaseHandle {
             "lease state changed"
         );
         self.state = to;
-    }
-}
-
-/// The one mapping from a release script result to its outcome.
-fn release_outcome(result: Result<ReleaseReply, SendFailure>) -> ReleaseOutcome {
-    match result {
-        Ok(ReleaseReply::Released) => ReleaseOutcome::Released,
-        Ok(ReleaseReply::Absent) => ReleaseOutcome::AlreadyAbsent,
-        Ok(ReleaseReply::NotOwner) => ReleaseOutcome::NotOwner,
-        Err(SendFailure::MaybeSent(detail)) => ReleaseOutcome::Indeterminate { detail },
-        Err(SendFailure::NotSent(detail)) => ReleaseOutcome::Unavailable { detail },
     }
 }
 

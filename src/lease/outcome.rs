@@ -8,9 +8,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::FailureDetail;
+use crate::backend::{FailureDetail, SendFailure};
 use crate::lease::LeaseHandle;
-use crate::protocol::{Attempt, FencingToken};
+use crate::protocol::{Attempt, FencingToken, ReleaseReply};
 
 /// What `try_acquire` or `acquire` achieved.
 #[must_use = "an acquisition may hold a lease until its TTL; inspect the outcome"]
@@ -165,6 +165,17 @@ impl ReleaseOutcome {
             Self::Indeterminate { .. } => "indeterminate",
             Self::Unavailable { .. } => "unavailable",
         }
+    }
+}
+
+/// The one mapping from a release script result to its outcome.
+pub(crate) fn release_outcome(result: Result<ReleaseReply, SendFailure>) -> ReleaseOutcome {
+    match result {
+        Ok(ReleaseReply::Released) => ReleaseOutcome::Released,
+        Ok(ReleaseReply::Absent) => ReleaseOutcome::AlreadyAbsent,
+        Ok(ReleaseReply::NotOwner) => ReleaseOutcome::NotOwner,
+        Err(SendFailure::MaybeSent(detail)) => ReleaseOutcome::Indeterminate { detail },
+        Err(SendFailure::NotSent(detail)) => ReleaseOutcome::Unavailable { detail },
     }
 }
 

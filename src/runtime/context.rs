@@ -8,6 +8,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::lease::LeaseState;
 use crate::protocol::{FencingToken, Purpose, ResourceDigest};
+use crate::runtime::CancelReason;
 
 /// The lease as the LeaseActor last confirmed it; published on every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,17 +17,20 @@ pub struct LeaseStatus {
     pub state: LeaseState,
     /// When local validity ends, while ACTIVE and not cancelled.
     pub valid_until: Option<Instant>,
+    /// The local validity end of the last confirmation, kept after a cancellation: the
+    /// instant by which the worker must have stopped (under `Kill` it is stopped then).
+    pub stop_by: Instant,
     /// Renewals confirmed so far.
     pub renewals: u64,
-    /// Whether [`LeaseCancelled`](crate::runtime::LeaseCancelled) was sent.
-    pub cancelled: bool,
+    /// Why [`LeaseCancelled`](crate::runtime::LeaseCancelled) was sent, once it was.
+    pub cancelled: Option<CancelReason>,
 }
 
 impl LeaseStatus {
     /// Validity left at `now`; zero once cancelled or not ACTIVE.
     pub fn remaining_at(&self, now: Instant) -> Duration {
         match (self.cancelled, self.valid_until) {
-            (false, Some(until)) => until.saturating_duration_since(now),
+            (None, Some(until)) => until.saturating_duration_since(now),
             _ => Duration::ZERO,
         }
     }
@@ -94,6 +98,12 @@ impl LeaseContext {
         self.cancel.is_cancelled()
     }
 
+    /// Why the lease was cancelled, once it was (`None` also after the lease actor ended
+    /// without a cancellation, e.g. when the work completed).
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.status.borrow().cancelled
+    }
+
     /// The cancellation token itself, e.g. to make child tokens for sub-tasks (a child of a
     /// cancelled token is born cancelled).
     pub fn cancellation_token(&self) -> &CancellationToken {
@@ -103,6 +113,12 @@ impl LeaseContext {
     /// Local validity left now; zero once cancelled.
     pub fn remaining(&self) -> Duration {
         self.status.borrow().remaining_at(Instant::now())
+    }
+
+    /// The instant by which the work must have stopped: the local validity end of the last
+    /// confirmation, also after a cancellation (see [`LeaseStatus::stop_by`]).
+    pub fn stop_by(&self) -> Instant {
+        self.status.borrow().stop_by
     }
 
     /// The latest published status.

@@ -179,8 +179,9 @@ impl<M> LeaseActorState<M> {
             state,
             valid_until: (state == LeaseState::Active && self.cancelled.is_none())
                 .then_some(self.valid_until),
+            stop_by: self.valid_until,
             renewals: self.renewals,
-            cancelled: self.cancelled.is_some(),
+            cancelled: self.cancelled.as_ref().map(|c| c.reason),
         };
         self.status.send_replace(status);
     }

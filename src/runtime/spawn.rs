@@ -275,8 +275,11 @@ impl LeaseRuntime {
         let (status_tx, status_rx) = watch::channel(LeaseStatus {
             state: LeaseState::Active,
             valid_until: handle.valid_until(),
+            stop_by: handle
+                .valid_until()
+                .unwrap_or_else(tokio::time::Instant::now),
             renewals: 0,
-            cancelled: false,
+            cancelled: None,
         });
         let context = LeaseContext::new(
             handle.token(),

@@ -1,0 +1,63 @@
+//! `leasehold inspect`: is the resource held, for how long, under which fencing token.
+
+use clap::Args;
+use leasehold::InspectOutcome;
+
+use crate::{Common, fail, status};
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print one JSON object: {"held":true,"remaining_ms":…,"fencing_token":…} or
+    /// {"held":false}.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn inspect(args: InspectArgs) -> u8 {
+    let client = match args.common.client(|s| s) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    // A fresh attempt never holds the lease, so a holder shows as held by another.
+    let attempt = match client.new_attempt("inspect") {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let resource = args.common.resource();
+    let outcome = client
+        .inspect(args.common.purpose(), &resource, &attempt)
+        .await;
+    let held = match outcome {
+        InspectOutcome::HeldByAttempt { remaining, token }
+        | InspectOutcome::HeldByOther { remaining, token } => Some((remaining, token)),
+        InspectOutcome::Absent => None,
+        InspectOutcome::Unavailable { detail } => {
+            return fail(format!("redis unavailable: {detail}"));
+        }
+        InspectOutcome::Indeterminate { detail } => {
+            return fail(format!("no readable reply from redis: {detail}"));
+        }
+    };
+    if args.json {
+        let value = match held {
+            Some((remaining, token)) => serde_json::json!({
+                "held": true,
+                "remaining_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+                "fencing_token": token.get(),
+            }),
+            None => serde_json::json!({ "held": false }),
+        };
+        println!("{value}");
+    } else {
+        match held {
+            Some((remaining, token)) => println!(
+                "held: yes\nremaining: {}\nfencing_token: {token}",
+                humantime::format_duration(remaining)
+            ),
+            None => println!("held: no"),
+        }
+    }
+    if held.is_some() { 0 } else { status::ABSENT }
+}

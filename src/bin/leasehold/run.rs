@@ -1,0 +1,259 @@
+//! `leasehold run`: a command under a lease.
+//!
+//! The command runs in its own process group inside `run_under_lease`, so the LeaseActor
+//! renews the lease while it runs and releases it the moment it exits. On cancellation the
+//! group gets SIGTERM, then SIGKILL at `min(now + grace, local validity end)`; if leasehold
+//! itself is ever late (paused by SIGSTOP, starved), the LeaseActor's Kill policy drops this
+//! future at validity end and the drop guard SIGKILLs the group.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use clap::Args;
+use leasehold::runtime::{CancelPolicy, LeaseContext, LeaseRuntime, RunOutcome};
+use leasehold::{AcquireOutcome, LeaseRequest, OperationId};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::{Common, fail, parse_any, parse_ttl, parse_wait, status};
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Lease time to live (100ms ..= 1h), renewed while the command runs.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_ttl)]
+    ttl: Duration,
+    /// How long to wait for a held lease (0s: try once).
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_wait)]
+    wait: Duration,
+    /// Renewal cadence [default: ttl/3]; must be less than ttl − drift − safety margin.
+    #[arg(long, value_name = "DURATION", value_parser = parse_any)]
+    renew_every: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL after the lease is lost [default: whatever local
+    /// validity is left]; never extends past local validity.
+    #[arg(long, value_name = "DURATION", value_parser = parse_any)]
+    grace: Option<Duration>,
+    /// Operation id of this run [default: run-<pid>]; printable ASCII, no spaces, ≤ 128 bytes.
+    #[arg(long, value_name = "ID")]
+    operation_id: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// How the command ended, as the work under the lease saw it.
+enum ChildEnd {
+    /// It exited; `stopped` says whether leasehold had signalled it for a lost lease.
+    Exited { status: ExitStatus, stopped: bool },
+    /// It could not be started.
+    NotStarted(std::io::ErrorKind, String),
+}
+
+pub(crate) async fn run(args: RunArgs) -> u8 {
+    let renew_every = args.renew_every;
+    let client = match args.common.client(|s| match renew_every {
+        Some(every) => s.with_renew_every(every),
+        None => s,
+    }) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let operation = args
+        .operation_id
+        .clone()
+        .unwrap_or_else(|| format!("run-{}", std::process::id()));
+    let attempt = match OperationId::new(&operation).and_then(leasehold::Attempt::new) {
+        Ok(a) => a,
+        Err(e) => return fail(format!("--operation-id: {e}")),
+    };
+    let resource = args.common.resource();
+    let request = match LeaseRequest::builder(args.common.purpose().clone(), resource, attempt)
+        .ttl(args.ttl)
+        .wait_timeout(args.wait)
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let runtime = LeaseRuntime::new(client.clone()).with_max_leases(1);
+    let (command, grace) = (args.command, args.grace);
+    let outcome = runtime
+        .run_under_lease(&request, CancelPolicy::Kill, move |ctx| {
+            supervise(ctx, command, grace)
+        })
+        .await;
+    match outcome {
+        Err(e) => fail(e),
+        Ok(RunOutcome::NotAcquired(outcome)) => match outcome {
+            AcquireOutcome::Contended { retry_after }
+            | AcquireOutcome::OwnerOperationConflict { retry_after } => {
+                eprintln!(
+                    "leasehold: the lease is held by someone else (it ends in {} unless renewed)",
+                    humantime::format_duration(retry_after)
+                );
+                status::NOT_ACQUIRED
+            }
+            AcquireOutcome::Unavailable { detail } => fail(format!("redis unavailable: {detail}")),
+            AcquireOutcome::Indeterminate { attempt, detail } => {
+                // The acquisition may have landed: give it back rather than leave it held.
+                let release = client
+                    .release_attempt(request.purpose(), request.resource(), &attempt)
+                    .await;
+                fail(format!(
+                    "acquisition never confirmed ({detail}); release: {}",
+                    release.as_str()
+                ))
+            }
+            AcquireOutcome::Acquired(_) | AcquireOutcome::Replayed(_) => {
+                fail("internal error: acquired lease reported as not acquired")
+            }
+        },
+        Ok(RunOutcome::Ran { output, report }) => match (output, report.cancelled) {
+            (Some(ChildEnd::NotStarted(kind, message)), _) => {
+                eprintln!("leasehold: cannot run the command: {message}");
+                if kind == std::io::ErrorKind::NotFound {
+                    status::NOT_FOUND
+                } else {
+                    status::CANNOT_EXECUTE
+                }
+            }
+            (Some(ChildEnd::Exited { status, stopped }), cancelled) if !stopped => {
+                if cancelled.is_some() {
+                    // It ended on its own just as the lease went: its status stands.
+                    eprintln!("leasehold: the command exited as the lease was lost");
+                }
+                exit_code(status)
+            }
+            (_, Some(c)) => {
+                eprintln!(
+                    "leasehold: the lease was {}; the command was stopped (token {})",
+                    c.reason, c.token
+                );
+                status::LEASE_LOST
+            }
+            (Some(ChildEnd::Exited { .. }), None) | (None, None) => fail(format!(
+                "the command ended abnormally ({})",
+                report.end.as_str()
+            )),
+        },
+    }
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(status::FAILED),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(status::FAILED),
+        (None, None) => status::FAILED,
+    }
+}
+
+/// Sends `signal` to the process group `pgid`.
+fn signal_group(pgid: i32, signal: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; it reads no memory.
+    unsafe {
+        libc::kill(-pgid, signal);
+    }
+}
+
+/// SIGKILLs the command's process group if the work is dropped before the command exited
+/// (the LeaseActor's Kill policy at validity end): work never outlives the lease.
+struct KillGroupOnDrop {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+async fn supervise(ctx: LeaseContext, command: Vec<String>, grace: Option<Duration>) -> ChildEnd {
+    let Some((program, rest)) = command.split_first() else {
+        return ChildEnd::NotStarted(std::io::ErrorKind::InvalidInput, "empty command".into());
+    };
+    let mut child = match tokio::process::Command::new(program)
+        .args(rest)
+        .env("LEASEHOLD_FENCING_TOKEN", ctx.token().to_string())
+        // Its own process group, so a lost lease stops everything it started.
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return ChildEnd::NotStarted(e.kind(), format!("{program}: {e}")),
+    };
+    let Some(pgid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
+        let status = child.wait().await;
+        return match status {
+            Ok(status) => ChildEnd::Exited {
+                status,
+                stopped: false,
+            },
+            Err(e) => ChildEnd::NotStarted(e.kind(), e.to_string()),
+        };
+    };
+    let mut guard = KillGroupOnDrop { pgid, armed: true };
+    let (mut interrupts, mut terminations) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (Some(i), Some(t)),
+        _ => (None, None),
+    };
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                guard.armed = false;
+                return match status {
+                    Ok(status) => ChildEnd::Exited { status, stopped: kill_at.is_some() },
+                    Err(e) => ChildEnd::NotStarted(e.kind(), e.to_string()),
+                };
+            }
+            () = ctx.cancelled(), if kill_at.is_none() => {
+                let stop_by = ctx.stop_by();
+                let at = grace.map_or(stop_by, |g| (Instant::now() + g).min(stop_by));
+                eprintln!(
+                    "leasehold: lease {}; sending SIGTERM to the command, SIGKILL in {}",
+                    ctx.cancel_reason().map_or("ended".to_owned(), |r| r.to_string()),
+                    humantime::format_duration(round_ms(at.saturating_duration_since(Instant::now())))
+                );
+                signal_group(pgid, libc::SIGTERM);
+                kill_at = Some(at);
+            }
+            () = sleep_until_opt(kill_at) => {
+                signal_group(pgid, libc::SIGKILL);
+                // Keep waiting for the exit; no second SIGKILL needed.
+                kill_at = Some(far_future());
+            }
+            Some(()) = recv_opt(&mut interrupts) => signal_group(pgid, libc::SIGINT),
+            Some(()) = recv_opt(&mut terminations) => signal_group(pgid, libc::SIGTERM),
+        }
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv_opt(stream: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match stream {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
