@@ -30,6 +30,8 @@
 //!
 //! | layer | module | may import |
 //! |---|---|---|
+//! | cli | the `leasehold` binary (`run`, `inspect`), feature `cli` | runtime, lease core |
+//! | runtime | [`runtime`]: [`LeaseRuntime`](runtime::LeaseRuntime), `LeaseActor`, `LeaseSupervisor` | lease core |
 //! | lease core | [`lease`]: [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | backend, protocol |
 //! | backend | [`backend`]: [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol |
 //! | protocol | [`protocol`]: keys, digests, attempts, requests, typed replies (pure) | nothing |
@@ -41,6 +43,18 @@
 //! sleeps on `Contended` (waking early when the holder releases), replays `Indeterminate`
 //! with the same attempt, and backs off on `Unavailable`. With `wait_timeout` 0 (the
 //! default) the two are the same.
+//!
+//! # `run_under_lease` vs `spawn_under_lease`
+//!
+//! Both hold the lease in a ractor actor that renews it, tells the work once when it can no
+//! longer be vouched for, stops it (under [`CancelPolicy::Kill`](runtime::CancelPolicy)) when
+//! local validity ends, and releases it when the work ends.
+//! [`run_under_lease`](runtime::LeaseRuntime::run_under_lease) runs a plain future and
+//! returns its output; the future watches
+//! [`LeaseContext::cancelled`](runtime::LeaseContext::cancelled).
+//! [`spawn_under_lease`](runtime::LeaseRuntime::spawn_under_lease) runs a worker actor,
+//! which receives a typed [`LeaseCancelled`](runtime::LeaseCancelled) message and can be
+//! part of a supervision tree.
 //!
 //! # Quickstart
 //!
