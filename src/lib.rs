@@ -91,6 +91,7 @@ mod error;
 pub mod lease;
 pub mod protocol;
 pub mod runtime;
+pub mod telemetry;
 
 pub use backend::{
     FailureDetail, FailureKind, LeaseBackend, MemoryBackend, MemoryFault, RedisBackend,

@@ -19,6 +19,7 @@ use crate::protocol::{
     AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, OperationId, Purpose,
     ResourceDigest,
 };
+use crate::telemetry::{self, Operation};
 
 /// The environment variable [`LeaseClient::from_env`] reads for a Redis URL.
 pub const REDIS_URL_ENV: &str = "LEASEHOLD_REDIS_URL";
@@ -153,7 +154,8 @@ impl LeaseClient {
             .try_acquire_checked(request)
             .instrument(span.clone())
             .await;
-        trace::finish(&span, outcome.as_str(), started);
+        // The per-try metrics are recorded inside, once for every try of `acquire` too.
+        trace::finish(&span, None, outcome.as_str(), started);
         Ok(outcome)
     }
 
@@ -172,7 +174,7 @@ impl LeaseClient {
             )
             .await;
         let drift = settings.drift_budget;
-        match result {
+        let outcome = match result {
             Ok(AcquireReply::Acquired { ttl, token }) => {
                 let budget = ValidityBudget::acquired(sent_at, request.ttl(), ttl, drift);
                 AcquireOutcome::Acquired(LeaseHandle::new(
@@ -204,7 +206,15 @@ impl LeaseClient {
                 attempt: request.attempt().clone(),
                 detail,
             },
-        }
+        };
+        let latency = sent_at.elapsed();
+        telemetry::operation(
+            Operation::Acquire,
+            request.purpose(),
+            outcome.as_str(),
+            latency,
+        );
+        outcome
     }
 
     fn retry_after(&self, pttl: Duration) -> Duration {
@@ -245,7 +255,8 @@ impl LeaseClient {
         let outcome = wait::acquire_with_wait(self, request)
             .instrument(span.clone())
             .await;
-        trace::finish(&span, outcome.as_str(), started);
+        telemetry::waited(request.purpose(), outcome.as_str(), started.elapsed());
+        trace::finish(&span, None, outcome.as_str(), started);
         Ok(outcome)
     }
 
@@ -280,7 +291,8 @@ impl LeaseClient {
             Err(SendFailure::NotSent(detail)) => InspectOutcome::Unavailable { detail },
             Err(SendFailure::MaybeSent(detail)) => InspectOutcome::Indeterminate { detail },
         };
-        trace::finish(&span, outcome.as_str(), started);
+        let metric = Some((Operation::Inspect, purpose));
+        trace::finish(&span, metric, outcome.as_str(), started);
         outcome
     }
 
@@ -305,7 +317,8 @@ impl LeaseClient {
             .instrument(span.clone())
             .await;
         let outcome = release_outcome(result);
-        trace::finish(&span, outcome.as_str(), started);
+        let metric = Some((Operation::Release, purpose));
+        trace::finish(&span, metric, outcome.as_str(), started);
         outcome
     }
 }

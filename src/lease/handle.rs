@@ -37,6 +37,7 @@ use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
 use crate::protocol::limits::RENEW_ATTEMPTS;
 use crate::protocol::{Attempt, FencingToken, LeaseKeys, Purpose, RenewReply, ResourceDigest};
+use crate::telemetry::{self, HeldLease, Operation};
 
 /// What a held lease lets its holder rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +73,8 @@ pub struct LeaseHandle {
     /// The last budget the server confirmed; kept in every state for diagnostics.
     confirmed: ValidityBudget,
     state: HandleState,
+    /// This handle's place in the held-leases gauges while ACTIVE.
+    held: Option<HeldLease>,
 }
 
 /// The private state: data a state needs lives in its variant.
@@ -112,6 +115,7 @@ impl LeaseHandle {
             token,
             confirmed: budget,
             state: HandleState::Active { budget },
+            held: Some(HeldLease::register(request.purpose(), budget.valid_until())),
         };
         // A replay with less PTTL left than the drift budget is born LOST (invariant 3).
         handle.observe(Instant::now());
@@ -217,7 +221,8 @@ impl LeaseHandle {
         let span = trace::span!("lease.renew", &self.purpose, &self.resource, &self.attempt);
         let started = Instant::now();
         let outcome = self.renew_inner(limit).instrument(span.clone()).await;
-        trace::finish(&span, outcome.as_str(), started);
+        let metric = Some((Operation::Renew, &self.purpose));
+        trace::finish(&span, metric, outcome.as_str(), started);
         outcome
     }
 
@@ -256,7 +261,11 @@ impl LeaseHandle {
                         // already have been told to stop, so it stays stopped.
                         return self.lose(LostReason::ValidityExpired);
                     }
+                    telemetry::renew_margin(&self.purpose, budget.remaining(now));
                     let renewed = ValidityBudget::renewed(sent_at, self.ttl, drift);
+                    if let Some(held) = &self.held {
+                        held.update(renewed.valid_until());
+                    }
                     self.confirmed = renewed;
                     self.state = HandleState::Active { budget: renewed };
                     return RenewOutcome::Renewed {
@@ -316,7 +325,8 @@ impl LeaseHandle {
         );
         let started = Instant::now();
         let outcome = self.release_inner().instrument(span.clone()).await;
-        trace::finish(&span, outcome.as_str(), started);
+        let metric = Some((Operation::Release, &self.purpose));
+        trace::finish(&span, metric, outcome.as_str(), started);
         outcome
     }
 
@@ -385,7 +395,14 @@ impl LeaseHandle {
             to = to.public().as_str(),
             "lease state changed"
         );
+        telemetry::transition(
+            &self.purpose,
+            self.state.public().as_str(),
+            to.public().as_str(),
+        );
         self.state = to;
+        // Only ACTIVE handles count as held (invariant 1: `to` is never ACTIVE).
+        self.held = None;
     }
 }
 
@@ -425,6 +442,12 @@ impl Drop for LeaseHandle {
             let timeout = client.settings().command_timeout;
             let result = client.backend().release(&keys, &attempt, timeout).await;
             let outcome = release_outcome(result);
+            telemetry::operation(
+                Operation::Release,
+                &purpose,
+                outcome.as_str(),
+                Duration::ZERO,
+            );
             tracing::info!(
                 %purpose,
                 %digest,

@@ -6,6 +6,9 @@
 
 use tokio::time::Instant;
 
+use crate::protocol::Purpose;
+use crate::telemetry::{self, Operation};
+
 /// Opens an `INFO` span named `$name` with the standard fields; `outcome` and `latency_us`
 /// are filled in by [`finish`].
 macro_rules! span {
@@ -22,9 +25,19 @@ macro_rules! span {
 }
 pub(crate) use span;
 
-/// Records the outcome and latency on `span` and emits one event inside it.
-pub(crate) fn finish(span: &tracing::Span, outcome: &'static str, started: Instant) {
-    let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+/// Records the outcome and latency on `span`, emits one event inside it, and — for the
+/// operations with an outcome counter — records the metrics of [`crate::telemetry`].
+pub(crate) fn finish(
+    span: &tracing::Span,
+    metric: Option<(Operation, &Purpose)>,
+    outcome: &'static str,
+    started: Instant,
+) {
+    let latency = started.elapsed();
+    if let Some((op, purpose)) = metric {
+        telemetry::operation(op, purpose, outcome, latency);
+    }
+    let latency_us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
     span.record("outcome", outcome);
     span.record("latency_us", latency_us);
     span.in_scope(|| tracing::debug!(outcome, latency_us, "lease operation finished"));

@@ -20,6 +20,7 @@ use crate::backend::{FailureDetail, ReleaseNotices};
 use crate::lease::client::LeaseClient;
 use crate::lease::outcome::AcquireOutcome;
 use crate::protocol::LeaseRequest;
+use crate::telemetry;
 
 /// First backoff after `Unavailable`; doubled per consecutive one up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -48,6 +49,7 @@ pub(crate) async fn acquire_with_wait(
             | AcquireOutcome::OwnerOperationConflict { .. } => return outcome,
             _ if now >= deadline => return settle(outcome, maybe_sent, request),
             AcquireOutcome::Contended { retry_after } => {
+                telemetry::wait_retry(request.purpose(), "contended");
                 if !subscribed {
                     subscribed = true;
                     notices = subscribe(client, request).await;
@@ -57,10 +59,12 @@ pub(crate) async fn acquire_with_wait(
                 *retry_after + jitter(*retry_after / 10)
             }
             AcquireOutcome::Indeterminate { detail, .. } => {
+                telemetry::wait_retry(request.purpose(), "indeterminate");
                 maybe_sent = Some(detail.clone());
                 INDETERMINATE_PAUSE
             }
             AcquireOutcome::Unavailable { .. } => {
+                telemetry::wait_retry(request.purpose(), "unavailable");
                 let pause = backoff / 2 + jitter(backoff / 2);
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 pause
@@ -72,7 +76,9 @@ pub(crate) async fn acquire_with_wait(
                 tokio::select! {
                     () = tokio::time::sleep_until(wake_at) => {}
                     alive = n.next() => {
-                        if !alive {
+                        if alive {
+                            telemetry::wait_wakeup(request.purpose());
+                        } else {
                             // The subscription's connection ended: fall back to sleeping.
                             notices = None;
                         }

@@ -31,12 +31,14 @@ use ractor::{
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::{LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome};
 use crate::runtime::{
     CancelPolicy, CancelReason, JobEnd, LeaseCancelled, LeaseReport, LeaseStatus,
 };
+use crate::telemetry;
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must
 /// accept a [`LeaseCancelled`].
@@ -162,6 +164,11 @@ pub struct LeaseActorState<M> {
     timer: u64,
     /// Set once `finish` started: no more timers, no second report.
     finishing: bool,
+    /// Start of the first renewal round since the last confirmation that did not confirm:
+    /// where the cancellation delay is measured from.
+    first_failure_at: Option<Instant>,
+    /// One span for the lease's whole life in this actor.
+    span: tracing::Span,
 }
 
 impl<M> LeaseActorState<M> {
@@ -247,6 +254,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
             "lease cancelled"
         );
+        let delay = state.first_failure_at.map(|at| at.elapsed());
+        telemetry::cancellation(state.handle.purpose(), reason.as_str(), delay);
         state.cancelled = Some(message.clone());
         state.cancel.cancel();
         if state.worker_alive() {
@@ -286,8 +295,13 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         if bound.is_zero() {
             return Self::cancel(state, CancelReason::RenewalUnconfirmed);
         }
-        match state.handle.renew_within(bound).await {
+        let outcome = state.handle.renew_within(bound).await;
+        if !matches!(outcome, RenewOutcome::Renewed { .. }) {
+            state.first_failure_at.get_or_insert(started);
+        }
+        match outcome {
             RenewOutcome::Renewed { .. } => {
+                state.first_failure_at = None;
                 if let Some(until) = state.handle.valid_until() {
                     state.valid_until = until;
                 }
@@ -379,6 +393,14 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         } = args;
         let now = Instant::now();
         let valid_until = handle.valid_until().unwrap_or(now);
+        let span = tracing::info_span!(
+            "lease_actor",
+            purpose = %handle.purpose(),
+            digest = %handle.resource().short(),
+            op_id = %handle.attempt().operation(),
+            token = handle.token().get(),
+        );
+        span.in_scope(|| tracing::info!(policy = ?policy, "lease actor spawned"));
         let mut state = LeaseActorState {
             handle,
             worker: match worker {
@@ -399,6 +421,8 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             renewals: 0,
             timer: 0,
             finishing: false,
+            first_failure_at: None,
+            span,
         };
         state.schedule_renewal(now);
         state.publish();
@@ -410,13 +434,58 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let WorkerState::Pending(_) = state.worker {
-            let WorkerState::Pending(spawn) =
-                std::mem::replace(&mut state.worker, WorkerState::Starting)
-            else {
-                unreachable!("matched above")
-            };
-            match spawn(myself.get_cell()).await {
+        let span = state.span.clone();
+        self.on_post_start(myself, state).instrument(span).await
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let span = state.span.clone();
+        self.on_message(myself, message, state)
+            .instrument(span)
+            .await
+    }
+
+    /// Overridden: ractor's default stops a supervisor when any child stops, normal exits
+    /// included, which would skip the release.
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let span = state.span.clone();
+        self.on_supervision(myself, event, state)
+            .instrument(span)
+            .await
+    }
+
+    /// Does not run after a panic or `kill` (ractor skips it); the state's `Drop` covers
+    /// those (invariant 6).
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let span = state.span.clone();
+        self.on_post_stop(myself, state).instrument(span).await
+    }
+}
+
+/// The actor's event handlers, run inside the lease's span.
+impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
+    async fn on_post_start(
+        &self,
+        myself: ActorRef<LeaseActorMsg>,
+        state: &mut LeaseActorState<M>,
+    ) -> Result<(), ActorProcessingErr> {
+        // Take the spawner out; any other slot (an attached worker) goes straight back.
+        match std::mem::replace(&mut state.worker, WorkerState::Starting) {
+            WorkerState::Pending(spawn) => match spawn(myself.get_cell()).await {
                 Ok(worker) => {
                     state.worker = WorkerState::Child {
                         worker,
@@ -431,7 +500,8 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
                     Self::finish(state, end).await;
                     return Err(Box::new(e));
                 }
-            }
+            },
+            other => state.worker = other,
         }
         if state.handle.state() != LeaseState::Active {
             // A replay born without validity: cancel at once.
@@ -441,11 +511,11 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         Ok(())
     }
 
-    async fn handle(
+    async fn on_message(
         &self,
-        myself: ActorRef<Self::Msg>,
-        message: Self::Msg,
-        state: &mut Self::State,
+        myself: ActorRef<LeaseActorMsg>,
+        message: LeaseActorMsg,
+        state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
         match message.0 {
             Command::Tick(generation) if generation != state.timer || state.finishing => {}
@@ -490,11 +560,11 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(
+    async fn on_supervision(
         &self,
-        myself: ActorRef<Self::Msg>,
+        myself: ActorRef<LeaseActorMsg>,
         event: SupervisionEvent,
-        state: &mut Self::State,
+        state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
         let WorkerState::Child { worker, alive } = &mut state.worker else {
             return Ok(());
@@ -523,10 +593,10 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         }
     }
 
-    async fn post_stop(
+    async fn on_post_stop(
         &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
+        _myself: ActorRef<LeaseActorMsg>,
+        state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
         if !state.finishing {
             // Stopped from outside while the worker ran: stop it first (invariant 5).

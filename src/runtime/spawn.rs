@@ -39,6 +39,8 @@ pub enum RuntimeError {
 /// What [`LeaseRuntime::spawn_under_lease`] achieved.
 #[must_use]
 #[derive(Debug)]
+// Returned once per job, never stored in bulk: boxing would only cost an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum SpawnOutcome<M> {
     /// The lease is held and the worker runs under it.
     Started(LeaseJob<M>),

@@ -49,6 +49,35 @@ The command gets LEASEHOLD_FENCING_TOKEN: pass it to every write the lease prote
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log level on stderr: error, warn, info, debug, trace.
+    #[arg(long, global = true, default_value = "warn", value_parser = parse_level)]
+    log_level: tracing::Level,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_level(text: &str) -> Result<tracing::Level, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not one of error, warn, info, debug, trace"))
+}
+
+/// Logs go to stderr; stdout belongs to the command (and to `inspect`'s answer).
+fn init_logging(format: LogFormat, level: tracing::Level) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level);
+    // A second initialisation cannot happen here; ignore the error rather than abort.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,6 +202,7 @@ fn main() -> ExitCode {
             return ExitCode::from(fail(one_line(&e.render().to_string())));
         }
     };
+    init_logging(cli.log_format, cli.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -38,6 +38,10 @@ pub(crate) struct RunArgs {
     /// Operation id of this run [default: run-<pid>]; printable ASCII, no spaces, ≤ 128 bytes.
     #[arg(long, value_name = "ID")]
     operation_id: Option<String>,
+    /// Serve Prometheus metrics (text format) on this address while the command runs,
+    /// e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -52,6 +56,14 @@ enum ChildEnd {
 }
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
+    if let Some(addr) = args.metrics_addr {
+        let exporter = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install();
+        if let Err(e) = exporter {
+            return fail(format!("--metrics-addr {addr}: {e}"));
+        }
+    }
     let renew_every = args.renew_every;
     let client = match args.common.client(|s| match renew_every {
         Some(every) => s.with_renew_every(every),

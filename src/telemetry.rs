@@ -1,0 +1,221 @@
+//! Metrics, through the [`metrics`](https://docs.rs/metrics) facade. leasehold installs no
+//! exporter: the application picks one (the CLI's `--metrics-addr` serves Prometheus text).
+//!
+//! Every series carries `purpose` and nothing that identifies a resource or an owner — no
+//! digest, no owner token, no raw id — so cardinality stays bounded by the purposes you use.
+//!
+//! | name | kind | labels | what it measures |
+//! |---|---|---|---|
+//! | `leasehold_acquire_total` | counter | `purpose`, `outcome` | acquisition tries (`try_acquire`, and each try of `acquire`) by outcome |
+//! | `leasehold_renew_total` | counter | `purpose`, `outcome` | `renew` calls by outcome |
+//! | `leasehold_release_total` | counter | `purpose`, `outcome` | `release` calls by outcome |
+//! | `leasehold_inspect_total` | counter | `purpose`, `outcome` | `inspect` calls by outcome |
+//! | `leasehold_state_transitions_total` | counter | `purpose`, `from`, `to` | handle state changes (`active`, `lost`, `unknown`, `released`) |
+//! | `leasehold_cancellations_total` | counter | `purpose`, `reason` | `LeaseCancelled` messages sent to workers |
+//! | `leasehold_wait_retries_total` | counter | `purpose`, `cause` | retries inside `acquire`: `contended`, `indeterminate`, `unavailable` |
+//! | `leasehold_wait_wakeups_total` | counter | `purpose` | waits in `acquire` cut short by a release notice |
+//! | `leasehold_operation_seconds` | histogram | `purpose`, `operation` | latency of `acquire`, `renew`, `release`, `inspect` (one call, retries included) |
+//! | `leasehold_renew_margin_seconds` | histogram | `purpose` | local validity left when a renewal was confirmed; near zero means renewals barely make it |
+//! | `leasehold_wait_seconds` | histogram | `purpose`, `outcome` | time spent in `acquire` |
+//! | `leasehold_cancel_delay_seconds` | histogram | `purpose`, `reason` | from the start of the first renewal that failed (or found the lease gone) to the worker's cancellation |
+//! | `leasehold_leases_held` | gauge | `purpose` | ACTIVE handles in this process |
+//! | `leasehold_min_remaining_validity_seconds` | gauge | — | smallest local validity left among ACTIVE handles, as of the last acquisition, renewal or loss |
+//!
+//! Outcome, state and reason labels are the `as_str()` spellings of the corresponding
+//! enums, so a log line, a metric and the CLI say the same word.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use tokio::time::Instant;
+
+use crate::protocol::Purpose;
+
+/// Metric names, one constant each, as listed in the module table.
+pub mod names {
+    /// See the module table.
+    pub const ACQUIRE_TOTAL: &str = "leasehold_acquire_total";
+    /// See the module table.
+    pub const RENEW_TOTAL: &str = "leasehold_renew_total";
+    /// See the module table.
+    pub const RELEASE_TOTAL: &str = "leasehold_release_total";
+    /// See the module table.
+    pub const INSPECT_TOTAL: &str = "leasehold_inspect_total";
+    /// See the module table.
+    pub const STATE_TRANSITIONS_TOTAL: &str = "leasehold_state_transitions_total";
+    /// See the module table.
+    pub const CANCELLATIONS_TOTAL: &str = "leasehold_cancellations_total";
+    /// See the module table.
+    pub const WAIT_RETRIES_TOTAL: &str = "leasehold_wait_retries_total";
+    /// See the module table.
+    pub const WAIT_WAKEUPS_TOTAL: &str = "leasehold_wait_wakeups_total";
+    /// See the module table.
+    pub const OPERATION_SECONDS: &str = "leasehold_operation_seconds";
+    /// See the module table.
+    pub const RENEW_MARGIN_SECONDS: &str = "leasehold_renew_margin_seconds";
+    /// See the module table.
+    pub const WAIT_SECONDS: &str = "leasehold_wait_seconds";
+    /// See the module table.
+    pub const CANCEL_DELAY_SECONDS: &str = "leasehold_cancel_delay_seconds";
+    /// See the module table.
+    pub const LEASES_HELD: &str = "leasehold_leases_held";
+    /// See the module table.
+    pub const MIN_REMAINING_VALIDITY_SECONDS: &str = "leasehold_min_remaining_validity_seconds";
+}
+
+/// The four operations with an outcome counter and a latency histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operation {
+    Acquire,
+    Renew,
+    Release,
+    Inspect,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Acquire => "acquire",
+            Self::Renew => "renew",
+            Self::Release => "release",
+            Self::Inspect => "inspect",
+        }
+    }
+
+    fn counter_name(self) -> &'static str {
+        match self {
+            Self::Acquire => names::ACQUIRE_TOTAL,
+            Self::Renew => names::RENEW_TOTAL,
+            Self::Release => names::RELEASE_TOTAL,
+            Self::Inspect => names::INSPECT_TOTAL,
+        }
+    }
+}
+
+fn purpose_label(purpose: &Purpose) -> String {
+    purpose.as_str().to_owned()
+}
+
+pub(crate) fn operation(
+    op: Operation,
+    purpose: &Purpose,
+    outcome: &'static str,
+    latency: Duration,
+) {
+    counter!(op.counter_name(), "purpose" => purpose_label(purpose), "outcome" => outcome)
+        .increment(1);
+    histogram!(
+        names::OPERATION_SECONDS,
+        "purpose" => purpose_label(purpose),
+        "operation" => op.as_str()
+    )
+    .record(latency.as_secs_f64());
+}
+
+pub(crate) fn transition(purpose: &Purpose, from: &'static str, to: &'static str) {
+    counter!(
+        names::STATE_TRANSITIONS_TOTAL,
+        "purpose" => purpose_label(purpose),
+        "from" => from,
+        "to" => to
+    )
+    .increment(1);
+}
+
+pub(crate) fn renew_margin(purpose: &Purpose, margin: Duration) {
+    histogram!(names::RENEW_MARGIN_SECONDS, "purpose" => purpose_label(purpose))
+        .record(margin.as_secs_f64());
+}
+
+pub(crate) fn wait_retry(purpose: &Purpose, cause: &'static str) {
+    counter!(names::WAIT_RETRIES_TOTAL, "purpose" => purpose_label(purpose), "cause" => cause)
+        .increment(1);
+}
+
+pub(crate) fn wait_wakeup(purpose: &Purpose) {
+    counter!(names::WAIT_WAKEUPS_TOTAL, "purpose" => purpose_label(purpose)).increment(1);
+}
+
+pub(crate) fn waited(purpose: &Purpose, outcome: &'static str, waited: Duration) {
+    histogram!(names::WAIT_SECONDS, "purpose" => purpose_label(purpose), "outcome" => outcome)
+        .record(waited.as_secs_f64());
+}
+
+pub(crate) fn cancellation(purpose: &Purpose, reason: &'static str, delay: Option<Duration>) {
+    counter!(names::CANCELLATIONS_TOTAL, "purpose" => purpose_label(purpose), "reason" => reason)
+        .increment(1);
+    if let Some(delay) = delay {
+        histogram!(
+            names::CANCEL_DELAY_SECONDS,
+            "purpose" => purpose_label(purpose),
+            "reason" => reason
+        )
+        .record(delay.as_secs_f64());
+    }
+}
+
+/// ACTIVE handles of this process, for the two gauges. Each handle registers under a unique
+/// id; the ordered set gives the earliest validity end in O(log n), so a process holding
+/// 100k leases does not scan them on every renewal.
+#[derive(Default)]
+struct Held {
+    by_id: HashMap<u64, Instant>,
+    by_end: BTreeSet<(Instant, u64)>,
+}
+
+static HELD: LazyLock<Mutex<Held>> = LazyLock::new(Mutex::default);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One ACTIVE handle's registration; `update` on renewal, dropped when it leaves ACTIVE.
+#[derive(Debug)]
+pub(crate) struct HeldLease {
+    id: u64,
+    purpose: Purpose,
+}
+
+impl HeldLease {
+    pub(crate) fn register(purpose: &Purpose, valid_until: Instant) -> Self {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        gauge!(names::LEASES_HELD, "purpose" => purpose_label(purpose)).increment(1.0);
+        let lease = Self {
+            id,
+            purpose: purpose.clone(),
+        };
+        lease.update(valid_until);
+        lease
+    }
+
+    pub(crate) fn update(&self, valid_until: Instant) {
+        with_held(|held| {
+            if let Some(old) = held.by_id.insert(self.id, valid_until) {
+                held.by_end.remove(&(old, self.id));
+            }
+            held.by_end.insert((valid_until, self.id));
+        });
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        gauge!(names::LEASES_HELD, "purpose" => purpose_label(&self.purpose)).decrement(1.0);
+        with_held(|held| {
+            if let Some(old) = held.by_id.remove(&self.id) {
+                held.by_end.remove(&(old, self.id));
+            }
+        });
+    }
+}
+
+fn with_held(change: impl FnOnce(&mut Held)) {
+    // A panic while holding the lock leaves a consistent map (each change is one insert or
+    // remove pair); keep going with it rather than poisoning metrics for the process.
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    change(&mut held);
+    let min = held.by_end.first().map_or(0.0, |(end, _)| {
+        end.saturating_duration_since(Instant::now()).as_secs_f64()
+    });
+    gauge!(names::MIN_REMAINING_VALIDITY_SECONDS).set(min);
+}

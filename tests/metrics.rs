@@ -1,0 +1,423 @@
+//! Every outcome, transition and cancellation increments the series of the telemetry table
+//! with the right labels; no label carries a digest, an owner token or a raw resource id.
+//! On `MemoryBackend` under paused time, with a thread-local debugging recorder.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use leasehold::runtime::*;
+use leasehold::telemetry::names;
+use leasehold::*;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+const RAW_ID: &str = "raw-customer-id-4711";
+
+/// A metric name with its sorted labels.
+type Series = (String, Vec<(String, String)>);
+
+fn series(name: &str, labels: &[(&str, &str)]) -> Series {
+    let mut labels: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    labels.sort();
+    (name.to_owned(), labels)
+}
+
+/// Accumulates snapshots (a snapshot drains counters and histograms).
+struct Recorded {
+    snapshotter: Snapshotter,
+    counters: HashMap<Series, u64>,
+    histograms: HashMap<Series, Vec<f64>>,
+    gauges: HashMap<Series, f64>,
+}
+
+impl Recorded {
+    fn new(recorder: &DebuggingRecorder) -> Self {
+        Self {
+            snapshotter: recorder.snapshotter(),
+            counters: HashMap::new(),
+            histograms: HashMap::new(),
+            gauges: HashMap::new(),
+        }
+    }
+
+    fn take(&mut self) {
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            let (_, key) = key.into_parts();
+            let mut labels: Vec<(String, String)> = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            labels.sort();
+            let id = (key.name().to_owned(), labels);
+            match value {
+                DebugValue::Counter(n) => *self.counters.entry(id).or_default() += n,
+                DebugValue::Histogram(v) => self
+                    .histograms
+                    .entry(id)
+                    .or_default()
+                    .extend(v.into_iter().map(|x| x.into_inner())),
+                DebugValue::Gauge(g) => {
+                    self.gauges.insert(id, g.into_inner());
+                }
+            }
+        }
+    }
+
+    fn counter(&mut self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.take();
+        let want = series(name, labels);
+        self.counters.get(&want).copied().unwrap_or(0)
+    }
+
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        self.take();
+        let want = series(name, labels);
+        self.histograms.get(&want).cloned().unwrap_or_default()
+    }
+
+    fn gauge(&mut self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.take();
+        let want = series(name, labels);
+        self.gauges.get(&want).copied()
+    }
+
+    /// Every label value ever recorded.
+    fn all_label_values(&mut self) -> Vec<String> {
+        self.take();
+        let keys = self
+            .counters
+            .keys()
+            .chain(self.histograms.keys())
+            .chain(self.gauges.keys());
+        keys.flat_map(|(_, labels)| labels.iter().map(|(_, v)| v.clone()))
+            .collect()
+    }
+}
+
+const P: &str = "metrics";
+
+fn setup() -> (LeaseClient, MemoryBackend) {
+    let backend = MemoryBackend::new();
+    let client = LeaseClient::new(backend.clone(), LeaseSettings::default()).unwrap();
+    (client, backend)
+}
+
+fn request(client: &LeaseClient, resource: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new(P).unwrap(),
+        ResourceDigest::of(resource),
+        client.new_attempt("op").unwrap(),
+    )
+    .ttl(Duration::from_secs(3))
+    .build()
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_acquire_renew_release_and_inspect_outcome_is_counted() {
+    let recorder = DebuggingRecorder::new();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let mut m = Recorded::new(&recorder);
+    let (client, backend) = setup();
+
+    let req = request(&client, RAW_ID);
+    let mut lease = client
+        .try_acquire(&req)
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let _ = client.try_acquire(&req).await.unwrap(); // replayed
+    let _ = client.try_acquire(&request(&client, RAW_ID)).await.unwrap(); // contended
+    let conflict = Attempt::from_parts(
+        req.attempt().owner().clone(),
+        OperationId::new("other").unwrap(),
+    );
+    let conflict = LeaseRequest::builder(req.purpose().clone(), *req.resource(), conflict)
+        .build()
+        .unwrap();
+    let _ = client.try_acquire(&conflict).await.unwrap();
+    backend.set_fault(Some(MemoryFault::Unavailable));
+    let _ = client.try_acquire(&request(&client, "u")).await.unwrap();
+    backend.set_fault(Some(MemoryFault::LoseRequest));
+    let _ = client.try_acquire(&request(&client, "i")).await.unwrap();
+    backend.set_fault(None);
+    for outcome in [
+        "acquired",
+        "replayed",
+        "contended",
+        "owner_operation_conflict",
+        "unavailable",
+        "indeterminate",
+    ] {
+        assert_eq!(
+            m.counter(
+                names::ACQUIRE_TOTAL,
+                &[("purpose", P), ("outcome", outcome)]
+            ),
+            1,
+            "acquire {outcome}"
+        );
+    }
+
+    assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
+    assert_eq!(
+        m.counter(
+            names::RENEW_TOTAL,
+            &[("purpose", P), ("outcome", "renewed")]
+        ),
+        1
+    );
+    let margins = m.histogram(names::RENEW_MARGIN_SECONDS, &[("purpose", P)]);
+    assert_eq!(margins.len(), 1);
+    // 3 s − 10 ms drift − the ~200 ms the lost-request try above waited.
+    assert!(
+        margins[0] > 2.5 && margins[0] < 3.0,
+        "margin {}",
+        margins[0]
+    );
+    assert_eq!(
+        m.histogram(
+            names::OPERATION_SECONDS,
+            &[("purpose", P), ("operation", "renew")]
+        )
+        .len(),
+        1
+    );
+
+    let stranger = client.new_attempt("x").unwrap();
+    let _ = client
+        .inspect(req.purpose(), req.resource(), req.attempt())
+        .await;
+    let _ = client
+        .inspect(req.purpose(), req.resource(), &stranger)
+        .await;
+    let _ = client
+        .inspect(req.purpose(), &ResourceDigest::of("none"), &stranger)
+        .await;
+    for outcome in ["held_by_attempt", "held_by_other", "absent"] {
+        assert_eq!(
+            m.counter(
+                names::INSPECT_TOTAL,
+                &[("purpose", P), ("outcome", outcome)]
+            ),
+            1,
+            "inspect {outcome}"
+        );
+    }
+
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    assert_eq!(
+        m.counter(
+            names::RELEASE_TOTAL,
+            &[("purpose", P), ("outcome", "released")]
+        ),
+        1
+    );
+    assert_eq!(
+        lease.renew().await,
+        RenewOutcome::Refused {
+            state: LeaseState::Released
+        }
+    );
+    assert_eq!(
+        m.counter(
+            names::RENEW_TOTAL,
+            &[("purpose", P), ("outcome", "refused")]
+        ),
+        1
+    );
+    assert_eq!(
+        m.counter(
+            names::STATE_TRANSITIONS_TOTAL,
+            &[("purpose", P), ("from", "active"), ("to", "released")]
+        ),
+        1
+    );
+
+    let values = m.all_label_values();
+    let digest = ResourceDigest::of(RAW_ID);
+    for v in &values {
+        assert!(!v.contains(RAW_ID), "raw id in a label: {v}");
+        assert!(!v.contains(&digest.short()), "digest in a label: {v}");
+        assert!(
+            !v.contains(req.attempt().owner().expose()),
+            "owner token in a label"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn transitions_to_lost_and_unknown_and_the_held_gauge_are_recorded() {
+    let recorder = DebuggingRecorder::new();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let mut m = Recorded::new(&recorder);
+    let (client, backend) = setup();
+
+    let mut lost = client
+        .try_acquire(&request(&client, "lost"))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    assert_eq!(m.gauge(names::LEASES_HELD, &[("purpose", P)]), Some(1.0));
+    // Process-wide: other tests' leases (on other paused clocks) share it, so only its
+    // presence is checked here.
+    assert!(
+        m.gauge(names::MIN_REMAINING_VALIDITY_SECONDS, &[])
+            .is_some()
+    );
+    backend.delete(lost.keys());
+    let _ = lost.renew().await;
+    assert_eq!(
+        m.counter(
+            names::STATE_TRANSITIONS_TOTAL,
+            &[("purpose", P), ("from", "active"), ("to", "lost")]
+        ),
+        1
+    );
+    assert_eq!(
+        m.counter(names::RENEW_TOTAL, &[("purpose", P), ("outcome", "lost")]),
+        1
+    );
+    assert_eq!(m.gauge(names::LEASES_HELD, &[("purpose", P)]), Some(0.0));
+
+    let mut unknown = client
+        .try_acquire(&request(&client, "unknown"))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    backend.set_fault(Some(MemoryFault::LoseReply));
+    let _ = unknown.renew().await;
+    backend.set_fault(None);
+    let _ = unknown.release().await;
+    for (from, to) in [("active", "unknown"), ("unknown", "released")] {
+        assert_eq!(
+            m.counter(
+                names::STATE_TRANSITIONS_TOTAL,
+                &[("purpose", P), ("from", from), ("to", to)]
+            ),
+            1,
+            "{from} -> {to}"
+        );
+    }
+    assert_eq!(
+        m.counter(
+            names::RENEW_TOTAL,
+            &[("purpose", P), ("outcome", "indeterminate")]
+        ),
+        1
+    );
+    assert_eq!(m.gauge(names::LEASES_HELD, &[("purpose", P)]), Some(0.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_retries_wakeups_and_wait_time_are_recorded() {
+    let recorder = DebuggingRecorder::new();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let mut m = Recorded::new(&recorder);
+    let (client, _) = setup();
+    let mut holder = client
+        .try_acquire(&request(&client, "r"))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let waiter = client.clone();
+    let req = LeaseRequest::builder(
+        Purpose::new(P).unwrap(),
+        ResourceDigest::of("r"),
+        client.new_attempt("waiter").unwrap(),
+    )
+    .wait_timeout(Duration::from_secs(10))
+    .build()
+    .unwrap();
+    let task = tokio::spawn(async move { waiter.acquire(&req).await.unwrap() });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _ = holder.release().await;
+    assert!(matches!(task.await.unwrap(), AcquireOutcome::Acquired(_)));
+    assert!(
+        m.counter(
+            names::WAIT_RETRIES_TOTAL,
+            &[("purpose", P), ("cause", "contended")]
+        ) >= 1
+    );
+    assert_eq!(m.counter(names::WAIT_WAKEUPS_TOTAL, &[("purpose", P)]), 1);
+    let waited = m.histogram(
+        names::WAIT_SECONDS,
+        &[("purpose", P), ("outcome", "acquired")],
+    );
+    assert_eq!(waited.len(), 1);
+    assert!((waited[0] - 1.0).abs() < 0.01, "waited {}", waited[0]);
+}
+
+struct Worker;
+
+impl Actor for Worker {
+    type Msg = LeaseCancelled;
+    type State = ();
+    type Arguments = ();
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+    async fn handle(
+        &self,
+        myself: ActorRef<LeaseCancelled>,
+        _: LeaseCancelled,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        myself.stop(None);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellations_and_their_delay_from_the_first_failed_renewal_are_recorded() {
+    let recorder = DebuggingRecorder::new();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let mut m = Recorded::new(&recorder);
+    let (client, backend) = setup();
+    let runtime = LeaseRuntime::new(client.clone());
+    let job = runtime
+        .spawn_under_lease(&request(&client, "r"), Worker, |_| (), CancelPolicy::Kill)
+        .await
+        .unwrap()
+        .started()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    backend.set_fault(Some(MemoryFault::Unavailable));
+    let report = job.wait().await;
+    assert_eq!(
+        report.cancelled.map(|c| c.reason),
+        Some(CancelReason::RenewalUnconfirmed)
+    );
+    assert_eq!(
+        m.counter(
+            names::CANCELLATIONS_TOTAL,
+            &[("purpose", P), ("reason", "renewal_unconfirmed")]
+        ),
+        1
+    );
+    let delays = m.histogram(
+        names::CANCEL_DELAY_SECONDS,
+        &[("purpose", P), ("reason", "renewal_unconfirmed")],
+    );
+    assert_eq!(delays.len(), 1);
+    // From the first refused renewal to the cancellation at validity − safety margin: less
+    // than one TTL.
+    assert!(delays[0] > 0.0 && delays[0] < 3.0, "{}", delays[0]);
+    assert!(
+        m.counter(
+            names::RENEW_TOTAL,
+            &[("purpose", P), ("outcome", "unavailable")]
+        ) >= 1
+    );
+}
