@@ -154,6 +154,7 @@ impl LeaseClient {
             .try_acquire_checked(request)
             .instrument(span.clone())
             .await;
+        trace::record_token(&span, &outcome);
         // The per-try metrics are recorded inside, once for every try of `acquire` too.
         trace::finish(&span, None, outcome.as_str(), started);
         Ok(outcome)
@@ -255,6 +256,7 @@ impl LeaseClient {
         let outcome = wait::acquire_with_wait(self, request)
             .instrument(span.clone())
             .await;
+        trace::record_token(&span, &outcome);
         telemetry::waited(request.purpose(), outcome.as_str(), started.elapsed());
         trace::finish(&span, None, outcome.as_str(), started);
         Ok(outcome)

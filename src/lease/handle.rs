@@ -219,6 +219,7 @@ impl LeaseHandle {
 
     async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {
         let span = trace::span!("lease.renew", &self.purpose, &self.resource, &self.attempt);
+        span.record("token", self.token.get());
         let started = Instant::now();
         let outcome = self.renew_inner(limit).instrument(span.clone()).await;
         let metric = Some((Operation::Renew, &self.purpose));
@@ -323,6 +324,7 @@ impl LeaseHandle {
             &self.resource,
             &self.attempt
         );
+        span.record("token", self.token.get());
         let started = Instant::now();
         let outcome = self.release_inner().instrument(span.clone()).await;
         let metric = Some((Operation::Release, &self.purpose));

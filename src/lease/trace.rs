@@ -1,11 +1,13 @@
 //! The one way leasehold opens and closes an operation span (DESIGN §9).
 //!
-//! Fields: `purpose`, `digest` (12 hex digits), `op_id`, `outcome`, `latency_us`. Never the
+//! Fields: `purpose`, `digest` (12 hex digits), `op_id`, `token` (once known), `outcome`,
+//! `latency_us`. Never the
 //! owner token, never a raw resource id — the span macro only accepts the typed values, and
 //! their `Display` cannot print either.
 
 use tokio::time::Instant;
 
+use crate::lease::AcquireOutcome;
 use crate::protocol::Purpose;
 use crate::telemetry::{self, Operation};
 
@@ -18,6 +20,7 @@ macro_rules! span {
             purpose = %$purpose,
             digest = %$resource.short(),
             op_id = %$attempt.operation(),
+            token = tracing::field::Empty,
             outcome = tracing::field::Empty,
             latency_us = tracing::field::Empty,
         )
@@ -41,4 +44,11 @@ pub(crate) fn finish(
     span.record("outcome", outcome);
     span.record("latency_us", latency_us);
     span.in_scope(|| tracing::debug!(outcome, latency_us, "lease operation finished"));
+}
+
+/// Records the token of an acquisition on its span, once one was issued.
+pub(crate) fn record_token(span: &tracing::Span, outcome: &AcquireOutcome) {
+    if let AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) = outcome {
+        span.record("token", h.token().get());
+    }
 }
