@@ -332,7 +332,20 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
     async fn finish(state: &mut LeaseActorState<M>, end: JobEnd) -> LeaseReport {
         state.finishing = true;
         state.timer += 1;
-        let release = state.handle.release().await;
+        let mut release = state.handle.release().await;
+        // A release that did not land leaves the key held until its TTL; the worker has
+        // stopped, so a few bounded retries cost nothing and usually free it sooner. The
+        // release is owner-checked, so a retry after an unseen success reads ABSENT.
+        for _ in 1..RELEASE_ATTEMPTS {
+            if !matches!(
+                release,
+                ReleaseOutcome::Unavailable { .. } | ReleaseOutcome::Indeterminate { .. }
+            ) {
+                break;
+            }
+            tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
+            release = state.handle.release().await;
+        }
         state.publish();
         let report = LeaseReport {
             end,
@@ -363,6 +376,10 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         }
     }
 }
+
+/// Release attempts when finishing, and the pause between them.
+const RELEASE_ATTEMPTS: u32 = 3;
+const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// Bound on waiting for a killed worker to stop before releasing.
 const KILL_WAIT: Duration = Duration::from_secs(1);
