@@ -33,7 +33,8 @@ const EXIT_STATUS_HELP: &str = "\
 Exit status of `run`:
   the command's   it ran to the end under the lease (128+N if killed by signal N)
   75              not acquired within --wait (held by someone else)
-  124             the lease was lost or became unknown while the command ran; it was stopped
+  124             the lease was lost or became unknown while the command ran; it was
+                  stopped (or ended while leasehold could not vouch for the lease)
   125             leasehold itself failed: invalid arguments, Redis unavailable,
                   acquisition never confirmed
   126 / 127       the command cannot be executed / was not found
