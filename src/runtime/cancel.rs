@@ -67,11 +67,15 @@ impl CancelReason {
     }
 }
 
+/// Words for people (`as_str` is the one for machines): "lost (absent)", "unknown",
+/// "unconfirmed (no renewal confirmed in time)", "shut down".
 impl fmt::Display for CancelReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Lost(reason) => write!(f, "lost ({reason})"),
-            other => f.write_str(other.as_str()),
+            Self::Unknown => f.write_str("unknown"),
+            Self::RenewalUnconfirmed => f.write_str("unconfirmed (no renewal confirmed in time)"),
+            Self::Shutdown => f.write_str("shut down"),
         }
     }
 }

@@ -3,7 +3,7 @@
 use clap::Args;
 use leasehold::InspectOutcome;
 
-use crate::{Common, fail, status};
+use crate::{Common, fail, option_error, status};
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
@@ -18,7 +18,7 @@ pub(crate) struct InspectArgs {
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     let client = match args.common.client(|s| s) {
         Ok(c) => c,
-        Err(e) => return fail(e),
+        Err(e) => return fail(option_error(&e)),
     };
     // A fresh attempt never holds the lease, so a holder shows as held by another.
     let attempt = match client.new_attempt("inspect") {

@@ -164,6 +164,25 @@ pub(crate) fn parse_any(text: &str) -> Result<Duration, String> {
     limits::parse_duration("duration", text).map_err(|e| e.to_string())
 }
 
+/// A library error in the words of the command line: which option (or environment
+/// variable) it is about, then the library's text.
+pub(crate) fn option_error(e: &LeaseError) -> String {
+    let source = match e {
+        LeaseError::InvalidDuration { param, .. } => match *param {
+            "ttl" => "--ttl".to_owned(),
+            "wait_timeout" => "--wait".to_owned(),
+            "renew_every" => "--renew-every".to_owned(),
+            other => format!("LEASEHOLD_{}", other.to_ascii_uppercase()),
+        },
+        LeaseError::InvalidRedisUrl { .. } => "--redis".to_owned(),
+        LeaseError::InvalidNamespace { .. } => "--namespace".to_owned(),
+        LeaseError::InvalidPurpose { .. } => "--purpose".to_owned(),
+        LeaseError::InvalidOperationId { .. } => "--operation-id".to_owned(),
+        _ => return e.to_string(),
+    };
+    format!("{source}: {e}")
+}
+
 /// Prints one line on stderr and returns 125.
 pub(crate) fn fail(message: impl std::fmt::Display) -> u8 {
     eprintln!("leasehold: {message}");

@@ -11,12 +11,12 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::runtime::{CancelPolicy, LeaseContext, LeaseRuntime, RunOutcome};
+use leasehold::runtime::{CancelPolicy, LeaseContext, LeaseRuntime, RunOutcome, RuntimeError};
 use leasehold::{AcquireOutcome, LeaseRequest, OperationId};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::{Common, fail, parse_any, parse_ttl, parse_wait, status};
+use crate::{Common, fail, option_error, parse_any, parse_ttl, parse_wait, status};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -70,7 +70,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         None => s,
     }) {
         Ok(c) => c,
-        Err(e) => return fail(e),
+        Err(e) => return fail(option_error(&e)),
     };
     let operation = args
         .operation_id
@@ -78,7 +78,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         .unwrap_or_else(|| format!("run-{}", std::process::id()));
     let attempt = match OperationId::new(&operation).and_then(leasehold::Attempt::new) {
         Ok(a) => a,
-        Err(e) => return fail(format!("--operation-id: {e}")),
+        Err(e) => return fail(option_error(&e)),
     };
     let resource = args.common.resource();
     let request = match LeaseRequest::builder(args.common.purpose().clone(), resource, attempt)
@@ -87,7 +87,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail(e),
+        Err(e) => return fail(option_error(&e)),
     };
     let runtime = LeaseRuntime::new(client.clone()).with_max_leases(1);
     let (command, grace) = (args.command, args.grace);
@@ -97,6 +97,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         })
         .await;
     match outcome {
+        Err(RuntimeError::Invalid(e)) => fail(option_error(&e)),
         Err(e) => fail(e),
         Ok(RunOutcome::NotAcquired(outcome)) => match outcome {
             AcquireOutcome::Contended { retry_after }
@@ -140,7 +141,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             }
             (_, Some(c)) => {
                 eprintln!(
-                    "leasehold: the lease was {}; the command was stopped (token {})",
+                    "leasehold: lease {}; the command was stopped (token {})",
                     c.reason, c.token
                 );
                 status::LEASE_LOST
@@ -188,6 +189,15 @@ async fn supervise(ctx: LeaseContext, command: Vec<String>, grace: Option<Durati
     let Some((program, rest)) = command.split_first() else {
         return ChildEnd::NotStarted(std::io::ErrorKind::InvalidInput, "empty command".into());
     };
+    // Handlers before the command exists: a signal that arrives the moment it starts must
+    // be forwarded, not kill leasehold and leave the command running unsupervised.
+    let (mut interrupts, mut terminations) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (Some(i), Some(t)),
+        _ => (None, None),
+    };
     let mut child = match tokio::process::Command::new(program)
         .args(rest)
         .env("LEASEHOLD_FENCING_TOKEN", ctx.token().to_string())
@@ -209,13 +219,6 @@ async fn supervise(ctx: LeaseContext, command: Vec<String>, grace: Option<Durati
         };
     };
     let mut guard = KillGroupOnDrop { pgid, armed: true };
-    let (mut interrupts, mut terminations) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (Some(i), Some(t)),
-        _ => (None, None),
-    };
     let mut kill_at: Option<Instant> = None;
     loop {
         tokio::select! {

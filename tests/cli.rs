@@ -1,0 +1,1137 @@
+//! The `leasehold` binary end to end: every test runs the built binary as a subprocess
+//! against its own real `redis-server`.
+//!
+//! Timing: leases are short (`--ttl 1s`/`2s`) so the file runs fast, and every timing
+//! assertion is an upper bound with a generous margin (a loaded 2-core CI machine), never
+//! a lower bound that depends on scheduling. Every wait for a subprocess has a deadline,
+//! after which the test kills it (by PID) and fails, so no test can hang.
+//!
+//! Environment: each child gets a clean `LEASEHOLD_*` environment (so the developer's
+//! `LEASEHOLD_REDIS_URL` or settings never leak in) plus `LEASEHOLD_COMMAND_TIMEOUT=500ms`:
+//! the default 200 ms can expire spuriously on a starved machine, which would turn a test
+//! about something else into a lost lease. 500 ms still fits a 1 s TTL (renew every 333 ms
+//! < 1 s − 10 ms drift − 500 ms safety margin).
+
+mod common;
+
+use std::fs;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::RedisServer;
+use leasehold::{LeaseKeys, Namespace, Purpose, ResourceDigest};
+
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// Upper bound for any leasehold invocation that is expected to end on its own.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Upper bound for a subprocess to reach a state the test waits for (command started…).
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a process that was killed may take to disappear (be reaped).
+const GONE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Poll interval of every wait loop.
+const POLL: Duration = Duration::from_millis(5);
+
+/// `LEASEHOLD_COMMAND_TIMEOUT` given to every child (see the module docs).
+const COMMAND_TIMEOUT: &str = "500ms";
+
+/// A shell fragment for commands that must hold the lease until the test says so: it waits
+/// for the file `$DONE` (bounded at 30 s, so a failed test leaves nothing running for long).
+const UNTIL_DONE: &str =
+    r#"n=0; while [ ! -e "$DONE" ] && [ "$n" -lt 600 ]; do sleep 0.05; n=$((n+1)); done"#;
+
+// ---------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------
+
+/// A temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-cli-{label}-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `leasehold` with a clean `LEASEHOLD_*` environment, stdin closed, and no arguments yet.
+fn bare() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LEASEHOLD_") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.env_remove("LEASEHOLD_REDIS_URL")
+        .env("LEASEHOLD_COMMAND_TIMEOUT", COMMAND_TIMEOUT)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// `leasehold <sub> --redis <server>`.
+fn leasehold(sub: &str, server: &RedisServer) -> Command {
+    let mut cmd = bare();
+    cmd.args([sub, "--redis", &server.url()]);
+    cmd
+}
+
+/// `leasehold run --redis <server> --resource <resource>` (options and `-- command` follow).
+fn run_cmd(server: &RedisServer, resource: &str) -> Command {
+    let mut cmd = leasehold("run", server);
+    cmd.args(["--resource", resource]);
+    cmd
+}
+
+/// `leasehold inspect --redis <server> --resource <resource>`.
+fn inspect_cmd(server: &RedisServer, resource: &str) -> Command {
+    let mut cmd = leasehold("inspect", server);
+    cmd.args(["--resource", resource]);
+    cmd
+}
+
+/// How one leasehold invocation ended.
+#[derive(Debug)]
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// When `try_wait` first saw the exit.
+    ended_at: Instant,
+}
+
+impl Finished {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    fn stderr_lines(&self) -> Vec<&str> {
+        self.stderr.lines().collect()
+    }
+
+    /// Panics with the whole output unless the exit status is `code`.
+    #[track_caller]
+    fn assert_code(&self, code: i32, what: &str) {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "{what}: expected exit {code}, got {:?} (signal {:?})\nstdout: {}\nstderr: {}",
+            self.status.code(),
+            self.status.signal(),
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
+/// A leasehold process the test started, with stdout/stderr going to files (never pipes: a
+/// command that outlives leasehold would keep a pipe open). On drop it SIGKILLs leasehold
+/// and every PID registered with `also_kill`, if still alive, so a failing test leaves
+/// nothing running.
+struct Running {
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    also_kill: Vec<u32>,
+    finished: bool,
+}
+
+impl Running {
+    fn spawn(mut cmd: Command, dir: &TempDir, label: &str) -> Running {
+        let stdout = dir.path(&format!("{label}.stdout"));
+        let stderr = dir.path(&format!("{label}.stderr"));
+        let out = fs::File::create(&stdout).expect("create stdout file");
+        let err = fs::File::create(&stderr).expect("create stderr file");
+        let child = cmd
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"));
+        Running {
+            child,
+            stdout,
+            stderr,
+            also_kill: Vec::new(),
+            finished: false,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kill `pid` too (by PID) if it is still alive when this is dropped.
+    fn also_kill(&mut self, pid: u32) {
+        self.also_kill.push(pid);
+    }
+
+    fn try_finish(&mut self) -> Option<Finished> {
+        let status = self.child.try_wait().expect("try_wait")?;
+        let ended_at = Instant::now();
+        self.finished = true;
+        Some(Finished {
+            status,
+            stdout: fs::read_to_string(&self.stdout).unwrap_or_default(),
+            stderr: fs::read_to_string(&self.stderr).unwrap_or_default(),
+            ended_at,
+        })
+    }
+
+    /// Output so far (for failure messages).
+    fn output_so_far(&self) -> String {
+        format!(
+            "stdout: {}\nstderr: {}",
+            fs::read_to_string(&self.stdout).unwrap_or_default(),
+            fs::read_to_string(&self.stderr).unwrap_or_default()
+        )
+    }
+
+    /// Waits for the exit; kills it and panics if it takes longer than `limit`.
+    #[track_caller]
+    fn finish_within(&mut self, limit: Duration, what: &str) -> Finished {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(done) = self.try_finish() {
+                return done;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                self.finished = true;
+                panic!(
+                    "{what}: leasehold (pid {}) still running after {limit:?}; killed\n{}",
+                    self.child.id(),
+                    self.output_so_far()
+                );
+            }
+            thread::sleep(POLL);
+        }
+    }
+
+    /// Polls `file` until it holds a complete line (written as `echo … > file` by the
+    /// command) and returns its trimmed content; panics if leasehold exits first.
+    #[track_caller]
+    fn wait_for_line(&mut self, file: &Path, what: &str) -> String {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(text) = fs::read_to_string(file)
+                && text.ends_with('\n')
+            {
+                return text.trim().to_owned();
+            }
+            if let Some(done) = self.try_finish() {
+                panic!("{what}: leasehold exited before the command wrote {file:?}: {done:?}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the command did not write {file:?} within {READY_TIMEOUT:?}\n{}",
+                self.output_so_far()
+            );
+            thread::sleep(POLL);
+        }
+    }
+
+    /// Waits until the command wrote its PID to `pidfile`, and registers it for cleanup.
+    #[track_caller]
+    fn wait_for_command_pid(&mut self, pidfile: &Path) -> u32 {
+        let text = self.wait_for_line(pidfile, "command pid");
+        let pid: u32 = text
+            .parse()
+            .unwrap_or_else(|e| panic!("pidfile {pidfile:?} holds {text:?}: {e}"));
+        self.also_kill(pid);
+        pid
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        for &pid in &self.also_kill {
+            if is_alive(pid) && is_test_command(pid) {
+                send_signal(pid, "KILL");
+            }
+        }
+    }
+}
+
+/// Runs `cmd` to the end (bounded by `EXIT_TIMEOUT`).
+#[track_caller]
+fn finish(cmd: Command, dir: &TempDir, label: &str) -> Finished {
+    Running::spawn(cmd, dir, label).finish_within(EXIT_TIMEOUT, label)
+}
+
+/// `kill -<sig> <pid>`.
+fn send_signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether `pid` is a live process. A zombie counts as gone: it runs nothing any more, and
+/// in a container whose PID 1 does not reap, an orphaned zombie is never removed.
+fn is_alive(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) S …`: the state follows the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// Whether `pid` still runs one of the commands these tests start (`sh`, or `sleep` after
+/// `exec`), so a PID reused by an unrelated process is never signalled.
+fn is_test_command(pid: u32) -> bool {
+    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+        matches!(argv0, b"sh" | b"sleep")
+    })
+}
+
+#[track_caller]
+fn assert_gone_soon(pid: u32, what: &str) {
+    let deadline = Instant::now() + GONE_TIMEOUT;
+    while is_alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: process {pid} still alive {GONE_TIMEOUT:?} after leasehold exited"
+        );
+        thread::sleep(POLL);
+    }
+}
+
+/// Whether `pid` has a handler installed for SIGTERM (`SigCgt` in `/proc/<pid>/status`).
+fn catches_sigterm(pid: u32) -> bool {
+    const SIGTERM_BIT: u64 = 1 << (15 - 1);
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & SIGTERM_BIT != 0)
+}
+
+fn all_keys(server: &RedisServer) -> Vec<String> {
+    let mut keys: Vec<String> = server.query(&["KEYS", "*"]);
+    keys.sort();
+    keys
+}
+
+/// Keys that are not fence counters: the lease keys.
+fn lease_keys(server: &RedisServer) -> Vec<String> {
+    all_keys(server)
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence"))
+        .collect()
+}
+
+/// Polls until exactly one lease key exists, and returns it.
+#[track_caller]
+fn wait_for_lease_key(server: &RedisServer) -> String {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let keys = lease_keys(server);
+        if let [key] = keys.as_slice() {
+            return key.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected one lease key, have {keys:?}"
+        );
+        thread::sleep(POLL);
+    }
+}
+
+/// `leasehold:lease:v1:<purpose>:{<64 lowercase hex>}`.
+fn is_lease_key(key: &str, purpose: &str) -> bool {
+    let Some(rest) = key.strip_prefix(&format!("leasehold:lease:v1:{purpose}:{{")) else {
+        return false;
+    };
+    let Some(hex) = rest.strip_suffix('}') else {
+        return false;
+    };
+    hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The keys leasehold uses for `resource` under the default namespace and purpose `run`.
+fn keys_of(resource: &str) -> LeaseKeys {
+    LeaseKeys::new(
+        &Namespace::default(),
+        &Purpose::new("run").expect("valid purpose"),
+        &ResourceDigest::of(resource.as_bytes()),
+    )
+}
+
+/// A shell command holding the lease until `release` (or drop): it writes its PID and the
+/// fencing token it was given, then waits for a file.
+struct Holder {
+    running: Running,
+    done: PathBuf,
+    token: u64,
+}
+
+impl Holder {
+    fn start(server: &RedisServer, dir: &TempDir, resource: &str, ttl: &str) -> Holder {
+        let done = dir.path("holder.done");
+        let token_file = dir.path("holder.token");
+        let pidfile = dir.path("holder.pid");
+        let mut cmd = run_cmd(server, resource);
+        cmd.args(["--ttl", ttl, "--", "sh", "-c"])
+            .arg(format!(
+                r#"echo $$ > "$PIDFILE"; echo "$LEASEHOLD_FENCING_TOKEN" > "$TOKEN"; {UNTIL_DONE}"#
+            ))
+            .env("DONE", &done)
+            .env("TOKEN", &token_file)
+            .env("PIDFILE", &pidfile);
+        let mut running = Running::spawn(cmd, dir, "holder");
+        running.wait_for_command_pid(&pidfile);
+        let text = running.wait_for_line(&token_file, "holder token");
+        let token = text
+            .parse()
+            .unwrap_or_else(|e| panic!("LEASEHOLD_FENCING_TOKEN {text:?} is not a u64: {e}"));
+        Holder {
+            running,
+            done,
+            token,
+        }
+    }
+
+    /// Lets the command end and returns how leasehold ended.
+    fn release(mut self) -> Finished {
+        fs::write(&self.done, "").expect("write done file");
+        self.running.finish_within(EXIT_TIMEOUT, "holder")
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = fs::write(&self.done, "");
+    }
+}
+
+/// A `MONITOR` connection recording every command the server executes.
+struct Monitor {
+    buffer: Arc<Mutex<Vec<u8>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Monitor {
+        let mut stream = TcpStream::connect(server.addr()).expect("connect for MONITOR");
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("set_read_timeout");
+        stream
+            .write_all(b"*1\r\n$7\r\nMONITOR\r\n")
+            .expect("send MONITOR");
+        let mut reply = Vec::new();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while !reply.starts_with(b"+OK\r\n") {
+            assert!(Instant::now() < deadline, "MONITOR not acknowledged");
+            let mut chunk = [0u8; 64];
+            match stream.read(&mut chunk) {
+                Ok(0) => panic!("MONITOR connection closed"),
+                Ok(n) => reply.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => panic!("MONITOR read: {e}"),
+            }
+        }
+        let buffer = Arc::new(Mutex::new(reply[5..].to_vec()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (buffer, stop) = (Arc::clone(&buffer), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut chunk = [0u8; 8192];
+                while !stop.load(Ordering::SeqCst) {
+                    match stream.read(&mut chunk) {
+                        Ok(0) => return,
+                        Ok(n) => buffer
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .extend_from_slice(&chunk[..n]),
+                        Err(e)
+                            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                        Err(_) => return,
+                    }
+                }
+            })
+        };
+        Monitor {
+            buffer,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.buffer.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+
+    /// Everything recorded up to a marker command sent now (so nothing before it is missed).
+    fn finish(mut self, server: &RedisServer) -> String {
+        let marker = format!("monitor-end-{}", std::process::id());
+        server.cmd(&["ECHO", &marker]);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while !self.text().contains(&marker) {
+            assert!(Instant::now() < deadline, "MONITOR never showed the marker");
+            thread::sleep(POLL);
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.text()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Every key with its type and value, as text.
+fn dump_redis(server: &RedisServer) -> String {
+    let mut out = String::new();
+    for key in all_keys(server) {
+        let kind: String = server.query(&["TYPE", &key]);
+        let value = match kind.as_str() {
+            "hash" => {
+                let fields: Vec<String> = server.query(&["HGETALL", &key]);
+                fields.join(" ")
+            }
+            "string" => server.query::<String>(&["GET", &key]),
+            other => panic!("unexpected key type {other} for {key}"),
+        };
+        out.push_str(&format!("{key} ({kind}): {value}\n"));
+    }
+    out
+}
+
+/// Threads spinning on every core until dropped (at most 10 s).
+struct CpuLoad {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl CpuLoad {
+    fn start() -> CpuLoad {
+        let cores = thread::available_parallelism().map_or(2, |n| n.get());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                thread::spawn(move || {
+                    let until = Instant::now() + Duration::from_secs(10);
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        CpuLoad { stop, threads }
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A loopback port with nothing listening on it.
+fn closed_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn concurrent_runs_on_one_resource_never_overlap_and_see_increasing_tokens() {
+    const RUNS: usize = 8;
+    let server = RedisServer::start();
+    let dir = TempDir::new("mutex");
+    let log = dir.path("log");
+    let mut runs: Vec<Running> = (0..RUNS)
+        .map(|i| {
+            let mut cmd = run_cmd(&server, "shared");
+            cmd.args(["--wait", "30s", "--ttl", "2s", "--", "sh", "-c"])
+                .arg(
+                    r#"echo "start $LEASEHOLD_FENCING_TOKEN" >> "$1"
+                       sleep 0.1
+                       echo "end $LEASEHOLD_FENCING_TOKEN" >> "$1""#,
+                )
+                .arg("sh")
+                .arg(&log);
+            Running::spawn(cmd, &dir, &format!("run{i}"))
+        })
+        .collect();
+    for (i, run) in runs.iter_mut().enumerate() {
+        run.finish_within(Duration::from_secs(45), &format!("run {i}"))
+            .assert_code(0, &format!("run {i}"));
+    }
+    let text = fs::read_to_string(&log).expect("read log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * RUNS, "log:\n{text}");
+    let mut last: Option<u64> = None;
+    for pair in lines.chunks(2) {
+        let start = pair[0]
+            .strip_prefix("start ")
+            .unwrap_or_else(|| panic!("expected a start line, got {:?}; log:\n{text}", pair[0]));
+        let end = pair[1]
+            .strip_prefix("end ")
+            .unwrap_or_else(|| panic!("expected an end line, got {:?}; log:\n{text}", pair[1]));
+        assert_eq!(start, end, "overlapping holders; log:\n{text}");
+        let token: u64 = start
+            .parse()
+            .unwrap_or_else(|e| panic!("token {start:?}: {e}; log:\n{text}"));
+        if let Some(previous) = last {
+            assert!(token > previous, "tokens not increasing; log:\n{text}");
+        }
+        last = Some(token);
+    }
+    assert!(lease_keys(&server).is_empty(), "a lease key remained");
+}
+
+#[test]
+fn a_contended_run_without_wait_exits_75_with_one_line_on_stderr() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("contended");
+    let holder = Holder::start(&server, &dir, "busy", "10s");
+    let mut cmd = run_cmd(&server, "busy");
+    cmd.args(["--wait", "0s", "--", "sh", "-c", "echo ran"]);
+    let contender = finish(cmd, &dir, "contender");
+    contender.assert_code(75, "contended run");
+    assert_eq!(
+        contender.stderr_lines().len(),
+        1,
+        "stderr: {:?}",
+        contender.stderr
+    );
+    assert!(
+        contender.stdout.is_empty(),
+        "the command must not run: {:?}",
+        contender.stdout
+    );
+    holder.release().assert_code(0, "holder");
+}
+
+#[test]
+fn the_command_exit_status_passes_through_and_126_127_mean_not_executable_or_not_found() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("status");
+    let not_executable = dir.path("not-executable.sh");
+    fs::write(&not_executable, "#!/bin/sh\nexit 0\n").expect("write script");
+    fs::set_permissions(&not_executable, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let missing = "leasehold-test-no-such-command-5f3a";
+    let cases: [(&[&str], i32); 4] = [
+        (&["sh", "-c", "exit 3"], 3),
+        (&["sh", "-c", "kill -9 $$"], 128 + 9),
+        (&[missing], 127),
+        (&[not_executable.to_str().expect("utf-8 temp path")], 126),
+    ];
+    for (i, (command, code)) in cases.into_iter().enumerate() {
+        let mut cmd = run_cmd(&server, "status");
+        cmd.args(["--ttl", "2s", "--"]).args(command);
+        let done = finish(cmd, &dir, &format!("case{i}"));
+        done.assert_code(code, &format!("{command:?}"));
+        assert!(
+            lease_keys(&server).is_empty(),
+            "{command:?} left the lease held: {:?}",
+            all_keys(&server)
+        );
+    }
+}
+
+#[test]
+fn the_lease_is_released_as_soon_as_the_command_exits() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("release");
+    let mut cmd = run_cmd(&server, "released");
+    cmd.args(["--ttl", "30s", "--", "true"]);
+    finish(cmd, &dir, "run").assert_code(0, "run -- true");
+    // Right away: a 30 s lease still there would show up here.
+    let inspect = finish(inspect_cmd(&server, "released"), &dir, "inspect");
+    inspect.assert_code(1, "inspect after release");
+    assert_eq!(inspect.stdout.trim(), "held: no");
+    let keys = all_keys(&server);
+    let expected = keys_of("released");
+    assert_eq!(
+        keys,
+        vec![expected.fence.clone()],
+        "only the fence may remain"
+    );
+    let fence = &keys[0];
+    assert!(
+        is_lease_key(fence.strip_suffix(":fence").expect("fence suffix"), "run"),
+        "unexpected key layout: {fence}"
+    );
+}
+
+#[test]
+fn killing_redis_stops_the_command_and_exits_124_within_the_ttl() {
+    let mut server = RedisServer::start();
+    let dir = TempDir::new("redis-killed");
+    let pidfile = dir.path("cmd.pid");
+    let mut cmd = run_cmd(&server, "doomed");
+    cmd.args([
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        r#"echo $$ > "$1"; exec sleep 30"#,
+        "sh",
+    ])
+    .arg(&pidfile);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let command_pid = run.wait_for_command_pid(&pidfile);
+    wait_for_lease_key(&server);
+    let killed_at = Instant::now();
+    server.kill();
+    let done = run.finish_within(Duration::from_secs(20), "run after redis was killed");
+    let delay = done.ended_at - killed_at;
+    done.assert_code(124, "run after redis was killed");
+    assert!(
+        delay < Duration::from_secs(1) + Duration::from_secs(3),
+        "leasehold took {delay:?} after redis died (ttl 1s)"
+    );
+    assert_gone_soon(command_pid, "the command");
+}
+
+#[test]
+fn deleting_the_lease_key_stops_the_command_within_one_renew_period_and_says_lost() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("deleted");
+    let pidfile = dir.path("cmd.pid");
+    let mut cmd = run_cmd(&server, "deleted");
+    cmd.args([
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        r#"echo $$ > "$1"; exec sleep 30"#,
+        "sh",
+    ])
+    .arg(&pidfile);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let command_pid = run.wait_for_command_pid(&pidfile);
+    let key = wait_for_lease_key(&server);
+    assert_eq!(key, keys_of("deleted").lease);
+    assert!(is_lease_key(&key, "run"), "unexpected key layout: {key}");
+    let deleted_at = Instant::now();
+    let removed: i64 = server.query(&["DEL", &key]);
+    assert_eq!(removed, 1);
+    let done = run.finish_within(Duration::from_secs(20), "run after DEL");
+    let delay = done.ended_at - deleted_at;
+    done.assert_code(124, "run after DEL");
+    assert!(
+        delay < Duration::from_millis(2500),
+        "leasehold took {delay:?} after the DEL (renew every ~333ms)"
+    );
+    assert!(
+        done.stderr_lines().iter().any(|l| l.contains("lost")),
+        "no line says the lease was lost: {:?}",
+        done.stderr
+    );
+    assert_gone_soon(command_pid, "the command");
+}
+
+#[test]
+fn bad_input_exits_125_with_one_line_naming_the_option_and_touches_nothing_in_redis() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("bad-input");
+    let url = server.url();
+    // (arguments after `leasehold run`, split at spaces; extra environment; what the line
+    // must name)
+    let cases = [
+        ("--resource x --ttl 0 -- true", None, "--ttl"),
+        ("--resource x --ttl abc -- true", None, "--ttl"),
+        ("--resource x --ttl 50ms -- true", None, "--ttl"),
+        ("--resource x true", None, "--"),
+        ("-- true", None, "--resource"),
+        ("--resource x --bogus -- true", None, "--bogus"),
+        (
+            "--resource x --ttl 1s --renew-every 2s -- true",
+            None,
+            "--renew-every",
+        ),
+        ("--resource x --purpose Bad -- true", None, "--purpose"),
+        ("--resource x --redis http://x -- true", None, "--redis"),
+        (
+            "--resource x --ttl 1s -- true",
+            Some(("LEASEHOLD_DRIFT_BUDGET", "2s")),
+            "drift",
+        ),
+    ];
+    server.reset_stats();
+    for (i, (args, env, names)) in cases.into_iter().enumerate() {
+        let args: Vec<&str> = args.split(' ').collect();
+        let mut cmd = bare();
+        cmd.arg("run");
+        if !args.contains(&"--redis") {
+            cmd.args(["--redis", &url]);
+        }
+        cmd.args(&args).envs(env);
+        let done = finish(cmd, &dir, &format!("case{i}"));
+        let what = format!("run {args:?} {env:?}");
+        done.assert_code(125, &what);
+        let lines = done.stderr_lines();
+        assert_eq!(lines.len(), 1, "{what}: stderr {:?}", done.stderr);
+        assert!(
+            names_option(lines[0], names),
+            "{what}: the line does not name {names}: {:?}",
+            lines[0]
+        );
+        assert!(done.stdout.is_empty(), "{what}: stdout {:?}", done.stdout);
+        assert_eq!(
+            server.command_calls(),
+            0,
+            "{what}: leasehold sent commands to redis"
+        );
+        let size: i64 = server.query(&["DBSIZE"]);
+        assert_eq!(
+            size,
+            0,
+            "{what}: redis is not empty: {:?}",
+            all_keys(&server)
+        );
+        server.reset_stats();
+    }
+}
+
+/// Whether an error line names `option`. The library's relation checks name parameters in
+/// their config spelling (`renew_every`, `drift_budget`), which is accepted for the option;
+/// `--` (the separator) must appear other than in the `--help` hint.
+fn names_option(line: &str, option: &str) -> bool {
+    let normal = line.replace('_', "-").to_ascii_lowercase();
+    match option {
+        "--" => normal.replace("--help", "").contains("--"),
+        "--redis" => normal.contains("--redis") || normal.contains("redis url"),
+        "--renew-every" => normal.contains("renew-every"),
+        "drift" => normal.contains("ttl") && normal.contains("drift"),
+        _ => normal.contains(option),
+    }
+}
+
+#[test]
+fn the_raw_resource_id_never_reaches_redis_or_the_output() {
+    const RAW: &str = "customer-4711-raw";
+    let server = RedisServer::start();
+    let dir = TempDir::new("raw-id");
+    let monitor = Monitor::start(&server);
+    let mut outputs = Vec::new();
+
+    let mut cmd = run_cmd(&server, RAW);
+    cmd.args(["--ttl", "2s", "--", "true"]);
+    let ok = finish(cmd, &dir, "ok");
+    ok.assert_code(0, "successful run");
+    outputs.push(("successful run", ok));
+
+    let holder = Holder::start(&server, &dir, RAW, "10s");
+    let stored = dump_redis(&server);
+    let mut cmd = run_cmd(&server, RAW);
+    cmd.args(["--", "true"]);
+    let contended = finish(cmd, &dir, "contended");
+    contended.assert_code(75, "contended run");
+    outputs.push(("contended run", contended));
+    let text = finish(inspect_cmd(&server, RAW), &dir, "inspect");
+    text.assert_code(0, "inspect");
+    outputs.push(("inspect", text));
+    let mut cmd = inspect_cmd(&server, RAW);
+    cmd.arg("--json");
+    let json = finish(cmd, &dir, "inspect-json");
+    json.assert_code(0, "inspect --json");
+    outputs.push(("inspect --json", json));
+    let held = holder.release();
+    held.assert_code(0, "holder");
+    outputs.push(("holder", held));
+    let stored_after = dump_redis(&server);
+    let commands = monitor.finish(&server);
+
+    let digest = ResourceDigest::of(RAW.as_bytes()).hex();
+    assert!(
+        stored.contains(&digest) && commands.contains(&digest),
+        "sanity: the digest should be in the keys and the commands"
+    );
+    for (what, text) in [
+        ("keys and values while held", &stored),
+        ("keys and values after", &stored_after),
+        ("commands redis executed (MONITOR)", &commands),
+    ] {
+        assert!(!text.contains(RAW), "the raw id is in {what}:\n{text}");
+    }
+    for (what, done) in &outputs {
+        assert!(
+            !done.stdout.contains(RAW) && !done.stderr.contains(RAW),
+            "the raw id is in the output of {what}: {done:?}"
+        );
+    }
+}
+
+#[test]
+fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("inspect");
+    let holder = Holder::start(&server, &dir, "inspected", "10s");
+
+    let text = finish(inspect_cmd(&server, "inspected"), &dir, "text");
+    text.assert_code(0, "inspect (held)");
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert!(lines.contains(&"held: yes"), "stdout: {:?}", text.stdout);
+    assert!(
+        lines.iter().any(|l| l.starts_with("remaining: ")),
+        "stdout: {:?}",
+        text.stdout
+    );
+    assert!(
+        lines.contains(&format!("fencing_token: {}", holder.token).as_str()),
+        "expected the holder's token {}: {:?}",
+        holder.token,
+        text.stdout
+    );
+
+    let mut cmd = inspect_cmd(&server, "inspected");
+    cmd.arg("--json");
+    let json = finish(cmd, &dir, "json");
+    json.assert_code(0, "inspect --json (held)");
+    let value: serde_json::Value = serde_json::from_str(json.stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON: {e}: {:?}", json.stdout));
+    let object = value.as_object().expect("a JSON object");
+    let mut fields: Vec<&str> = object.keys().map(String::as_str).collect();
+    fields.sort_unstable();
+    assert_eq!(fields, ["fencing_token", "held", "remaining_ms"], "{value}");
+    assert_eq!(value["held"], serde_json::json!(true));
+    assert_eq!(
+        value["fencing_token"].as_u64(),
+        Some(holder.token),
+        "{value}"
+    );
+    let remaining = value["remaining_ms"].as_u64().expect("remaining_ms: u64");
+    assert!(
+        remaining > 0 && remaining <= 10_000,
+        "remaining_ms {remaining} for a 10s lease"
+    );
+    holder.release().assert_code(0, "holder");
+
+    let mut cmd = inspect_cmd(&server, "inspected");
+    cmd.arg("--json");
+    let free = finish(cmd, &dir, "free");
+    free.assert_code(1, "inspect --json (free)");
+    let value: serde_json::Value = serde_json::from_str(free.stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON: {e}: {:?}", free.stdout));
+    assert_eq!(value, serde_json::json!({ "held": false }));
+
+    let mut cmd = bare();
+    cmd.args([
+        "inspect",
+        "--redis",
+        &format!("redis://127.0.0.1:{}", closed_port()),
+        "--resource",
+        "inspected",
+    ]);
+    let closed = finish(cmd, &dir, "closed");
+    closed.assert_code(125, "inspect against a closed port");
+    assert_eq!(
+        closed.stderr_lines().len(),
+        1,
+        "stderr: {:?}",
+        closed.stderr
+    );
+}
+
+#[test]
+fn sigterm_to_leasehold_is_forwarded_to_the_command_and_the_lease_released() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("sigterm");
+    let pidfile = dir.path("cmd.pid");
+    let mut cmd = run_cmd(&server, "terminated");
+    cmd.args(["--ttl", "2s", "--", "sh", "-c"])
+        .arg(r#"trap "exit 7" TERM; echo $$ > "$1"; while :; do sleep 0.05; done"#)
+        .arg("sh")
+        .arg(&pidfile);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let command_pid = run.wait_for_command_pid(&pidfile);
+    // leasehold installs its SIGTERM handler just after it spawned the command (see
+    // `sigterm_as_soon_as_the_command_has_started_is_forwarded_too`): wait for it here, so
+    // this test is about forwarding only.
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while !catches_sigterm(run.pid()) {
+        assert!(Instant::now() < deadline, "leasehold never caught SIGTERM");
+        thread::sleep(POLL);
+    }
+    assert!(send_signal(run.pid(), "TERM"), "kill -TERM leasehold");
+    let done = run.finish_within(Duration::from_secs(10), "run after SIGTERM");
+    done.assert_code(7, "run after SIGTERM");
+    assert_gone_soon(command_pid, "the command");
+    let inspect = finish(inspect_cmd(&server, "terminated"), &dir, "inspect");
+    inspect.assert_code(1, "inspect after SIGTERM");
+}
+
+#[test]
+fn sigterm_as_soon_as_the_command_has_started_is_forwarded_too() {
+    // Once the command runs, a SIGTERM to leasehold must reach the command: if it killed
+    // leasehold instead, the command would go on unsupervised after the lease expired. The
+    // command itself sends the signal to leasehold (its parent, `$PPID`) as its first act,
+    // the earliest moment an outside SIGTERM could arrive once the command has started.
+    const ROUNDS: usize = 20;
+    let server = RedisServer::start();
+    let dir = TempDir::new("sigterm-early");
+    let mut failures = Vec::new();
+    // A busy machine (as on CI) is when the window shows: keep every core busy meanwhile.
+    let _load = CpuLoad::start();
+    for round in 0..ROUNDS {
+        let pidfile = dir.path(&format!("cmd{round}.pid"));
+        let mut cmd = run_cmd(&server, &format!("early-{round}"));
+        cmd.args(["--ttl", "2s", "--", "sh", "-c"])
+            .arg(
+                r#"trap "exit 7" TERM; echo $$ > "$1"; kill -TERM "$PPID"
+                   n=0; while [ "$n" -lt 200 ]; do sleep 0.05; n=$((n+1)); done; exit 99"#,
+            )
+            .arg("sh")
+            .arg(&pidfile);
+        let mut run = Running::spawn(cmd, &dir, &format!("run{round}"));
+        let done = run.finish_within(Duration::from_secs(15), "run signalled by its command");
+        if let Ok(text) = fs::read_to_string(&pidfile)
+            && let Ok(pid) = text.trim().parse()
+        {
+            // Killed by PID on drop if it survived leasehold.
+            run.also_kill(pid);
+        }
+        if done.code() != Some(7) {
+            let orphan = fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .is_some_and(is_alive);
+            failures.push(format!(
+                "round {round}: exit {:?}, signal {:?}, command still running: {orphan}",
+                done.status.code(),
+                done.status.signal()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "SIGTERM right after the command started was not forwarded in {} of {ROUNDS} rounds \
+         (leasehold died of it; the command ran on, the lease left to expire):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn leasehold_paused_past_its_validity_stops_the_command_and_exits_124_on_resume() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("paused");
+    let pidfile = dir.path("cmd.pid");
+    let mut cmd = run_cmd(&server, "paused");
+    cmd.args([
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        r#"echo $$ > "$1"; exec sleep 30"#,
+        "sh",
+    ])
+    .arg(&pidfile);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let command_pid = run.wait_for_command_pid(&pidfile);
+    wait_for_lease_key(&server);
+    assert!(send_signal(run.pid(), "STOP"), "kill -STOP leasehold");
+    thread::sleep(Duration::from_secs(2));
+    let resumed_at = Instant::now();
+    assert!(send_signal(run.pid(), "CONT"), "kill -CONT leasehold");
+    let done = run.finish_within(Duration::from_secs(20), "run after SIGCONT");
+    let delay = done.ended_at - resumed_at;
+    done.assert_code(124, "run paused past its validity");
+    assert!(
+        delay < Duration::from_secs(3),
+        "leasehold took {delay:?} after SIGCONT"
+    );
+    assert_gone_soon(command_pid, "the command");
+}
+
+#[test]
+fn run_help_lists_every_exit_status_and_option() {
+    let dir = TempDir::new("help");
+    let mut cmd = bare();
+    cmd.args(["run", "--help"]);
+    let help = finish(cmd, &dir, "help");
+    help.assert_code(0, "run --help");
+    let words: Vec<&str> = help
+        .stdout
+        .split(|c: char| c.is_whitespace() || c == '/')
+        .collect();
+    for status in ["75", "124", "125", "126", "127"] {
+        assert!(
+            words.contains(&status),
+            "--help does not mention exit status {status}:\n{}",
+            help.stdout
+        );
+    }
+    for option in [
+        "--redis",
+        "--namespace",
+        "--purpose",
+        "--resource",
+        "--ttl",
+        "--wait",
+        "--renew-every",
+        "--grace",
+        "--operation-id",
+    ] {
+        assert!(
+            help.stdout.contains(option),
+            "--help does not mention {option}:\n{}",
+            help.stdout
+        );
+    }
+}
