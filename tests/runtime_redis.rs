@@ -221,3 +221,28 @@ async fn a_thousand_leases_on_redis_renew_for_three_ttls() {
     assert!(left.is_empty());
     assert_eq!(runtime.held(), 0);
 }
+
+#[tokio::test]
+async fn slow_redis_times_renewals_out_into_unknown_and_cancels_in_time() {
+    let mut f = fixture();
+    let url = f.server.url();
+    let m = run_until_cancelled(&mut f, move |_| {
+        // DEBUG SLEEP blocks the whole server (like a long fork or a slow disk); run it from
+        // a thread so this test's runtime keeps going.
+        std::thread::spawn(move || {
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let _: redis::RedisResult<()> =
+                redis::cmd("DEBUG").arg("SLEEP").arg("1").query(&mut conn);
+        });
+    })
+    .await;
+    eprintln!(
+        "RESULT redis DEBUG SLEEP 1 -> cancelled in {:?}, {:?} before validity ended (ttl {TTL:?})",
+        m.delay, m.margin
+    );
+    assert_eq!(
+        m.report.cancelled.map(|c| c.reason),
+        Some(CancelReason::Unknown)
+    );
+    assert!(m.margin.is_some(), "cancelled after local validity ended");
+}
