@@ -16,3 +16,4 @@ pub mod redis_server;
 pub use proxy::{Proxy, ProxyMode};
 pub use redis_server::RedisServer;
 pub mod backends;
+pub mod sentinel;

@@ -55,7 +55,18 @@ pub(super) fn command_failure(err: &RedisError) -> SendFailure {
     SendFailure::MaybeSent(FailureDetail::new(kind, err.to_string()))
 }
 
-/// Whether the connection is unusable after `err`, so the next call must reconnect.
-pub(super) fn breaks_connection(err: &RedisError) -> bool {
-    err.is_io_error() || err.is_unrecoverable_error()
+/// Server error codes of a node that is not (or no longer) the primary. After a failover
+/// the old primary is demoted and refuses our scripts' first write with `READONLY`.
+const NOT_THE_PRIMARY: &[&str] = &["READONLY", "MASTERDOWN"];
+
+/// Whether the next call must start on a new connection after `err`: the connection is
+/// unusable, or it leads to a node that is not the primary (a new connection finds the
+/// primary again: under Sentinel by asking the sentinels, standalone by resolving the URL's
+/// host again, as after a DNS-based failover).
+pub(super) fn needs_new_connection(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_unrecoverable_error()
+        || err
+            .code()
+            .is_some_and(|code| NOT_THE_PRIMARY.contains(&code))
 }

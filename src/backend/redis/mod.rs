@@ -1,23 +1,64 @@
-//! `RedisBackend`: the scripts of `lua/` on a standalone Redis.
+//! `RedisBackend`: the scripts of `lua/` on a standalone Redis, or on the primary that Redis
+//! Sentinel names.
+//!
+//! Both topologies share everything but one step: how a connection to the node that takes
+//! writes is obtained (`Topology`). The connection slot, the script calls, the error
+//! classification and the release notices are one code path.
 //!
 //! # Behaviour, and the time bound of every await
 //!
-//! * Construction parses the URL and opens nothing: a bad URL is an error before any I/O,
-//!   and a Redis that is down shows up as `NotSent` on the first call, not at start-up.
+//! * Construction parses every URL and opens nothing: a bad URL (or an empty sentinel list)
+//!   is an error before any I/O, and a Redis that is down shows up as `NotSent` on the first
+//!   call, not at start-up.
 //! * One multiplexed connection is shared by every call. It is made on first use and made
-//!   again after it breaks, bounded by `min(connect_timeout, the call's timeout)`. A failure
-//!   to connect is `NotSent`: nothing was written.
-//! * Each script call is bounded by its `timeout` (`tokio::time::timeout`, covering the
-//!   `NOSCRIPT` reload too). A call that times out is `MaybeSent`, and the connection is
-//!   dropped so the next call starts on a fresh one rather than behind a silent socket.
-//! * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`, `READONLY`…) are
-//!   `NotSent`; other errors and unreadable replies are `MaybeSent` (see `classify`).
-//! * Release notices use one pub/sub connection per subscription, bounded by the
-//!   subscription's timeout; it is closed when the subscription is dropped.
+//!   again after it is dropped (see the next bullets). *Obtaining* it is bounded as a whole
+//!   by `min(connect_timeout, the call's timeout)`; any failure to obtain it is `NotSent`:
+//!   nothing was written.
+//!   * Standalone: connect (TCP, TLS, `AUTH`, `SELECT`) to the configured URL.
+//!   * Sentinel: (1) ask every sentinel at once `SENTINEL get-master-addr-by-name`; the lookup
+//!     ends when every sentinel has answered or failed, when a majority of the configured
+//!     sentinels named the same address, or — once one has named a primary — at half the
+//!     bound, so sentinels that are down or silent cost at most that;
+//!     (2) connect to the address most sentinels named (then the others), with the data
+//!     nodes' credentials, database and TLS from `sentinel_node_url_template`; (3) keep that
+//!     very connection only if `ROLE` on it answers `master` (a user whose ACL forbids
+//!     `ROLE`, `NOPERM`, is taken at the sentinels' word).
+//! * The shared connection is dropped, so the next call obtains a new one — under Sentinel,
+//!   asks the sentinels again — when a call breaks it (I/O error), when a call times out
+//!   (the socket may be silent), when the node answers `READONLY` or `MASTERDOWN` (it is not,
+//!   or no longer, the primary: after a failover the old primary is demoted), and, under
+//!   Sentinel, when a sentinel announces `+switch-master` to another address.
+//! * Sentinel watcher: from the first successful connection on, one pub/sub connection per
+//!   sentinel listens for `+switch-master`. It runs in the background and is on no call's
+//!   path; each (re)subscription is bounded by `connect_timeout`, retried after 100 ms
+//!   doubling to 5 s, and followed by one lookup so a switch announced while it was not
+//!   listening is not missed. It stops when the last clone of the backend is dropped.
+//! * Each script call is bounded by its `timeout` (`tokio::time::timeout`, from the call's
+//!   start, obtaining the connection and the `NOSCRIPT` reload included). A call that times
+//!   out is `MaybeSent`.
+//! * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`…) are `NotSent`, and
+//!   so is `READONLY`: a read-only replica runs none of a script's writes, whatever their
+//!   order. Other errors and unreadable replies are `MaybeSent` (see `classify`).
+//! * Release notices use one pub/sub connection per subscription, to the node of the shared
+//!   connection (under Sentinel: the current primary, where the release script publishes).
+//!   Obtaining the shared connection and subscribing are bounded together by the
+//!   subscription's timeout. The subscription ends — the caller falls back to polling — when
+//!   its connection breaks or the primary moves to another node; it is closed when dropped.
+//!
+//! # What Sentinel does not promise
+//!
+//! During a failover two nodes can claim to be primary: after `SENTINEL FAILOVER`, the old
+//! primary keeps accepting writes until the sentinels demote it (about ten seconds with
+//! Redis 7.0), and a partitioned primary keeps accepting them until it rejoins. A call
+//! already in flight when `+switch-master` is announced, or one made while this process
+//! cannot hear the sentinels, may land on the old primary and its effect may be lost with
+//! it. Fencing tokens are what protects the resource then (DESIGN §4); `min-replicas-to-write`
+//! on the server narrows the window.
 
 mod classify;
 mod parse;
 mod scripts;
+mod sentinel;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -26,7 +67,7 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::{BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure};
@@ -34,24 +75,91 @@ use crate::error::LeaseError;
 use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
 use crate::protocol::{AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply};
 
-/// Where and how to reach Redis.
+/// Where and how to reach Redis: one standalone node ([`new`](Self::new)) or the primary
+/// that Redis Sentinel names ([`sentinel`](Self::sentinel)).
 #[derive(Clone)]
 pub struct RedisConfig {
-    url: String,
+    target: Target,
+    node_url_template: Option<String>,
     connect_timeout: Duration,
 }
 
+#[derive(Clone)]
+enum Target {
+    Standalone {
+        url: String,
+    },
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+    },
+}
+
 impl RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`, `rediss://…` (TLS, with the `tls` feature),
-    /// or `unix:///path/to/socket`. Connect timeout defaults to 1 s.
+    /// A standalone node: `redis://[user:password@]host:port[/db]`, `rediss://…` (TLS, with
+    /// the `tls` feature), or `unix:///path/to/socket`. Connect timeout defaults to 1 s.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
+            target: Target::Standalone { url: url.into() },
+            node_url_template: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 
-    /// Bound on establishing one connection (1 ms ..= 60 s).
+    /// The primary that the sentinels at `sentinel_urls` monitor as `master_name`, found
+    /// again after every failover (the module docs of [`RedisBackend`] say when, and how
+    /// long each step may take).
+    ///
+    /// Each sentinel URL is `redis://[user:password@]host:port` — the sentinel's own
+    /// credentials, if it has any — or `rediss://…`; it names no database, since sentinels
+    /// have none. The data nodes are reached at the address the sentinels report, logged in
+    /// as [`sentinel_node_url_template`](Self::sentinel_node_url_template) says (by default
+    /// plain `redis://`, no credentials, database 0). The connect timeout (default 1 s)
+    /// bounds finding the primary and connecting to it, together.
+    ///
+    /// Nothing is checked here: [`RedisBackend::new`] validates everything before any I/O.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::LeaseError> {
+    /// use std::time::Duration;
+    /// use leasehold::{LeaseClient, LeaseSettings, RedisBackend, RedisConfig};
+    ///
+    /// let sentinels = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    ///     .map(|host| format!("redis://{host}:26379"))
+    ///     .to_vec();
+    /// let config = RedisConfig::sentinel(sentinels, "leases")
+    ///     // Credentials and database of the data nodes; host and port are placeholders,
+    ///     // the sentinels name the primary.
+    ///     .sentinel_node_url_template("redis://lease-user:secret@primary/2")
+    ///     .connect_timeout(Duration::from_millis(500));
+    /// let client = LeaseClient::new(RedisBackend::new(config)?, LeaseSettings::default())?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn sentinel(sentinel_urls: Vec<String>, master_name: impl Into<String>) -> Self {
+        Self {
+            target: Target::Sentinel {
+                sentinels: sentinel_urls,
+                master_name: master_name.into(),
+            },
+            node_url_template: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Sentinel only: how to log in to the data nodes the sentinels name. A `redis://` or
+    /// `rediss://` URL whose scheme (TLS or not, `#insecure`), user, password, database and
+    /// `protocol` apply to every primary; its host and port are ignored and replaced by the
+    /// address the sentinels report. With TLS the certificate is checked against that
+    /// address (an IP, unless the sentinels announce hostnames).
+    ///
+    /// [`RedisBackend::new`] rejects it on a standalone configuration.
+    pub fn sentinel_node_url_template(mut self, url: impl Into<String>) -> Self {
+        self.node_url_template = Some(url.into());
+        self
+    }
+
+    /// Bound on obtaining one connection (1 ms ..= 60 s). Under Sentinel it covers asking
+    /// the sentinels, connecting to the primary and checking its `ROLE`.
     pub fn connect_timeout(mut self, connect_timeout: Duration) -> Self {
         self.connect_timeout = connect_timeout;
         self
@@ -60,15 +168,25 @@ impl RedisConfig {
 
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may carry a password.
-        f.debug_struct("RedisConfig")
-            .field("url", &"<redacted>")
-            .field("connect_timeout", &self.connect_timeout)
-            .finish()
+        // Every URL may carry a password: none is shown.
+        let mut d = f.debug_struct("RedisConfig");
+        match &self.target {
+            Target::Standalone { .. } => d.field("url", &"<redacted>"),
+            Target::Sentinel {
+                sentinels,
+                master_name,
+            } => d
+                .field("sentinels", &vec!["<redacted>"; sentinels.len()])
+                .field("master_name", master_name),
+        };
+        if self.node_url_template.is_some() {
+            d.field("sentinel_node_url_template", &"<redacted>");
+        }
+        d.field("connect_timeout", &self.connect_timeout).finish()
     }
 }
 
-/// Leases in a standalone Redis (6.2 or later).
+/// Leases in Redis 6.2 or later: a standalone node, or the primary Redis Sentinel names.
 ///
 /// Cloning is cheap and shares the connection.
 ///
@@ -84,22 +202,180 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    client: Client,
+    topology: Topology,
     connect_timeout: Duration,
-    slot: Mutex<Slot>,
+    shared: Arc<Shared>,
     /// Serialises reconnects so a burst of calls after a break opens one connection.
     connecting: tokio::sync::Mutex<()>,
+}
+
+/// How a connection to the node that takes writes is obtained: the one thing the
+/// topologies do differently.
+enum Topology {
+    Standalone(Client),
+    Sentinel(sentinel::Sentinels),
+}
+
+impl Topology {
+    /// A connection to the primary, obtained by `bound`. Every failure is `NotSent`: no
+    /// script was sent.
+    async fn connect(&self, bound: Instant) -> Result<Connected, SendFailure> {
+        match self {
+            Self::Standalone(client) => {
+                let connection = tokio::time::timeout_at(
+                    bound,
+                    client.get_multiplexed_async_connection_with_config(&connection_config(bound)),
+                )
+                .await
+                .map_err(|_| not_sent("connect timed out"))?
+                .map_err(|e| classify::connect_failure(&e))?;
+                Ok(Connected::new(connection, client.clone()))
+            }
+            Self::Sentinel(sentinels) => sentinels.connect(bound).await,
+        }
+    }
+}
+
+impl fmt::Debug for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the clients: their connection info holds the URL's password.
+        match self {
+            Self::Standalone(_) => f.write_str("Standalone"),
+            Self::Sentinel(sentinels) => fmt::Debug::fmt(sentinels, f),
+        }
+    }
+}
+
+/// The shared connection and the node it leads to. Cloned by every call: two cheap
+/// handles.
+#[derive(Clone)]
+struct Connected {
+    connection: MultiplexedConnection,
+    node: Arc<Node>,
+}
+
+struct Node {
+    /// A client for the node, for pub/sub.
+    client: Client,
+    /// `host:port` of the node, as the sentinels spell it in `+switch-master`.
+    endpoint: String,
+}
+
+impl Connected {
+    fn new(connection: MultiplexedConnection, client: Client) -> Self {
+        let endpoint = client.get_connection_info().addr().to_string();
+        Self {
+            connection,
+            node: Arc::new(Node { client, endpoint }),
+        }
+    }
+
+    fn endpoint(&self) -> &str {
+        &self.node.endpoint
+    }
+}
+
+/// What the calls share with the background tasks (sentinel watcher, subscriptions).
+struct Shared {
+    slot: Mutex<Slot>,
+    /// The latest primary endpoint, connected to or announced; mirrors `Slot::primary` for
+    /// subscriptions, which end when it moves.
+    primary: watch::Sender<Option<String>>,
 }
 
 #[derive(Default)]
 struct Slot {
     generation: u64,
-    connection: Option<MultiplexedConnection>,
+    current: Option<Connected>,
+    /// The latest primary endpoint, connected to or announced by a sentinel.
+    primary: Option<String>,
+    /// How many times a sentinel announced a primary other than `primary`.
+    moves: u64,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Self {
+            slot: Mutex::new(Slot::default()),
+            primary: watch::Sender::new(None),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        // The slot holds plain values replaced whole; a poisoned lock still holds valid ones.
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn current(&self) -> Option<(u64, Connected)> {
+        let slot = self.slot();
+        slot.current.clone().map(|c| (slot.generation, c))
+    }
+
+    fn moves(&self) -> u64 {
+        self.slot().moves
+    }
+
+    /// Makes `connected` the shared connection — unless a sentinel announced another
+    /// primary after `moves_before` was read, while it was being made.
+    fn install(&self, connected: &Connected, moves_before: u64) -> Result<u64, SendFailure> {
+        let mut slot = self.slot();
+        if slot.moves != moves_before && slot.primary.as_deref() != Some(connected.endpoint()) {
+            return Err(not_sent(
+                "a sentinel announced another primary while connecting",
+            ));
+        }
+        slot.generation += 1;
+        slot.current = Some(connected.clone());
+        slot.primary = Some(connected.endpoint().to_owned());
+        let generation = slot.generation;
+        drop(slot);
+        self.publish(connected.endpoint());
+        Ok(generation)
+    }
+
+    /// Forgets connection `generation` if it is still the current one.
+    fn discard(&self, generation: u64) {
+        let mut slot = self.slot();
+        if slot.generation == generation {
+            slot.current = None;
+        }
+    }
+
+    /// A sentinel names `endpoint` as the primary: a connection to any other node is
+    /// forgotten, so the next call finds the primary again.
+    fn primary_moved(&self, endpoint: &str) {
+        let mut slot = self.slot();
+        if slot.primary.as_deref() == Some(endpoint) {
+            return;
+        }
+        slot.primary = Some(endpoint.to_owned());
+        slot.moves += 1;
+        if slot
+            .current
+            .as_ref()
+            .is_some_and(|c| c.endpoint() != endpoint)
+        {
+            slot.current = None;
+        }
+        drop(slot);
+        self.publish(endpoint);
+    }
+
+    fn publish(&self, endpoint: &str) {
+        self.primary.send_if_modified(|primary| {
+            if primary.as_deref() == Some(endpoint) {
+                return false;
+            }
+            *primary = Some(endpoint.to_owned());
+            true
+        });
+    }
 }
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
+            .field("topology", &self.inner.topology)
             .field("connect_timeout", &self.inner.connect_timeout)
             .finish_non_exhaustive()
     }
@@ -109,86 +385,63 @@ impl RedisBackend {
     /// Validates the configuration; connects on first use.
     ///
     /// # Errors
-    /// [`LeaseError::InvalidRedisUrl`] for an unparsable URL or an unsupported scheme (such as
-    /// `rediss://` without the `tls` feature); [`LeaseError::InvalidDuration`] for the connect
-    /// timeout.
+    /// [`LeaseError::InvalidRedisUrl`] (the URL itself is never echoed) for an unparsable
+    /// URL or an unsupported scheme (such as `rediss://` without the `tls` feature); for a
+    /// sentinel configuration also an empty sentinel list, a sentinel URL naming a
+    /// database, a master name that is empty, longer than 128 bytes or holds whitespace,
+    /// and a node URL template that is not `redis://` or `rediss://` — or that is set on a
+    /// standalone configuration. [`LeaseError::InvalidDuration`] for the connect timeout.
     pub fn new(config: RedisConfig) -> Result<Self, LeaseError> {
         let connect_timeout = CONNECT_TIMEOUT.check(config.connect_timeout)?;
-        #[cfg(feature = "tls")]
-        if config.url.starts_with("rediss://") {
-            // The redis crate selects no rustls provider; without one, the first TLS
-            // handshake panics (DESIGN §12). Another provider installed first wins.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client =
-            Client::open(config.url.as_str()).map_err(|e| LeaseError::InvalidRedisUrl {
-                reason: e.to_string(),
-            })?;
+        let topology = match config.target {
+            Target::Standalone { url } => {
+                if config.node_url_template.is_some() {
+                    return Err(invalid_url(
+                        "sentinel_node_url_template applies only to a sentinel configuration",
+                    ));
+                }
+                Topology::Standalone(open_client(&url).map_err(invalid_url)?)
+            }
+            Target::Sentinel {
+                sentinels,
+                master_name,
+            } => Topology::Sentinel(sentinel::Sentinels::new(
+                &sentinels,
+                master_name,
+                config.node_url_template.as_deref(),
+                connect_timeout,
+            )?),
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                client,
+                topology,
                 connect_timeout,
-                slot: Mutex::new(Slot::default()),
+                shared: Arc::new(Shared::new()),
                 connecting: tokio::sync::Mutex::new(()),
             }),
         })
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
-        // The slot is a plain value replaced whole; a poisoned lock still holds a valid one.
-        self.inner.slot.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
-        let slot = self.slot();
-        slot.connection.clone().map(|c| (slot.generation, c))
-    }
-
-    /// The shared connection, made if there is none. Every failure here is `NotSent`.
-    async fn connection(
-        &self,
-        deadline: Instant,
-    ) -> Result<(u64, MultiplexedConnection), SendFailure> {
-        if let Some(current) = self.current() {
+    /// The shared connection, obtained if there is none. Every failure here is `NotSent`.
+    async fn connection(&self, deadline: Instant) -> Result<(u64, Connected), SendFailure> {
+        let shared = &self.inner.shared;
+        if let Some(current) = shared.current() {
             return Ok(current);
         }
-        let not_sent =
-            |m: &str| SendFailure::NotSent(FailureDetail::new(FailureKind::Connect, m.to_owned()));
         let _gate = tokio::time::timeout_at(deadline, self.inner.connecting.lock())
             .await
             .map_err(|_| not_sent("timed out waiting for a connection"))?;
-        if let Some(current) = self.current() {
+        if let Some(current) = shared.current() {
             return Ok(current);
         }
-        let bound = self
-            .inner
-            .connect_timeout
-            .min(deadline.saturating_duration_since(Instant::now()));
-        // Our own timeouts bound every call; the crate's response timeout would only race them.
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(bound))
-            .set_response_timeout(None);
-        let connection = tokio::time::timeout(
-            bound,
-            self.inner
-                .client
-                .get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .map_err(|_| not_sent("connect timed out"))?
-        .map_err(|e| classify::connect_failure(&e))?;
-        let mut slot = self.slot();
-        slot.generation += 1;
-        slot.connection = Some(connection.clone());
-        Ok((slot.generation, connection))
-    }
-
-    /// Forgets connection `generation` if it is still the current one.
-    fn discard(&self, generation: u64) {
-        let mut slot = self.slot();
-        if slot.generation == generation {
-            slot.connection = None;
+        let moves_before = shared.moves();
+        let bound = deadline.min(Instant::now() + self.inner.connect_timeout);
+        let connected = self.inner.topology.connect(bound).await?;
+        let generation = shared.install(&connected, moves_before)?;
+        if let Topology::Sentinel(sentinels) = &self.inner.topology {
+            sentinels.watch(shared);
         }
+        Ok((generation, connected))
     }
 
     fn invoke<'a, T: Send + 'a>(
@@ -201,7 +454,7 @@ impl RedisBackend {
     ) -> BackendFuture<'a, T> {
         Box::pin(async move {
             let deadline = Instant::now() + timeout;
-            let (generation, mut connection) = self.connection(deadline).await?;
+            let (generation, Connected { mut connection, .. }) = self.connection(deadline).await?;
             let mut invocation = script.prepare_invoke();
             for key in keys {
                 invocation.key(key);
@@ -216,15 +469,16 @@ impl RedisBackend {
             .await
             {
                 Err(_) => {
-                    self.discard(generation);
+                    // The socket may be silent, or lead to a node that is gone: start afresh.
+                    self.inner.shared.discard(generation);
                     return Err(SendFailure::MaybeSent(FailureDetail::new(
                         FailureKind::Timeout,
                         format!("no reply within {timeout:?}"),
                     )));
                 }
                 Ok(Err(e)) => {
-                    if classify::breaks_connection(&e) {
-                        self.discard(generation);
+                    if classify::needs_new_connection(&e) {
+                        self.inner.shared.discard(generation);
                     }
                     return Err(classify::command_failure(&e));
                 }
@@ -235,6 +489,35 @@ impl RedisBackend {
             })
         })
     }
+}
+
+/// Parses `url` into a client, without I/O.
+fn open_client(url: &str) -> Result<Client, String> {
+    #[cfg(feature = "tls")]
+    if url.starts_with("rediss://") {
+        // The redis crate selects no rustls provider; without one, the first TLS
+        // handshake panics (DESIGN §12). Another provider installed first wins.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    Client::open(url).map_err(|e| e.to_string())
+}
+
+fn invalid_url(reason: impl Into<String>) -> LeaseError {
+    LeaseError::InvalidRedisUrl {
+        reason: reason.into(),
+    }
+}
+
+fn not_sent(message: impl Into<String>) -> SendFailure {
+    SendFailure::NotSent(FailureDetail::new(FailureKind::Connect, message))
+}
+
+/// Connection settings for a connection that must be made by `bound`.
+fn connection_config(bound: Instant) -> AsyncConnectionConfig {
+    // Our own timeouts bound every call; the crate's response timeout would only race them.
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(bound.saturating_duration_since(Instant::now())))
+        .set_response_timeout(None)
 }
 
 fn ownership(attempt: &Attempt) -> Vec<Vec<u8>> {
@@ -318,22 +601,45 @@ impl LeaseBackend for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         Box::pin(async move {
+            let deadline = Instant::now() + timeout;
+            // On the node of the shared connection: the primary the scripts publish on.
+            let (_, current) = self.connection(deadline).await?;
             let failed = |kind, m: String| SendFailure::NotSent(FailureDetail::new(kind, m));
             let subscribe = async {
-                let mut pubsub = self.inner.client.get_async_pubsub().await?;
+                let mut pubsub = current.node.client.get_async_pubsub().await?;
                 pubsub.subscribe(&keys.release_channel).await?;
                 Ok::<_, redis::RedisError>(pubsub)
             };
-            let pubsub = tokio::time::timeout(timeout.min(self.inner.connect_timeout), subscribe)
+            let bound = deadline.min(Instant::now() + self.inner.connect_timeout);
+            let pubsub = tokio::time::timeout_at(bound, subscribe)
                 .await
                 .map_err(|_| failed(FailureKind::Timeout, "subscribe timed out".into()))?
                 .map_err(|e| failed(FailureKind::Connect, e.to_string()))?;
+            let mut primary = self.inner.shared.primary.subscribe();
+            // The primary may have moved while subscribing: look once before waiting.
+            primary.mark_changed();
+            let endpoint = current.endpoint().to_owned();
             let (tx, rx) = mpsc::channel(1);
             let task = tokio::spawn(async move {
                 let mut messages = pubsub.into_on_message();
-                while messages.next().await.is_some() {
-                    if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
-                        break;
+                loop {
+                    tokio::select! {
+                        message = messages.next() => {
+                            if message.is_none() {
+                                break;
+                            }
+                            if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+                                break;
+                            }
+                        }
+                        changed = primary.changed() => {
+                            // Releases are published on the new primary now: end, so the
+                            // caller polls (or subscribes again, on the new primary).
+                            let moved = primary.borrow_and_update().as_deref() != Some(&endpoint);
+                            if changed.is_err() || moved {
+                                break;
+                            }
+                        }
                     }
                 }
             });
