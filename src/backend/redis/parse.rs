@@ -161,4 +161,64 @@ mod tests {
         }
         assert!(renew(Value::Array(vec![bulk("RENEWED"), Value::Int(1)])).is_err());
     }
+
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        /// Redis values, mostly shaped like our replies (a status word first) so the
+        /// decoders get past the first check.
+        fn value() -> impl Strategy<Value = Value> {
+            const WORDS: &[&str] = &[
+                "ACQUIRED",
+                "REPLAYED",
+                "CONFLICT",
+                "CONTENDED",
+                "RENEWED",
+                "RELEASED",
+                "ABSENT",
+                "NOT_OWNER",
+                "HELD_BY_ATTEMPT",
+                "HELD_BY_OTHER",
+            ];
+            let word = prop_oneof![
+                proptest::sample::select(WORDS).prop_map(str::to_owned),
+                "[A-Z_]{0,12}",
+            ];
+            let leaf = prop_oneof![
+                Just(Value::Nil),
+                any::<i64>().prop_map(Value::Int),
+                word.clone()
+                    .prop_map(|w| Value::BulkString(w.as_bytes().to_vec())),
+                word.prop_map(Value::SimpleString),
+                proptest::collection::vec(any::<u8>(), 0..8).prop_map(Value::BulkString),
+            ];
+            leaf.prop_recursive(3, 16, 4, |inner| {
+                proptest::collection::vec(inner, 0..5).prop_map(Value::Array)
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+            /// No reply, however malformed, panics a decoder; what decodes is consistent.
+            #[test]
+            fn decoders_never_panic(v in value()) {
+                if let Ok(reply) = acquire(v.clone()) {
+                    match reply {
+                        AcquireReply::Acquired { token, .. } | AcquireReply::Replayed { token, .. } => {
+                            prop_assert!(token.get() > 0);
+                        }
+                        _ => {}
+                    }
+                }
+                let _ = renew(v.clone());
+                let _ = release(v.clone());
+                if let Ok(InspectReply::HeldByAttempt { token, .. } | InspectReply::HeldByOther { token, .. }) = inspect(v) {
+                    prop_assert!(token.get() > 0);
+                }
+            }
+        }
+    }
 }
