@@ -282,9 +282,12 @@ impl LeaseHandle {
                 }
             }
             // A short pause keeps a fast-failing connection from spinning; bounded by the
-            // deadline, which the next iteration checks.
-            let pause = Duration::from_millis(5 * u64::from(attempt_no + 1));
-            tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+            // deadline, which the next iteration checks. None after the last attempt: the
+            // caller should hear the outcome at once.
+            if attempt_no + 1 < RENEW_ATTEMPTS {
+                let pause = Duration::from_millis(5 * u64::from(attempt_no + 1));
+                tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+            }
         }
         let now = Instant::now();
         self.observe(now);
