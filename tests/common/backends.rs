@@ -1,11 +1,13 @@
-//! One harness over both backends, so a contract test is written once and run twice:
-//! on `MemoryBackend` under paused tokio time, and on a real `redis-server` behind a
-//! controllable proxy in real time.
+//! One harness over every backend, so a contract test is written once and run four times:
+//! on `MemoryBackend` under paused tokio time, and in real time on a real `redis-server`
+//! behind a controllable proxy, on a primary found through Sentinel (behind a proxy), and
+//! on a three-primary Redis Cluster (each node behind a proxy whose port it announces).
 
 use std::time::Duration;
 
 use leasehold::{LeaseClient, LeaseKeys, LeaseSettings, MemoryBackend, MemoryFault};
 
+use super::cluster::{ClusterNode, ClusterTopology};
 use super::sentinel::SentinelTopology;
 use super::{Proxy, ProxyMode, RedisServer};
 
@@ -28,6 +30,30 @@ pub enum Backend {
     },
     /// The primary behind a proxy, found through three sentinels.
     Sentinel(SentinelTopology),
+    /// Three cluster primaries, each behind a proxy whose port it announces.
+    Cluster(ClusterTopology),
+}
+
+/// The Redis node that holds a lease: a plain server, or a cluster's slot owner.
+enum Node<'a> {
+    Server(&'a RedisServer),
+    Cluster(&'a ClusterNode),
+}
+
+impl Node<'_> {
+    fn cmd(&self, args: &[&str]) -> redis::Value {
+        match self {
+            Node::Server(server) => server.cmd(args),
+            Node::Cluster(node) => node.cmd(args),
+        }
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        match self {
+            Node::Server(server) => server.query(args),
+            Node::Cluster(node) => node.query(args),
+        }
+    }
 }
 
 pub struct Harness {
@@ -75,24 +101,37 @@ impl Harness {
         }
     }
 
+    /// Three cluster primaries behind proxies; the client finds them through the proxies.
+    pub fn cluster() -> Self {
+        let topology = ClusterTopology::start_proxied();
+        let client = topology.client(redis_settings());
+        Self {
+            backend: Backend::Cluster(topology),
+            client,
+        }
+    }
+
     pub fn is_redis(&self) -> bool {
         !matches!(self.backend, Backend::Memory(_))
     }
 
-    /// The Redis node that holds the leases, for direct reads and writes.
-    fn node(&self) -> Option<&RedisServer> {
+    /// The Redis node that holds `keys`, for direct reads and writes.
+    fn node(&self, keys: &LeaseKeys) -> Option<Node<'_>> {
         match &self.backend {
             Backend::Memory(_) => None,
-            Backend::Redis { server, .. } => Some(server),
-            Backend::Sentinel(topology) => Some(topology.primary()),
+            Backend::Redis { server, .. } => Some(Node::Server(server)),
+            Backend::Sentinel(topology) => Some(Node::Server(topology.primary())),
+            Backend::Cluster(topology) => Some(Node::Cluster(topology.owner(&keys.lease))),
         }
     }
 
-    fn proxy(&self) -> Option<&Proxy> {
+    /// Every proxy between the client and the store.
+    fn proxies(&self) -> Vec<&Proxy> {
         match &self.backend {
-            Backend::Memory(_) => None,
-            Backend::Redis { proxy, .. } => Some(proxy),
-            Backend::Sentinel(topology) => Some(topology.proxy()),
+            Backend::Memory(_) => Vec::new(),
+            Backend::Redis { proxy, .. } => vec![proxy],
+            Backend::Sentinel(topology) => vec![topology.proxy()],
+            Backend::Cluster(topology) => topology.proxies().iter().collect(),
         }
     }
 
@@ -104,6 +143,7 @@ impl Harness {
                 LeaseClient::redis(&proxy.url(), settings).expect("valid url")
             }
             Backend::Sentinel(topology) => topology.client(settings),
+            Backend::Cluster(topology) => topology.client(settings),
         }
     }
 
@@ -113,20 +153,26 @@ impl Harness {
     }
 
     pub fn fault(&self, fault: Fault) {
-        match (&self.backend, self.proxy(), fault) {
-            (Backend::Memory(m), _, Fault::None) => m.set_fault(None),
-            (Backend::Memory(m), _, Fault::LoseReplies) => {
-                m.set_fault(Some(MemoryFault::LoseReply))
+        let mode = match fault {
+            Fault::None => ProxyMode::Pass,
+            Fault::LoseReplies => ProxyMode::DropReplies,
+        };
+        match (&self.backend, fault) {
+            (Backend::Memory(m), Fault::None) => m.set_fault(None),
+            (Backend::Memory(m), Fault::LoseReplies) => m.set_fault(Some(MemoryFault::LoseReply)),
+            _ => {
+                let proxies = self.proxies();
+                assert!(!proxies.is_empty(), "every Redis backend has a proxy");
+                for proxy in proxies {
+                    proxy.set_mode(mode);
+                }
             }
-            (_, Some(proxy), Fault::None) => proxy.set_mode(ProxyMode::Pass),
-            (_, Some(proxy), Fault::LoseReplies) => proxy.set_mode(ProxyMode::DropReplies),
-            (_, None, _) => unreachable!("every Redis backend has a proxy"),
         }
     }
 
     /// Deletes the lease key behind the holder's back (`DEL`).
     pub fn delete(&self, keys: &LeaseKeys) {
-        match (&self.backend, self.node()) {
+        match (&self.backend, self.node(keys)) {
             (Backend::Memory(m), _) => {
                 m.delete(keys);
             }
@@ -139,7 +185,7 @@ impl Harness {
 
     /// Deletes the fencing counter, as an eviction would.
     pub fn delete_fence(&self, keys: &LeaseKeys) {
-        match (&self.backend, self.node()) {
+        match (&self.backend, self.node(keys)) {
             (Backend::Memory(m), _) => m.delete_fence(keys),
             (_, Some(node)) => {
                 node.cmd(&["DEL", &keys.fence]);
@@ -151,7 +197,7 @@ impl Harness {
     /// Lets `by` pass for the server's view of the lease: memory advances the paused
     /// clock; Redis shortens the key's PTTL by `by`.
     pub async fn age(&self, keys: &LeaseKeys, by: Duration) {
-        match self.node() {
+        match self.node(keys) {
             None => tokio::time::advance(by).await,
             Some(server) => {
                 let pttl: i64 = server.query(&["PTTL", &keys.lease]);
@@ -164,7 +210,7 @@ impl Harness {
 
     /// Makes the lease expire on the server (not a `DEL`: the TTL runs out).
     pub async fn expire(&self, keys: &LeaseKeys) {
-        match self.node() {
+        match self.node(keys) {
             None => tokio::time::advance(Duration::from_secs(3600)).await,
             Some(server) => {
                 server.cmd(&["PEXPIRE", &keys.lease, "1"]);
@@ -177,7 +223,7 @@ impl Harness {
 
     /// Whether the store holds the lease key now.
     pub fn held(&self, keys: &LeaseKeys) -> bool {
-        match (&self.backend, self.node()) {
+        match (&self.backend, self.node(keys)) {
             (Backend::Memory(m), _) => m.remaining(keys).is_some(),
             (_, Some(node)) => node.query::<i64>(&["EXISTS", &keys.lease]) == 1,
             (_, None) => unreachable!("every Redis backend has a node"),
@@ -186,7 +232,7 @@ impl Harness {
 
     /// The server-side remaining time of the lease.
     pub fn pttl(&self, keys: &LeaseKeys) -> Option<Duration> {
-        match (&self.backend, self.node()) {
+        match (&self.backend, self.node(keys)) {
             (Backend::Memory(m), _) => m.remaining(keys),
             (_, Some(node)) => {
                 let ms: i64 = node.query(&["PTTL", &keys.lease]);
@@ -197,11 +243,19 @@ impl Harness {
     }
 
     /// A count of backend operations so far (memory: calls; Redis: commands executed on the
-    /// node; under Sentinel without the sentinels' own `PUBLISH` hellos to the primary).
+    /// node; under Sentinel without the sentinels' own `PUBLISH` hellos to the primary;
+    /// under Cluster summed over the primaries, without `CLUSTER` commands).
     pub fn commands(&self) -> u64 {
-        match (&self.backend, self.node()) {
-            (Backend::Memory(m), _) => m.calls(),
-            (Backend::Sentinel(_), Some(node)) => {
+        match &self.backend {
+            Backend::Memory(m) => m.calls(),
+            Backend::Redis { server, .. } => server.command_calls(),
+            Backend::Cluster(topology) => topology
+                .nodes()
+                .iter()
+                .map(ClusterNode::command_calls)
+                .sum(),
+            Backend::Sentinel(topology) => {
+                let node = topology.primary();
                 let stats: String = node.query(&["INFO", "commandstats"]);
                 let publish = stats
                     .lines()
@@ -211,8 +265,6 @@ impl Harness {
                     .unwrap_or(0);
                 node.command_calls() - publish
             }
-            (_, Some(node)) => node.command_calls(),
-            (_, None) => unreachable!("every Redis backend has a node"),
         }
     }
 }
@@ -242,6 +294,14 @@ macro_rules! contract_tests {
                 #[tokio::test]
                 async fn $name() {
                     super::$name(super::common::backends::Harness::sentinel()).await
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::common::backends::Harness::cluster()).await
                 }
             )*
         }

@@ -16,4 +16,5 @@ pub mod redis_server;
 pub use proxy::{Proxy, ProxyMode};
 pub use redis_server::RedisServer;
 pub mod backends;
+pub mod cluster;
 pub mod sentinel;

@@ -1,9 +1,11 @@
-//! `RedisBackend`: the scripts of `lua/` on a standalone Redis, or on the primary that Redis
-//! Sentinel names.
+//! `RedisBackend`: the scripts of `lua/` on a standalone Redis, on the primary that Redis
+//! Sentinel names, or on the Redis Cluster primary serving the lease's slot.
 //!
-//! Both topologies share everything but one step: how a connection to the node that takes
-//! writes is obtained (`Topology`). The connection slot, the script calls, the error
-//! classification and the release notices are one code path.
+//! The topologies share everything but one step: how a connection to the node that takes
+//! writes is obtained (`Topology`). The script calls, the error classification and the
+//! release notices are one code path. Standalone and Sentinel share one connection slot;
+//! Cluster keeps one connection per primary, chosen by the slot of the lease's hash tag
+//! (`cluster` says how the slot map is kept and when it is fetched again).
 //!
 //! # Behaviour, and the time bound of every await
 //!
@@ -56,6 +58,7 @@
 //! on the server narrows the window.
 
 mod classify;
+mod cluster;
 mod parse;
 mod scripts;
 mod sentinel;
@@ -75,8 +78,9 @@ use crate::error::LeaseError;
 use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
 use crate::protocol::{AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply};
 
-/// Where and how to reach Redis: one standalone node ([`new`](Self::new)) or the primary
-/// that Redis Sentinel names ([`sentinel`](Self::sentinel)).
+/// Where and how to reach Redis: one standalone node ([`new`](Self::new)), the primary
+/// that Redis Sentinel names ([`sentinel`](Self::sentinel)), or a Redis Cluster
+/// ([`cluster`](Self::cluster)).
 #[derive(Clone)]
 pub struct RedisConfig {
     target: Target,
@@ -92,6 +96,9 @@ enum Target {
     Sentinel {
         sentinels: Vec<String>,
         master_name: String,
+    },
+    Cluster {
+        seeds: Vec<String>,
     },
 }
 
@@ -146,6 +153,34 @@ impl RedisConfig {
         }
     }
 
+    /// The primaries of a Redis Cluster, found through `seed_urls` (any nodes of the
+    /// cluster; all are asked at once for the slot map, the first answer wins). Each
+    /// lease's script runs on the primary serving the slot of its hash tag, through one
+    /// connection per primary.
+    ///
+    /// Each seed URL is `redis://[user:password@]host:port` or `rediss://…`; it names no
+    /// database (a cluster has only database 0). The first seed's login and TLS settings
+    /// are used for every node, at the address the slot map names. The connect timeout
+    /// bounds fetching the slot map and connecting to one primary, together.
+    ///
+    /// A `MOVED` or `ASK` reply is `NotSent`: the slot map is fetched again and the
+    /// caller's retry runs on the new owner. `ASK` is not followed within a call.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::LeaseError> {
+    /// use leasehold::{RedisBackend, RedisConfig};
+    /// let seeds = vec!["redis://10.0.0.1:7000".to_owned(), "redis://10.0.0.2:7000".to_owned()];
+    /// let backend = RedisBackend::new(RedisConfig::cluster(seeds))?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    pub fn cluster(seed_urls: Vec<String>) -> Self {
+        Self {
+            target: Target::Cluster { seeds: seed_urls },
+            node_url_template: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
     /// Sentinel only: how to log in to the data nodes the sentinels name. A `redis://` or
     /// `rediss://` URL whose scheme (TLS or not, `#insecure`), user, password, database and
     /// `protocol` apply to every primary; its host and port are ignored and replaced by the
@@ -178,6 +213,7 @@ impl fmt::Debug for RedisConfig {
             } => d
                 .field("sentinels", &vec!["<redacted>"; sentinels.len()])
                 .field("master_name", master_name),
+            Target::Cluster { seeds } => d.field("seeds", &vec!["<redacted>"; seeds.len()]),
         };
         if self.node_url_template.is_some() {
             d.field("sentinel_node_url_template", &"<redacted>");
@@ -186,9 +222,10 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// Leases in Redis 6.2 or later: a standalone node, or the primary Redis Sentinel names.
+/// Leases in Redis 6.2 or later: a standalone node, the primary Redis Sentinel names, or the
+/// primaries of a Redis Cluster.
 ///
-/// Cloning is cheap and shares the connection.
+/// Cloning is cheap and shares the connection (under Cluster, the connections).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), leasehold::LeaseError> {
@@ -214,6 +251,8 @@ struct Inner {
 enum Topology {
     Standalone(Client),
     Sentinel(sentinel::Sentinels),
+    /// One connection per primary, kept by `cluster::Cluster` rather than the shared slot.
+    Cluster(cluster::Cluster),
 }
 
 impl Topology {
@@ -232,6 +271,8 @@ impl Topology {
                 Ok(Connected::new(connection, client.clone()))
             }
             Self::Sentinel(sentinels) => sentinels.connect(bound).await,
+            // `RedisBackend::connection` asks the cluster for the slot's node instead.
+            Self::Cluster(_) => Err(not_sent("a cluster has no single primary")),
         }
     }
 }
@@ -242,6 +283,7 @@ impl fmt::Debug for Topology {
         match self {
             Self::Standalone(_) => f.write_str("Standalone"),
             Self::Sentinel(sentinels) => fmt::Debug::fmt(sentinels, f),
+            Self::Cluster(cluster) => fmt::Debug::fmt(cluster, f),
         }
     }
 }
@@ -411,6 +453,14 @@ impl RedisBackend {
                 config.node_url_template.as_deref(),
                 connect_timeout,
             )?),
+            Target::Cluster { seeds } => {
+                if config.node_url_template.is_some() {
+                    return Err(invalid_url(
+                        "sentinel_node_url_template applies only to a sentinel configuration",
+                    ));
+                }
+                Topology::Cluster(cluster::Cluster::new(&seeds)?)
+            }
         };
         Ok(Self {
             inner: Arc::new(Inner {
@@ -422,26 +472,47 @@ impl RedisBackend {
         })
     }
 
-    /// The shared connection, obtained if there is none. Every failure here is `NotSent`.
-    async fn connection(&self, deadline: Instant) -> Result<(u64, Connected), SendFailure> {
+    /// The connection for a script on `key` — the shared connection, or under Cluster the
+    /// one to the owner of `key`'s slot — obtained if there is none. Every failure here is
+    /// `NotSent`.
+    async fn connection(
+        &self,
+        deadline: Instant,
+        key: &str,
+    ) -> Result<(u64, Connected), SendFailure> {
         let shared = &self.inner.shared;
-        if let Some(current) = shared.current() {
+        let current = || match &self.inner.topology {
+            Topology::Cluster(cluster) => cluster.current(key),
+            _ => shared.current(),
+        };
+        if let Some(current) = current() {
             return Ok(current);
         }
         let _gate = tokio::time::timeout_at(deadline, self.inner.connecting.lock())
             .await
             .map_err(|_| not_sent("timed out waiting for a connection"))?;
-        if let Some(current) = shared.current() {
+        if let Some(current) = current() {
             return Ok(current);
         }
-        let moves_before = shared.moves();
         let bound = deadline.min(Instant::now() + self.inner.connect_timeout);
+        if let Topology::Cluster(cluster) = &self.inner.topology {
+            return cluster.connect(key, bound).await;
+        }
+        let moves_before = shared.moves();
         let connected = self.inner.topology.connect(bound).await?;
         let generation = shared.install(&connected, moves_before)?;
         if let Topology::Sentinel(sentinels) = &self.inner.topology {
             sentinels.watch(shared);
         }
         Ok((generation, connected))
+    }
+
+    /// Forgets connection `generation` (to `connected`'s node) if it is still current.
+    fn discard(&self, generation: u64, connected: &Connected) {
+        match &self.inner.topology {
+            Topology::Cluster(cluster) => cluster.discard(connected.endpoint(), generation),
+            _ => self.inner.shared.discard(generation),
+        }
     }
 
     fn invoke<'a, T: Send + 'a>(
@@ -454,7 +525,9 @@ impl RedisBackend {
     ) -> BackendFuture<'a, T> {
         Box::pin(async move {
             let deadline = Instant::now() + timeout;
-            let (generation, Connected { mut connection, .. }) = self.connection(deadline).await?;
+            let route = keys.first().copied().unwrap_or_default();
+            let (generation, connected) = self.connection(deadline, route).await?;
+            let mut connection = connected.connection.clone();
             let mut invocation = script.prepare_invoke();
             for key in keys {
                 invocation.key(key);
@@ -470,7 +543,7 @@ impl RedisBackend {
             {
                 Err(_) => {
                     // The socket may be silent, or lead to a node that is gone: start afresh.
-                    self.inner.shared.discard(generation);
+                    self.discard(generation, &connected);
                     return Err(SendFailure::MaybeSent(FailureDetail::new(
                         FailureKind::Timeout,
                         format!("no reply within {timeout:?}"),
@@ -478,7 +551,14 @@ impl RedisBackend {
                 }
                 Ok(Err(e)) => {
                     if classify::needs_new_connection(&e) {
-                        self.inner.shared.discard(generation);
+                        self.discard(generation, &connected);
+                    }
+                    if let Topology::Cluster(cluster) = &self.inner.topology
+                        && cluster::map_is_stale(&e)
+                    {
+                        // Forgets the node's connection and the slot map.
+                        self.discard(generation, &connected);
+                        cluster.forget_map();
                     }
                     return Err(classify::command_failure(&e));
                 }
@@ -603,7 +683,8 @@ impl LeaseBackend for RedisBackend {
         Box::pin(async move {
             let deadline = Instant::now() + timeout;
             // On the node of the shared connection: the primary the scripts publish on.
-            let (_, current) = self.connection(deadline).await?;
+            // Under Cluster a PUBLISH reaches every node: the slot owner's will do.
+            let (_, current) = self.connection(deadline, &keys.lease).await?;
             let failed = |kind, m: String| SendFailure::NotSent(FailureDetail::new(kind, m));
             let subscribe = async {
                 let mut pubsub = current.node.client.get_async_pubsub().await?;
@@ -615,6 +696,8 @@ impl LeaseBackend for RedisBackend {
                 .await
                 .map_err(|_| failed(FailureKind::Timeout, "subscribe timed out".into()))?
                 .map_err(|e| failed(FailureKind::Connect, e.to_string()))?;
+            // Under Cluster no primary is announced: the subscription ends with its connection.
+            let follow_primary = !matches!(self.inner.topology, Topology::Cluster(_));
             let mut primary = self.inner.shared.primary.subscribe();
             // The primary may have moved while subscribing: look once before waiting.
             primary.mark_changed();
@@ -632,7 +715,7 @@ impl LeaseBackend for RedisBackend {
                                 break;
                             }
                         }
-                        changed = primary.changed() => {
+                        changed = primary.changed(), if follow_primary => {
                             // Releases are published on the new primary now: end, so the
                             // caller polls (or subscribes again, on the new primary).
                             let moved = primary.borrow_and_update().as_deref() != Some(&endpoint);

@@ -359,7 +359,7 @@ fn endpoint(host: &str, port: u16) -> String {
 }
 
 /// The template's kind of address (TLS or not, its TLS options) at `host:port`.
-fn node_addr(template: &ConnectionAddr, host: &str, port: u16) -> ConnectionAddr {
+pub(super) fn node_addr(template: &ConnectionAddr, host: &str, port: u16) -> ConnectionAddr {
     match template {
         ConnectionAddr::TcpTls {
             insecure,

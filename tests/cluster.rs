@@ -1,0 +1,209 @@
+//! Redis Cluster: `RedisConfig::cluster` runs each lease's scripts on the primary serving
+//! the slot of its hash tag, follows a slot that moves (`MOVED`), and wakes waiters with
+//! release notices. Every test runs a real three-primary cluster (`common::cluster`) and
+//! asserts both what the API reported and what the nodes hold afterwards.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::backends::redis_settings;
+use common::cluster::ClusterTopology;
+use leasehold::*;
+
+fn request(client: &LeaseClient, resource: &str, op: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("cluster").unwrap(),
+        ResourceDigest::of(resource),
+        client.new_attempt(op).unwrap(),
+    )
+    .ttl(Duration::from_secs(30))
+    .build()
+    .unwrap()
+}
+
+async fn acquired(client: &LeaseClient, req: &LeaseRequest) -> LeaseHandle {
+    match client.try_acquire(req).await.unwrap() {
+        AcquireOutcome::Acquired(h) => h,
+        other => panic!("expected acquired, got {other:?}"),
+    }
+}
+
+fn exists(topology: &ClusterTopology, key: &str) -> bool {
+    topology.owner(key).query::<i64>(&["EXISTS", key]) == 1
+}
+
+#[tokio::test]
+async fn leases_on_every_primary_acquire_renew_inspect_and_release_on_their_slot_owner() {
+    let topology = ClusterTopology::start();
+    let client = topology.client(redis_settings());
+    let mut owners = HashSet::new();
+    for i in 0..12 {
+        let resource = format!("r{i}");
+        let req = request(&client, &resource, "op");
+        let mut lease = acquired(&client, &req).await;
+        let keys = lease.keys().clone();
+        let owner = topology.owner_of(&keys.lease);
+        owners.insert(owner);
+        assert_eq!(topology.owner_of(&keys.fence), owner, "one slot per lease");
+        assert!(exists(&topology, &keys.lease), "the lease is on its owner");
+        let pexpire: i64 = topology.nodes()[owner].query(&["PEXPIRE", &keys.lease, "5000"]);
+        assert_eq!(pexpire, 1);
+
+        assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
+        let pttl: i64 = topology.nodes()[owner].query(&["PTTL", &keys.lease]);
+        assert!(pttl > 29_000, "renew reset the TTL: {pttl}");
+        let inspected = client
+            .inspect(lease.purpose(), lease.resource(), lease.attempt())
+            .await;
+        assert!(
+            matches!(inspected, InspectOutcome::HeldByAttempt { token, .. } if token == lease.token()),
+            "{inspected:?}"
+        );
+        let other = client
+            .try_acquire(&request(&client, &resource, "other"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(other, AcquireOutcome::Contended { .. }),
+            "{other:?}"
+        );
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+        assert!(!exists(&topology, &keys.lease), "released on its owner");
+    }
+    assert_eq!(owners.len(), 3, "twelve leases spread over every primary");
+}
+
+#[tokio::test]
+async fn a_lease_whose_slot_moves_renews_on_the_new_owner_and_tokens_keep_growing() {
+    let topology = ClusterTopology::start();
+    let client = topology.client(redis_settings());
+    let mut first = acquired(&client, &request(&client, "moving", "first")).await;
+    let first_token = first.token();
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let mut held = acquired(&client, &request(&client, "moving", "held")).await;
+    let keys = held.keys().clone();
+    let from = topology.owner_of(&keys.lease);
+    let to = (from + 1) % 3;
+
+    topology.move_slot(&keys.lease, to);
+    assert_eq!(topology.owner_of(&keys.lease), to);
+    // The backend's map still names the old owner: the first try is refused with MOVED
+    // (NotSent), the map is fetched again and the retry runs on the new owner.
+    let renewed = held.renew().await;
+    assert!(
+        matches!(renewed, RenewOutcome::Renewed { .. }),
+        "{renewed:?}"
+    );
+    let pttl: i64 = topology.nodes()[to].query(&["PTTL", &keys.lease]);
+    assert!(pttl > 29_000, "renewed on the new owner: {pttl}");
+    assert_eq!(held.release().await, ReleaseOutcome::Released);
+    assert!(!exists(&topology, &keys.lease));
+
+    // The fence moved with the lease: the next token is larger than both earlier ones.
+    let next = acquired(&client, &request(&client, "moving", "next")).await;
+    assert!(next.token() > held.token() && held.token() > first_token);
+    std::mem::forget(next);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_on_the_release_notice() {
+    let topology = ClusterTopology::start();
+    let holder_client = topology.client(redis_settings());
+    let mut holder = acquired(&holder_client, &request(&holder_client, "r", "holder")).await;
+    let waiter = topology.client(redis_settings());
+    let req = LeaseRequest::builder(
+        Purpose::new("cluster").unwrap(),
+        ResourceDigest::of("r"),
+        waiter.new_attempt("waiter").unwrap(),
+    )
+    .wait_timeout(Duration::from_secs(5))
+    .build()
+    .unwrap();
+    let task = tokio::spawn(async move { waiter.acquire(&req).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+    let outcome = task.await.unwrap();
+    let woke = released_at.elapsed();
+    assert!(
+        matches!(outcome, AcquireOutcome::Acquired(_)),
+        "{outcome:?}"
+    );
+    // The holder had ~30 s left: only the notice explains this.
+    assert!(
+        woke < Duration::from_secs(2),
+        "woke {woke:?} after the release"
+    );
+}
+
+#[tokio::test]
+async fn dead_and_silent_seeds_are_skipped_and_a_cluster_of_dead_seeds_is_unavailable_at_once() {
+    let closed = || {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!(
+            "redis://127.0.0.1:{}",
+            listener.local_addr().unwrap().port()
+        )
+    };
+    let topology = ClusterTopology::start();
+    let mut seeds = vec![closed()];
+    seeds.extend(topology.seed_urls());
+    let backend = RedisBackend::new(RedisConfig::cluster(seeds)).unwrap();
+    let client = LeaseClient::new(backend, redis_settings()).unwrap();
+    let mut lease = acquired(&client, &request(&client, "r", "op")).await;
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+
+    // A seed that accepts and never answers costs nothing while another answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut seeds = vec![format!("redis://{}", silent.local_addr().unwrap())];
+    seeds.extend(topology.seed_urls());
+    let backend = RedisBackend::new(RedisConfig::cluster(seeds)).unwrap();
+    let client = LeaseClient::new(backend, redis_settings()).unwrap();
+    let started = Instant::now();
+    let mut lease = acquired(&client, &request(&client, "r", "op")).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    drop(silent);
+
+    let backend = RedisBackend::new(RedisConfig::cluster(vec![closed(), closed()])).unwrap();
+    let client = LeaseClient::new(backend, redis_settings()).unwrap();
+    let started = Instant::now();
+    let outcome = client
+        .try_acquire(&request(&client, "r", "op"))
+        .await
+        .unwrap();
+    let AcquireOutcome::Unavailable { detail } = outcome else {
+        panic!("expected unavailable, got {outcome:?}")
+    };
+    assert_eq!(detail.kind, FailureKind::Connect);
+    assert!(detail.message.contains("no cluster seed"), "{detail}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn a_cluster_configuration_is_checked_before_any_io_and_never_shows_a_password() {
+    let invalid = |config: RedisConfig| {
+        matches!(
+            RedisBackend::new(config),
+            Err(LeaseError::InvalidRedisUrl { .. })
+        )
+    };
+    assert!(invalid(RedisConfig::cluster(vec![])));
+    assert!(invalid(RedisConfig::cluster(vec!["not a url".into()])));
+    assert!(invalid(RedisConfig::cluster(vec!["redis://h:1/2".into()])));
+    assert!(invalid(RedisConfig::cluster(vec!["unix:///tmp/s".into()])));
+    assert!(invalid(
+        RedisConfig::cluster(vec!["redis://h:1".into()]).sentinel_node_url_template("redis://h")
+    ));
+    let config = RedisConfig::cluster(vec!["redis://u:hunter2@h:1".into()]);
+    assert!(!format!("{config:?}").contains("hunter2"));
+    let backend = RedisBackend::new(config).unwrap();
+    assert!(!format!("{backend:?}").contains("hunter2"));
+}
