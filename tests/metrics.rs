@@ -2,14 +2,16 @@
 //! with the right labels; no label carries a digest, an owner token or a raw resource id.
 //! On `MemoryBackend` under paused time, with a thread-local debugging recorder.
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::workers::UntilCancelled;
 use leasehold::runtime::*;
 use leasehold::telemetry::names;
 use leasehold::*;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 const RAW_ID: &str = "raw-customer-id-4711";
 
@@ -355,30 +357,6 @@ async fn wait_retries_wakeups_and_wait_time_are_recorded() {
     assert!((waited[0] - 1.0).abs() < 0.01, "waited {}", waited[0]);
 }
 
-struct Worker;
-
-impl Actor for Worker {
-    type Msg = LeaseCancelled;
-    type State = ();
-    type Arguments = ();
-    async fn pre_start(
-        &self,
-        _: ActorRef<LeaseCancelled>,
-        _: (),
-    ) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-    async fn handle(
-        &self,
-        myself: ActorRef<LeaseCancelled>,
-        _: LeaseCancelled,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        myself.stop(None);
-        Ok(())
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn cancellations_and_their_delay_from_the_first_failed_renewal_are_recorded() {
     let recorder = DebuggingRecorder::new();
@@ -387,7 +365,12 @@ async fn cancellations_and_their_delay_from_the_first_failed_renewal_are_recorde
     let (client, backend) = setup();
     let runtime = LeaseRuntime::new(client.clone());
     let job = runtime
-        .spawn_under_lease(&request(&client, "r"), Worker, |_| (), CancelPolicy::Kill)
+        .spawn_under_lease(
+            &request(&client, "r"),
+            UntilCancelled,
+            |_| (),
+            CancelPolicy::Kill,
+        )
         .await
         .unwrap()
         .started()

@@ -1,8 +1,11 @@
 //! `run_under_lease`, `attach` and `supervise` on `MemoryBackend` under paused tokio time.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::workers::UntilCancelled;
 use leasehold::runtime::*;
 use leasehold::*;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -246,33 +249,6 @@ async fn attached_worker_keeps_running_across_leases_and_hears_of_a_loss() {
     worker.stop(None);
 }
 
-/// A job that runs until its lease ends.
-struct Forever;
-
-impl Actor for Forever {
-    type Msg = LeaseCancelled;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _: ActorRef<LeaseCancelled>,
-        _: (),
-    ) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<LeaseCancelled>,
-        _: LeaseCancelled,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        myself.stop(None);
-        Ok(())
-    }
-}
-
 async fn holding(w: &mut tokio::sync::watch::Receiver<SupervisorState>) -> FencingToken {
     loop {
         if let SupervisorState::Holding { token } = *w.borrow_and_update() {
@@ -288,7 +264,7 @@ async fn supervisor_reacquires_after_a_loss_with_a_larger_token() {
     let sup = rt
         .supervise(
             request(&rt, Duration::from_secs(10)),
-            |_ctx| (Forever, ()),
+            |_ctx| (UntilCancelled, ()),
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )
@@ -322,7 +298,7 @@ async fn two_supervisors_elect_one_leader_and_hand_over_on_shutdown() {
     let a = rt
         .supervise(
             request(&rt, Duration::from_secs(10)),
-            |_| (Forever, ()),
+            |_| (UntilCancelled, ()),
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )
@@ -332,7 +308,7 @@ async fn two_supervisors_elect_one_leader_and_hand_over_on_shutdown() {
     let b = rt
         .supervise(
             request(&rt, Duration::from_secs(10)),
-            |_| (Forever, ()),
+            |_| (UntilCancelled, ()),
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )

@@ -12,6 +12,7 @@
 
 pub mod proxy;
 pub mod redis_server;
+pub mod workers;
 
 pub use proxy::{Proxy, ProxyMode};
 pub use redis_server::RedisServer;

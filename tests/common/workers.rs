@@ -1,0 +1,31 @@
+//! Worker actors shared by the runtime tests.
+
+use leasehold::runtime::LeaseCancelled;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+/// A job that runs until its lease ends: it stops on its `LeaseCancelled`.
+pub struct UntilCancelled;
+
+impl Actor for UntilCancelled {
+    type Msg = LeaseCancelled;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LeaseCancelled>,
+        _: LeaseCancelled,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        myself.stop(None);
+        Ok(())
+    }
+}
