@@ -374,31 +374,8 @@ async fn acquire_wakes_on_the_release_notice_instead_of_sleeping_out_retry_after
         &request_for(&h.client, "r", Duration::from_secs(30)),
     )
     .await;
-    let waiter = h.other_client();
-    let req = LeaseRequest::builder(
-        Purpose::new("contract").unwrap(),
-        ResourceDigest::of("r"),
-        waiter.new_attempt("waiter").unwrap(),
-    )
-    .wait_timeout(Duration::from_secs(5))
-    .build()
-    .unwrap();
     let started = Instant::now();
-    let task = tokio::spawn(async move { waiter.acquire(&req).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released_at = Instant::now();
-    assert_eq!(holder.release().await, ReleaseOutcome::Released);
-    let outcome = task.await.unwrap();
-    let woke = released_at.elapsed();
-    assert!(
-        matches!(outcome, AcquireOutcome::Acquired(_)),
-        "{outcome:?}"
-    );
-    // The holder had 30 s left: only the notice can explain an acquisition this soon.
-    assert!(
-        woke < Duration::from_secs(2),
-        "woke {woke:?} after the release"
-    );
+    common::backends::assert_waiter_wakes_on_release(&mut holder, h.other_client()).await;
     assert!(started.elapsed() < Duration::from_secs(3));
 }
 

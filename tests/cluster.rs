@@ -114,29 +114,7 @@ async fn a_waiter_wakes_on_the_release_notice() {
     let holder_client = topology.client(redis_settings());
     let mut holder = acquired(&holder_client, &request(&holder_client, "r", "holder")).await;
     let waiter = topology.client(redis_settings());
-    let req = LeaseRequest::builder(
-        Purpose::new("cluster").unwrap(),
-        ResourceDigest::of("r"),
-        waiter.new_attempt("waiter").unwrap(),
-    )
-    .wait_timeout(Duration::from_secs(5))
-    .build()
-    .unwrap();
-    let task = tokio::spawn(async move { waiter.acquire(&req).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released_at = Instant::now();
-    assert_eq!(holder.release().await, ReleaseOutcome::Released);
-    let outcome = task.await.unwrap();
-    let woke = released_at.elapsed();
-    assert!(
-        matches!(outcome, AcquireOutcome::Acquired(_)),
-        "{outcome:?}"
-    );
-    // The holder had ~30 s left: only the notice explains this.
-    assert!(
-        woke < Duration::from_secs(2),
-        "woke {woke:?} after the release"
-    );
+    common::backends::assert_waiter_wakes_on_release(&mut holder, waiter).await;
 }
 
 #[tokio::test]

@@ -307,3 +307,35 @@ macro_rules! contract_tests {
         }
     };
 }
+
+/// Starts `waiter` acquiring `holder`'s lease (5 s wait), releases
+/// `holder` 300 ms later, and asserts the waiter acquired within 2 s of the release — the
+/// holder had ~30 s left, so only the release notice can explain it.
+pub async fn assert_waiter_wakes_on_release(
+    holder: &mut leasehold::LeaseHandle,
+    waiter: LeaseClient,
+) {
+    use leasehold::{AcquireOutcome, LeaseRequest, ReleaseOutcome};
+    let req = LeaseRequest::builder(
+        holder.purpose().clone(),
+        *holder.resource(),
+        waiter.new_attempt("waiter").expect("valid operation id"),
+    )
+    .wait_timeout(Duration::from_secs(5))
+    .build()
+    .expect("valid request");
+    let task = tokio::spawn(async move { waiter.acquire(&req).await.expect("valid request") });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = tokio::time::Instant::now();
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+    let outcome = task.await.expect("waiter task");
+    let woke = released_at.elapsed();
+    assert!(
+        matches!(outcome, AcquireOutcome::Acquired(_)),
+        "{outcome:?}"
+    );
+    assert!(
+        woke < Duration::from_secs(2),
+        "woke {woke:?} after the release"
+    );
+}
