@@ -1,8 +1,8 @@
--- leasehold inspect (DESIGN §4). Read only.
+-- leasehold inspect (DESIGN §4): one item of a batch; lua/batch.lua runs it. Read only.
 --
--- KEYS[1]  lease key
--- ARGV[1]  owner token
--- ARGV[2]  operation id
+-- lease  lease key ("<owner> <op> <token>")
+-- owner  owner token
+-- op     operation id
 --
 -- Replies (protocol::InspectReply):
 --   {'HELD_BY_ATTEMPT', pttl_ms, token}  held by exactly this attempt
@@ -10,12 +10,16 @@
 --                                        the fencing token is public (effect targets compare it)
 --   {'ABSENT'}
 
-local held = redis.call('HMGET', KEYS[1], 'o', 'p', 't')
-if not held[1] then
-  return {'ABSENT'}
+local function inspect(lease, owner, op)
+  local held = redis.call('GET', lease)
+  if not held then
+    return {'ABSENT'}
+  end
+  local pttl = redis.call('PTTL', lease)
+  local token = tonumber(string.match(held, ' (%d+)$'))
+  local mine = owner .. ' ' .. op .. ' '
+  if string.sub(held, 1, #mine) == mine then
+    return {'HELD_BY_ATTEMPT', pttl, token}
+  end
+  return {'HELD_BY_OTHER', pttl, token}
 end
-local pttl = redis.call('PTTL', KEYS[1])
-if held[1] == ARGV[1] and held[2] == ARGV[2] then
-  return {'HELD_BY_ATTEMPT', pttl, tonumber(held[3])}
-end
-return {'HELD_BY_OTHER', pttl, tonumber(held[3])}

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::backends::{Fault, Harness};
+use common::leases::acquired;
 use leasehold::*;
 use tokio::time::Instant;
 
@@ -25,17 +26,10 @@ fn request_for(client: &LeaseClient, resource: &str, ttl: Duration) -> LeaseRequ
     .unwrap()
 }
 
-async fn acquire_ok(client: &LeaseClient, req: &LeaseRequest) -> LeaseHandle {
-    match client.try_acquire(req).await.unwrap() {
-        AcquireOutcome::Acquired(h) => h,
-        other => panic!("expected acquired, got {other:?}"),
-    }
-}
-
 async fn acquire_when_absent_is_acquired_with_the_full_ttl(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
     let sent = Instant::now();
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     assert!(lease.token().get() > 0);
     assert_eq!(lease.state(), LeaseState::Active);
     assert!(lease.remaining_validity() <= Duration::from_secs(30) - 10 * MS);
@@ -48,7 +42,7 @@ async fn acquire_again_with_the_same_attempt_replays_the_token_without_resetting
     h: Harness,
 ) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let first = acquire_ok(&h.client, &req).await;
+    let first = acquired(&h.client, &req).await;
     h.age(first.keys(), Duration::from_secs(10)).await;
     let AcquireOutcome::Replayed(mut replay) = h.client.try_acquire(&req).await.unwrap() else {
         panic!("expected replay")
@@ -66,7 +60,7 @@ async fn acquire_again_with_the_same_attempt_replays_the_token_without_resetting
 /// Regression: a replay used to be trusted for a fresh full TTL.
 async fn replay_after_29s_of_a_30s_lease_trusts_only_the_servers_pttl(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let first = acquire_ok(&h.client, &req).await;
+    let first = acquired(&h.client, &req).await;
     h.age(first.keys(), Duration::from_secs(29)).await;
     let sent = Instant::now();
     let AcquireOutcome::Replayed(mut replay) = h.client.try_acquire(&req).await.unwrap() else {
@@ -91,7 +85,7 @@ async fn replay_after_29s_of_a_30s_lease_trusts_only_the_servers_pttl(h: Harness
 
 async fn acquire_with_the_same_owner_under_another_operation_is_a_conflict(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let first = acquire_ok(&h.client, &req).await;
+    let first = acquired(&h.client, &req).await;
     let other_op = Attempt::from_parts(
         req.attempt().owner().clone(),
         OperationId::new("op-2").unwrap(),
@@ -109,7 +103,7 @@ async fn acquire_with_the_same_owner_under_another_operation_is_a_conflict(h: Ha
 
 async fn acquire_held_by_another_is_contended_with_the_holders_pttl(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let _holder = acquire_ok(&h.client, &req).await;
+    let _holder = acquired(&h.client, &req).await;
     let other = h.other_client();
     let outcome = other
         .try_acquire(&request_for(&other, "r", Duration::from_secs(5)))
@@ -123,7 +117,7 @@ async fn acquire_held_by_another_is_contended_with_the_holders_pttl(h: Harness) 
 
 async fn renew_held_is_renewed_and_resets_the_server_ttl(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     h.age(lease.keys(), Duration::from_secs(20)).await;
     let outcome = lease.renew().await;
     assert!(
@@ -136,7 +130,7 @@ async fn renew_held_is_renewed_and_resets_the_server_ttl(h: Harness) {
 
 async fn renew_after_the_key_was_deleted_is_lost_absent(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     h.delete(lease.keys());
     assert_eq!(
         lease.renew().await,
@@ -148,10 +142,10 @@ async fn renew_after_the_key_was_deleted_is_lost_absent(h: Harness) {
 
 async fn renew_after_someone_else_took_it_is_lost_not_owner(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     h.delete(lease.keys());
     let other = h.other_client();
-    let _theirs = acquire_ok(&other, &request_for(&other, "r", Duration::from_secs(30))).await;
+    let _theirs = acquired(&other, &request_for(&other, "r", Duration::from_secs(30))).await;
     assert_eq!(
         lease.renew().await,
         RenewOutcome::Lost {
@@ -166,7 +160,7 @@ async fn renew_after_someone_else_took_it_is_lost_not_owner(h: Harness) {
 
 async fn release_held_is_released_and_the_key_is_gone(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     assert!(!h.held(lease.keys()));
     assert_eq!(lease.state(), LeaseState::Released);
@@ -174,10 +168,10 @@ async fn release_held_is_released_and_the_key_is_gone(h: Harness) {
 
 async fn release_after_someone_else_took_it_is_not_owner_and_leaves_theirs(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     h.delete(lease.keys());
     let other = h.other_client();
-    let mut theirs = acquire_ok(&other, &request_for(&other, "r", Duration::from_secs(30))).await;
+    let mut theirs = acquired(&other, &request_for(&other, "r", Duration::from_secs(30))).await;
     assert_eq!(lease.release().await, ReleaseOutcome::NotOwner);
     assert!(h.held(lease.keys()));
     assert!(matches!(theirs.renew().await, RenewOutcome::Renewed { .. }));
@@ -185,7 +179,7 @@ async fn release_after_someone_else_took_it_is_not_owner_and_leaves_theirs(h: Ha
 
 async fn release_when_absent_is_already_absent(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     h.expire(lease.keys()).await;
     assert_eq!(lease.release().await, ReleaseOutcome::AlreadyAbsent);
 }
@@ -198,7 +192,7 @@ async fn inspect_tells_attempt_other_and_absent_apart(h: Harness) {
         h.client.inspect(&p, &r, req.attempt()).await,
         InspectOutcome::Absent
     );
-    let mut lease = acquire_ok(&h.client, &req).await;
+    let mut lease = acquired(&h.client, &req).await;
     let InspectOutcome::HeldByAttempt { remaining, token } =
         h.client.inspect(&p, &r, req.attempt()).await
     else {
@@ -218,7 +212,7 @@ async fn fencing_tokens_increase_across_release_expiry_and_a_deleted_counter(h: 
     let mut tokens = Vec::new();
     // release + reacquire
     for _ in 0..3 {
-        let mut lease = acquire_ok(
+        let mut lease = acquired(
             &h.client,
             &request_for(&h.client, "r", Duration::from_secs(30)),
         )
@@ -227,7 +221,7 @@ async fn fencing_tokens_increase_across_release_expiry_and_a_deleted_counter(h: 
         assert_eq!(lease.release().await, ReleaseOutcome::Released);
     }
     // expiry + reacquire
-    let lease = acquire_ok(
+    let lease = acquired(
         &h.client,
         &request_for(&h.client, "r", Duration::from_secs(30)),
     )
@@ -236,7 +230,7 @@ async fn fencing_tokens_increase_across_release_expiry_and_a_deleted_counter(h: 
     h.expire(lease.keys()).await;
     drop(lease);
     // counter deleted (evicted) + reacquire
-    let mut lease = acquire_ok(
+    let mut lease = acquired(
         &h.client,
         &request_for(&h.client, "r", Duration::from_secs(30)),
     )
@@ -247,7 +241,7 @@ async fn fencing_tokens_increase_across_release_expiry_and_a_deleted_counter(h: 
     if h.is_redis() {
         // Redis falls back on server time, which survives the counter; MemoryBackend's
         // counter cannot be evicted in production, so only Redis is held to this row.
-        let lease = acquire_ok(
+        let lease = acquired(
             &h.client,
             &request_for(&h.client, "r", Duration::from_secs(30)),
         )
@@ -269,7 +263,7 @@ async fn ttl_not_above_the_drift_budget_is_rejected_before_any_command(h: Harnes
         .with_drift_budget(Duration::from_millis(200));
     let client = h.client_with(settings);
     let req = request_for(&client, "r", Duration::from_millis(200));
-    let before = h.commands();
+    let before = h.commands().await;
     for result in [client.try_acquire(&req).await, client.acquire(&req).await] {
         let err = result.unwrap_err();
         assert!(matches!(
@@ -284,16 +278,16 @@ async fn ttl_not_above_the_drift_budget_is_rejected_before_any_command(h: Harnes
             "ttl 200ms must be greater than drift_budget (200ms)"
         );
     }
-    assert_eq!(h.commands(), before, "no command may reach the store");
+    assert_eq!(h.commands().await, before, "no command may reach the store");
 }
 
 /// Regression: a LOST, RELEASED or UNKNOWN handle used to renew and report `Renewed`.
 async fn renew_after_lost_released_or_unknown_is_refused_with_zero_commands(h: Harness) {
     let ttl = Duration::from_secs(30);
-    let mut lost = acquire_ok(&h.client, &request_for(&h.client, "lost", ttl)).await;
+    let mut lost = acquired(&h.client, &request_for(&h.client, "lost", ttl)).await;
     h.delete(lost.keys());
     let _ = lost.renew().await;
-    let mut released = acquire_ok(&h.client, &request_for(&h.client, "released", ttl)).await;
+    let mut released = acquired(&h.client, &request_for(&h.client, "released", ttl)).await;
     let _ = released.release().await;
     let settings = h
         .client
@@ -301,7 +295,7 @@ async fn renew_after_lost_released_or_unknown_is_refused_with_zero_commands(h: H
         .clone()
         .with_command_timeout(Duration::from_millis(100));
     let fast = h.client_with(settings);
-    let mut unknown = acquire_ok(&fast, &request_for(&fast, "unknown", ttl)).await;
+    let mut unknown = acquired(&fast, &request_for(&fast, "unknown", ttl)).await;
     h.fault(Fault::LoseReplies);
     let outcome = unknown.renew().await;
     assert!(
@@ -310,7 +304,7 @@ async fn renew_after_lost_released_or_unknown_is_refused_with_zero_commands(h: H
     );
     h.fault(Fault::None);
 
-    let before = h.commands();
+    let before = h.commands().await;
     for (lease, state) in [
         (&mut lost, LeaseState::Lost(LostReason::Absent)),
         (&mut released, LeaseState::Released),
@@ -323,7 +317,7 @@ async fn renew_after_lost_released_or_unknown_is_refused_with_zero_commands(h: H
             "Renewed never coexists with a non-ACTIVE state"
         );
     }
-    assert_eq!(h.commands(), before);
+    assert_eq!(h.commands().await, before);
     std::mem::forget(unknown);
 }
 
@@ -338,13 +332,12 @@ async fn reply_lost_after_the_script_ran_is_indeterminate_and_the_attempt_finds_
     let req = request_for(&client, "r", Duration::from_secs(30));
     // Connect and load the script first: with the handshake's replies dropped the
     // connection fails (rightly `Unavailable`), and with NOSCRIPT's reply dropped the script
-    // never runs.
-    let mut warm = acquire_ok(
-        &client,
-        &request_for(&client, "warm", Duration::from_secs(30)),
-    )
-    .await;
-    let _ = warm.release().await;
+    // never runs. Under Cluster every primary must have it: 32 resources reach all three.
+    for i in 0..32 {
+        let warm = request_for(&client, &format!("warm-{i}"), Duration::from_secs(30));
+        let mut warm = acquired(&client, &warm).await;
+        let _ = warm.release().await;
+    }
     h.fault(Fault::LoseReplies);
     let outcome = client.try_acquire(&req).await.unwrap();
     let AcquireOutcome::Indeterminate { attempt, .. } = outcome else {
@@ -369,7 +362,7 @@ async fn reply_lost_after_the_script_ran_is_indeterminate_and_the_attempt_finds_
 
 /// Regression: the wait timeout used to be accepted and ignored.
 async fn acquire_wakes_on_the_release_notice_instead_of_sleeping_out_retry_after(h: Harness) {
-    let mut holder = acquire_ok(
+    let mut holder = acquired(
         &h.client,
         &request_for(&h.client, "r", Duration::from_secs(30)),
     )
@@ -380,7 +373,7 @@ async fn acquire_wakes_on_the_release_notice_instead_of_sleeping_out_retry_after
 }
 
 async fn acquire_returns_contended_at_the_wait_timeout_when_nobody_releases(h: Harness) {
-    let _holder = acquire_ok(
+    let _holder = acquired(
         &h.client,
         &request_for(&h.client, "r", Duration::from_secs(30)),
     )

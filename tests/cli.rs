@@ -378,15 +378,19 @@ fn wait_for_lease_key(server: &RedisServer) -> String {
     }
 }
 
-/// `leasehold:lease:v1:<purpose>:{<64 lowercase hex>}`.
+/// `leasehold:lease:v2:<purpose>:{<group>}:<64 lowercase hex>`, the group being the digest's
+/// first four hex digits.
 fn is_lease_key(key: &str, purpose: &str) -> bool {
-    let Some(rest) = key.strip_prefix(&format!("leasehold:lease:v1:{purpose}:{{")) else {
+    let Some(rest) = key.strip_prefix(&format!("leasehold:lease:v2:{purpose}:{{")) else {
         return false;
     };
-    let Some(hex) = rest.strip_suffix('}') else {
+    let Some((group, hex)) = rest.split_once("}:") else {
         return false;
     };
-    hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    group.len() == 4
+        && hex.len() == 64
+        && hex.starts_with(group)
+        && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The keys leasehold uses for `resource` under the default namespace and purpose `run`.
@@ -707,10 +711,13 @@ fn the_lease_is_released_as_soon_as_the_command_exits() {
         vec![expected.fence.clone()],
         "only the fence may remain"
     );
-    let fence = &keys[0];
-    assert!(
-        is_lease_key(fence.strip_suffix(":fence").expect("fence suffix"), "run"),
-        "unexpected key layout: {fence}"
+    let lease = &expected.lease;
+    assert!(is_lease_key(lease, "run"), "unexpected key layout: {lease}");
+    let (group, _) = lease.rsplit_once(':').expect("group before the digest");
+    assert_eq!(
+        keys[0],
+        format!("{group}:fence"),
+        "one fence counter per group"
     );
 }
 

@@ -11,24 +11,11 @@ use std::time::{Duration, Instant};
 
 use common::backends::redis_settings;
 use common::cluster::ClusterTopology;
+use common::leases::acquired;
 use leasehold::*;
 
 fn request(client: &LeaseClient, resource: &str, op: &str) -> LeaseRequest {
-    LeaseRequest::builder(
-        Purpose::new("cluster").unwrap(),
-        ResourceDigest::of(resource),
-        client.new_attempt(op).unwrap(),
-    )
-    .ttl(Duration::from_secs(30))
-    .build()
-    .unwrap()
-}
-
-async fn acquired(client: &LeaseClient, req: &LeaseRequest) -> LeaseHandle {
-    match client.try_acquire(req).await.unwrap() {
-        AcquireOutcome::Acquired(h) => h,
-        other => panic!("expected acquired, got {other:?}"),
-    }
+    common::leases::request(client, "cluster", resource, op)
 }
 
 fn exists(topology: &ClusterTopology, key: &str) -> bool {

@@ -480,7 +480,10 @@ async fn scenario(harness: &Harness, log: &Capture, secrets: &Secrets) {
     // --- unavailable: nothing ran ---
     let (unavailable, memory) = match &harness.backend {
         Backend::Memory(m) => (harness.other_client(), Some(m.clone())),
-        Backend::Redis { .. } | Backend::Sentinel(_) | Backend::Cluster(_) => {
+        Backend::Redis { .. }
+        | Backend::Batched { .. }
+        | Backend::Sentinel(_)
+        | Backend::Cluster(_) => {
             let port = {
                 let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
                 listener.local_addr().unwrap().port()

@@ -14,25 +14,12 @@ use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use common::backends::redis_settings;
+use common::leases::acquired;
 use common::sentinel::{MASTER_NAME, SentinelTopology, query, role};
 use leasehold::*;
 
 fn request(client: &LeaseClient, resource: &str, op: &str) -> LeaseRequest {
-    LeaseRequest::builder(
-        Purpose::new("sentinel").unwrap(),
-        ResourceDigest::of(resource),
-        client.new_attempt(op).unwrap(),
-    )
-    .ttl(Duration::from_secs(30))
-    .build()
-    .unwrap()
-}
-
-async fn acquired(client: &LeaseClient, req: &LeaseRequest) -> LeaseHandle {
-    match client.try_acquire(req).await.unwrap() {
-        AcquireOutcome::Acquired(h) => h,
-        other => panic!("expected acquired, got {other:?}"),
-    }
+    common::leases::request(client, "sentinel", resource, op)
 }
 
 /// Acquires and releases `resource` `times` times; the tokens issued.

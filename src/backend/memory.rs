@@ -19,7 +19,8 @@ use crate::protocol::{
 /// An in-process lease store with the same semantics as the Redis scripts.
 ///
 /// Clones share one store, so two clients on clones contend like two processes on one Redis.
-/// Fencing tokens come from a counter per resource that is never evicted.
+/// Fencing tokens come from a counter per lease group (as on Redis: see
+/// [`LeaseKeys`]) that is never evicted.
 ///
 /// Faults can be injected with [`set_fault`](Self::set_fault), and a lease can be taken away
 /// behind its holder's back with [`delete`](Self::delete): that is how code built on

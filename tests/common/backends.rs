@@ -1,11 +1,18 @@
-//! One harness over every backend, so a contract test is written once and run four times:
+//! One harness over every backend, so a contract test is written once and run five times:
 //! on `MemoryBackend` under paused tokio time, and in real time on a real `redis-server`
-//! behind a controllable proxy, on a primary found through Sentinel (behind a proxy), and
-//! on a three-primary Redis Cluster (each node behind a proxy whose port it announces).
+//! behind a controllable proxy — once as it comes, and once with every operation sharing
+//! its script call with others (`redis_batched`) — on a primary found through Sentinel
+//! (behind a proxy), and on a three-primary Redis Cluster (each node behind a proxy whose
+//! port it announces).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold::{LeaseClient, LeaseKeys, LeaseSettings, MemoryBackend, MemoryFault};
+use leasehold::{
+    LeaseClient, LeaseKeys, LeaseSettings, MemoryBackend, MemoryFault, Purpose, RedisBackend,
+    RedisConfig, ResourceDigest,
+};
 
 use super::cluster::{ClusterNode, ClusterTopology};
 use super::sentinel::SentinelTopology;
@@ -27,6 +34,15 @@ pub enum Backend {
     Redis {
         server: RedisServer,
         proxy: Proxy,
+    },
+    /// A redis-server behind a proxy, every client on one backend (one connection, one
+    /// queue of calls) that companions keep busy, so the test's operations travel in script
+    /// calls with theirs.
+    Batched {
+        server: RedisServer,
+        proxy: Proxy,
+        backend: RedisBackend,
+        companions: Companions,
     },
     /// The primary behind a proxy, found through three sentinels.
     Sentinel(SentinelTopology),
@@ -91,6 +107,26 @@ impl Harness {
         }
     }
 
+    /// A fresh redis-server behind a proxy; every client of the harness shares one backend
+    /// with [`Companions`], so each operation of the test shares a script call with
+    /// theirs.
+    pub fn redis_batched() -> Self {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.addr());
+        let backend = RedisBackend::new(RedisConfig::new(proxy.url())).expect("valid url");
+        let client = LeaseClient::new(backend.clone(), redis_settings()).expect("valid settings");
+        let companions = Companions::start(&client);
+        Self {
+            backend: Backend::Batched {
+                server,
+                proxy,
+                backend,
+                companions,
+            },
+            client,
+        }
+    }
+
     /// A primary behind a proxy and three sentinels; the client finds it through them.
     pub fn sentinel() -> Self {
         let topology = SentinelTopology::start_proxied();
@@ -119,7 +155,9 @@ impl Harness {
     fn node(&self, keys: &LeaseKeys) -> Option<Node<'_>> {
         match &self.backend {
             Backend::Memory(_) => None,
-            Backend::Redis { server, .. } => Some(Node::Server(server)),
+            Backend::Redis { server, .. } | Backend::Batched { server, .. } => {
+                Some(Node::Server(server))
+            }
             Backend::Sentinel(topology) => Some(Node::Server(topology.primary())),
             Backend::Cluster(topology) => Some(Node::Cluster(topology.owner(&keys.lease))),
         }
@@ -129,7 +167,7 @@ impl Harness {
     fn proxies(&self) -> Vec<&Proxy> {
         match &self.backend {
             Backend::Memory(_) => Vec::new(),
-            Backend::Redis { proxy, .. } => vec![proxy],
+            Backend::Redis { proxy, .. } | Backend::Batched { proxy, .. } => vec![proxy],
             Backend::Sentinel(topology) => vec![topology.proxy()],
             Backend::Cluster(topology) => topology.proxies().iter().collect(),
         }
@@ -141,6 +179,9 @@ impl Harness {
             Backend::Memory(m) => LeaseClient::new(m.clone(), settings).expect("valid settings"),
             Backend::Redis { proxy, .. } => {
                 LeaseClient::redis(&proxy.url(), settings).expect("valid url")
+            }
+            Backend::Batched { backend, .. } => {
+                LeaseClient::new(backend.clone(), settings).expect("valid settings")
             }
             Backend::Sentinel(topology) => topology.client(settings),
             Backend::Cluster(topology) => topology.client(settings),
@@ -244,11 +285,19 @@ impl Harness {
 
     /// A count of backend operations so far (memory: calls; Redis: commands executed on the
     /// node; under Sentinel without the sentinels' own `PUBLISH` hellos to the primary;
-    /// under Cluster summed over the primaries, without `CLUSTER` commands).
-    pub fn commands(&self) -> u64 {
+    /// under Cluster summed over the primaries, without `CLUSTER` commands). With
+    /// companions, the first call stops them for the rest of the test, once everything
+    /// they sent has been answered.
+    pub async fn commands(&self) -> u64 {
         match &self.backend {
             Backend::Memory(m) => m.calls(),
             Backend::Redis { server, .. } => server.command_calls(),
+            Backend::Batched {
+                server, companions, ..
+            } => {
+                companions.stop().await;
+                server.command_calls()
+            }
             Backend::Cluster(topology) => topology
                 .nodes()
                 .iter()
@@ -286,6 +335,14 @@ macro_rules! contract_tests {
                 #[tokio::test]
                 async fn $name() {
                     super::$name(super::common::backends::Harness::redis()).await
+                }
+            )*
+        }
+        mod redis_batched {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::common::backends::Harness::redis_batched()).await
                 }
             )*
         }
@@ -338,4 +395,70 @@ pub async fn assert_waiter_wakes_on_release(
         woke < Duration::from_secs(2),
         "woke {woke:?} after the release"
     );
+}
+
+/// Tasks that inspect absent leases in a loop on one client, so every operation on that
+/// client's backend finds calls in flight and waits to share the next script call.
+pub struct Companions {
+    stopped: Arc<AtomicBool>,
+    in_flight: Arc<AtomicUsize>,
+    /// Inspections answered, for tests that check the companions ran.
+    pub answered: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Companions {
+    /// Four companions: more than the calls the backend sends at once, so one always waits.
+    pub fn start(client: &LeaseClient) -> Self {
+        let stopped = Arc::new(AtomicBool::new(false));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let answered = Arc::new(AtomicU64::new(0));
+        let purpose = Purpose::new("companion").expect("valid purpose");
+        let tasks = (0..4)
+            .map(|i| {
+                let (client, purpose) = (client.clone(), purpose.clone());
+                let (stopped, in_flight) = (stopped.clone(), in_flight.clone());
+                let answered = answered.clone();
+                tokio::spawn(async move {
+                    let attempt = client.new_attempt("companion").expect("valid operation id");
+                    for n in 0u64.. {
+                        // Counted before the check, so `stop` sees either the flag
+                        // honoured or the call in flight (both are SeqCst).
+                        in_flight.fetch_add(1, Ordering::SeqCst);
+                        if stopped.load(Ordering::SeqCst) {
+                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            return;
+                        }
+                        let resource = ResourceDigest::of(format!("companion-{i}-{n}"));
+                        let _ = client.inspect(&purpose, &resource, &attempt).await;
+                        answered.fetch_add(1, Ordering::SeqCst);
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stopped,
+            in_flight,
+            answered,
+            tasks,
+        }
+    }
+
+    /// Stops the companions and waits until every call they made has been answered: what
+    /// they sent has run by then.
+    pub async fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        while self.in_flight.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+impl Drop for Companions {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
 }

@@ -18,4 +18,5 @@ pub use proxy::{Proxy, ProxyMode};
 pub use redis_server::RedisServer;
 pub mod backends;
 pub mod cluster;
+pub mod leases;
 pub mod sentinel;

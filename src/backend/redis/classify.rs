@@ -70,3 +70,10 @@ pub(super) fn needs_new_connection(err: &RedisError) -> bool {
             .code()
             .is_some_and(|code| NOT_THE_PRIMARY.contains(&code))
 }
+
+/// Whether a whole script call refused with `err` might have run some of its items alone:
+/// an ACL that forbids some keys (`NOPERM`) refuses the whole call for the keys of one item.
+/// Such a call ran nothing, so its items may be sent again one by one.
+pub(super) fn may_concern_some_keys(err: &RedisError) -> bool {
+    err.code() == Some("NOPERM")
+}

@@ -27,7 +27,7 @@
 //!     `ROLE`, `NOPERM`, is taken at the sentinels' word).
 //! * The shared connection is dropped, so the next call obtains a new one — under Sentinel,
 //!   asks the sentinels again — when a call breaks it (I/O error), when a call times out
-//!   (the socket may be silent), when the node answers `READONLY` or `MASTERDOWN` (it is not,
+//!   (the socket may be silent) or its reply cannot be trusted, when the node answers `READONLY` or `MASTERDOWN` (it is not,
 //!   or no longer, the primary: after a failover the old primary is demoted), and, under
 //!   Sentinel, when a sentinel announces `+switch-master` to another address.
 //! * Sentinel watcher: from the first successful connection on, one pub/sub connection per
@@ -35,9 +35,18 @@
 //!   path; each (re)subscription is bounded by `connect_timeout`, retried after 100 ms
 //!   doubling to 5 s, and followed by one lookup so a switch announced while it was not
 //!   listening is not missed. It stops when the last clone of the backend is dropped.
-//! * Each script call is bounded by its `timeout` (`tokio::time::timeout`, from the call's
-//!   start, obtaining the connection and the `NOSCRIPT` reload included). A call that times
-//!   out is `MaybeSent`.
+//! * Every operation is one item of a script call (`lua/batch.lua`). Under standalone and
+//!   Sentinel, concurrent operations share calls: at most two calls are in flight, and what
+//!   arrives meanwhile goes out together in the next one (`batch` says how, and what it
+//!   promises). An operation with nothing in flight is sent at once, alone. Under Cluster
+//!   each operation is a call of its own, to the owner of its slot.
+//! * Each operation is bounded by its `timeout` (`tokio::time::timeout`, from the call's
+//!   start: waiting for a call slot, obtaining the connection and the `NOSCRIPT` reload
+//!   included). One that times out before its call was written is `NotSent`; after, it is
+//!   `MaybeSent`. A script call whose reply has not come by the earliest deadline of its
+//!   operations makes the next call start on a new connection. Every reply echoes its
+//!   call's id: a reply read for another call (a stream that lost bytes) is `MaybeSent`
+//!   for every operation of the call, never decoded as theirs.
 //! * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`…) are `NotSent`, and
 //!   so is `READONLY`: a read-only replica runs none of a script's writes, whatever their
 //!   order. Other errors and unreadable replies are `MaybeSent` (see `classify`).
@@ -57,6 +66,7 @@
 //! it. Fencing tokens are what protects the resource then (DESIGN §4); `min-replicas-to-write`
 //! on the server narrows the window.
 
+mod batch;
 mod classify;
 mod cluster;
 mod parse;
@@ -64,6 +74,7 @@ mod scripts;
 mod sentinel;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -244,6 +255,10 @@ struct Inner {
     shared: Arc<Shared>,
     /// Serialises reconnects so a burst of calls after a break opens one connection.
     connecting: tokio::sync::Mutex<()>,
+    /// Calls waiting to be sent together (standalone and Sentinel).
+    batcher: batch::Batcher,
+    /// Ids of script calls, echoed in their replies.
+    calls: AtomicU64,
 }
 
 /// How a connection to the node that takes writes is obtained: the one thing the
@@ -468,6 +483,8 @@ impl RedisBackend {
                 connect_timeout,
                 shared: Arc::new(Shared::new()),
                 connecting: tokio::sync::Mutex::new(()),
+                batcher: batch::Batcher::default(),
+                calls: AtomicU64::new(0),
             }),
         })
     }
@@ -515,59 +532,159 @@ impl RedisBackend {
         }
     }
 
-    fn invoke<'a, T: Send + 'a>(
+    /// Runs `item`'s operation, bounded by `timeout` from now: under Cluster alone, on the
+    /// owner of its slot (leases of different slots cannot share a script call); otherwise
+    /// in the next batch (`batch`).
+    async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
+        let deadline = Instant::now() + timeout;
+        if !matches!(self.inner.topology, Topology::Cluster(_)) {
+            return batch::submit(self, item, deadline, timeout).await;
+        }
+        let (generation, connected) = self.connection(deadline, item.route()).await?;
+        let items = std::slice::from_ref(&item);
+        let deadlines = batch::Deadlines::one(deadline);
+        let sent = self.send(generation, &connected, items, deadlines).await;
+        sent.into_iter().next().unwrap_or_else(|| {
+            Err(SendFailure::MaybeSent(FailureDetail::new(
+                FailureKind::MalformedReply,
+                "no result for the call",
+            )))
+        })
+    }
+
+    /// Sends `items` as one script call on `connected`, waiting for its reply until
+    /// `deadlines.last`. One result per item, in order: its reply, its own error, or the
+    /// failure of the whole call.
+    ///
+    /// A reply not in by `deadlines.first` makes the next call start on a new connection
+    /// (the socket may be silent, or lead to a node that is gone), as the earliest item's
+    /// caller gives up then; the call itself keeps waiting for the others.
+    async fn send(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        items: &[batch::Item],
+        deadlines: batch::Deadlines,
+    ) -> Vec<batch::ItemResult> {
+        let started = Instant::now();
+        let id = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let command = batch::command(id, items);
+        let mut connection = connected.connection.clone();
+        let reply = eval(&mut connection, &command);
+        tokio::pin!(reply);
+        let reply = match tokio::time::timeout_at(deadlines.first, &mut reply).await {
+            Ok(reply) => Ok(reply),
+            Err(_) => {
+                self.discard(generation, connected);
+                tokio::time::timeout_at(deadlines.last, reply).await
+            }
+        };
+        let failure = match reply {
+            Ok(Ok(value)) => match parse::batch(value, id, items.len()) {
+                Ok(replies) => {
+                    return replies
+                        .into_iter()
+                        .map(|reply| match reply {
+                            Value::ServerError(e) => {
+                                let e = redis::RedisError::from(e);
+                                self.forget_on(generation, connected, &e);
+                                Err(classify::command_failure(&e))
+                            }
+                            reply => Ok(reply),
+                        })
+                        .collect();
+                }
+                Err(m) => {
+                    // Possibly another call's reply: this connection's stream cannot be
+                    // trusted any more.
+                    self.discard(generation, connected);
+                    SendFailure::MaybeSent(FailureDetail::new(FailureKind::MalformedReply, m))
+                }
+            },
+            Err(_) => {
+                self.discard(generation, connected);
+                SendFailure::MaybeSent(FailureDetail::new(
+                    FailureKind::Timeout,
+                    format!("no reply within {:?}", deadlines.last - started),
+                ))
+            }
+            Ok(Err(e)) => {
+                self.forget_on(generation, connected, &e);
+                if items.len() > 1 && classify::may_concern_some_keys(&e) {
+                    // Refused before running (invariant 4 of `batch`): each item alone.
+                    let alone = items.iter().map(|item| {
+                        let one = std::slice::from_ref(item);
+                        Box::pin(self.send(generation, connected, one, deadlines))
+                    });
+                    return futures_util::future::join_all(alone)
+                        .await
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                }
+                classify::command_failure(&e)
+            }
+        };
+        vec![Err(failure); items.len()]
+    }
+
+    /// Forgets what error `e` shows to be unusable: the connection (broken, or to a node
+    /// that is no longer the primary), and under Cluster a stale slot map.
+    fn forget_on(&self, generation: u64, connected: &Connected, e: &redis::RedisError) {
+        if classify::needs_new_connection(e) {
+            self.discard(generation, connected);
+        }
+        if let Topology::Cluster(cluster) = &self.inner.topology
+            && cluster::map_is_stale(e)
+        {
+            // Forgets the node's connection and the slot map.
+            self.discard(generation, connected);
+            cluster.forget_map();
+        }
+    }
+
+    /// Runs one operation and decodes its reply with `parse`.
+    fn operation<'a, T: Send + 'a>(
         &'a self,
-        script: &'static redis::Script,
-        keys: Vec<&'a str>,
-        args: Vec<Vec<u8>>,
+        item: batch::Item,
         timeout: Duration,
         parse: fn(Value) -> Result<T, String>,
     ) -> BackendFuture<'a, T> {
         Box::pin(async move {
-            let deadline = Instant::now() + timeout;
-            let route = keys.first().copied().unwrap_or_default();
-            let (generation, connected) = self.connection(deadline, route).await?;
-            let mut connection = connected.connection.clone();
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(key);
-            }
-            for arg in &args {
-                invocation.arg(arg.as_slice());
-            }
-            let value = match tokio::time::timeout_at(
-                deadline,
-                invocation.invoke_async::<Value>(&mut connection),
-            )
-            .await
-            {
-                Err(_) => {
-                    // The socket may be silent, or lead to a node that is gone: start afresh.
-                    self.discard(generation, &connected);
-                    return Err(SendFailure::MaybeSent(FailureDetail::new(
-                        FailureKind::Timeout,
-                        format!("no reply within {timeout:?}"),
-                    )));
-                }
-                Ok(Err(e)) => {
-                    if classify::needs_new_connection(&e) {
-                        self.discard(generation, &connected);
-                    }
-                    if let Topology::Cluster(cluster) = &self.inner.topology
-                        && cluster::map_is_stale(&e)
-                    {
-                        // Forgets the node's connection and the slot map.
-                        self.discard(generation, &connected);
-                        cluster.forget_map();
-                    }
-                    return Err(classify::command_failure(&e));
-                }
-                Ok(Ok(value)) => value,
-            };
-            parse(value).map_err(|m| {
+            let reply = self.call(item, timeout).await?;
+            parse(reply).map_err(|m| {
                 SendFailure::MaybeSent(FailureDetail::new(FailureKind::MalformedReply, m))
             })
         })
+    }
+}
+
+/// `command` (an `EVALSHA`), loading the script first if the server does not know it
+/// (`NOSCRIPT`: after `SCRIPT FLUSH`, or a restart without persistence).
+async fn eval(
+    connection: &mut MultiplexedConnection,
+    command: &redis::Cmd,
+) -> redis::RedisResult<Value> {
+    let top_level = |value: Value| match value {
+        Value::ServerError(e) => Err(redis::RedisError::from(e)),
+        value => Ok(value),
+    };
+    match connection
+        .send_packed_command(command)
+        .await
+        .and_then(top_level)
+    {
+        Err(e) if e.code() == Some("NOSCRIPT") => {
+            scripts::BATCH
+                .prepare_invoke()
+                .load_async(connection)
+                .await?;
+            connection
+                .send_packed_command(command)
+                .await
+                .and_then(top_level)
+        }
+        result => result,
     }
 }
 
@@ -600,17 +717,6 @@ fn connection_config(bound: Instant) -> AsyncConnectionConfig {
         .set_response_timeout(None)
 }
 
-fn ownership(attempt: &Attempt) -> Vec<Vec<u8>> {
-    vec![
-        attempt.owner().expose().as_bytes().to_vec(),
-        attempt.operation().as_str().as_bytes().to_vec(),
-    ]
-}
-
-fn millis_arg(d: Duration) -> Vec<u8> {
-    d.as_millis().to_string().into_bytes()
-}
-
 impl LeaseBackend for RedisBackend {
     fn acquire<'a>(
         &'a self,
@@ -619,10 +725,8 @@ impl LeaseBackend for RedisBackend {
         ttl: Duration,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
-        let mut args = ownership(attempt);
-        args.push(millis_arg(ttl));
-        let both = vec![keys.lease.as_str(), keys.fence.as_str()];
-        self.invoke(&scripts::ACQUIRE, both, args, timeout, parse::acquire)
+        let item = batch::Item::acquire(keys, attempt, ttl);
+        self.operation(item, timeout, parse::acquire)
     }
 
     fn renew<'a>(
@@ -632,15 +736,8 @@ impl LeaseBackend for RedisBackend {
         ttl: Duration,
         timeout: Duration,
     ) -> BackendFuture<'a, RenewReply> {
-        let mut args = ownership(attempt);
-        args.push(millis_arg(ttl));
-        self.invoke(
-            &scripts::RENEW,
-            vec![keys.lease.as_str()],
-            args,
-            timeout,
-            parse::renew,
-        )
+        let item = batch::Item::renew(keys, attempt, ttl);
+        self.operation(item, timeout, parse::renew)
     }
 
     fn release<'a>(
@@ -649,15 +746,8 @@ impl LeaseBackend for RedisBackend {
         attempt: &'a Attempt,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseReply> {
-        let mut args = ownership(attempt);
-        args.push(keys.release_channel.as_bytes().to_vec());
-        self.invoke(
-            &scripts::RELEASE,
-            vec![keys.lease.as_str()],
-            args,
-            timeout,
-            parse::release,
-        )
+        let item = batch::Item::release(keys, attempt);
+        self.operation(item, timeout, parse::release)
     }
 
     fn inspect<'a>(
@@ -666,13 +756,8 @@ impl LeaseBackend for RedisBackend {
         attempt: &'a Attempt,
         timeout: Duration,
     ) -> BackendFuture<'a, InspectReply> {
-        self.invoke(
-            &scripts::INSPECT,
-            vec![keys.lease.as_str()],
-            ownership(attempt),
-            timeout,
-            parse::inspect,
-        )
+        let item = batch::Item::inspect(keys, attempt);
+        self.operation(item, timeout, parse::inspect)
     }
 
     fn subscribe_releases<'a>(

@@ -109,6 +109,28 @@ pub(super) fn inspect(value: Value) -> Parsed<InspectReply> {
     })
 }
 
+/// The reply of script call `id` with `n` items: one value per item, in order. An item's
+/// value may be an error (`Value::ServerError`): that item's, for the caller to classify.
+/// A reply that does not echo `id` first belongs to another call: an error.
+pub(super) fn batch(value: Value, id: u64, n: usize) -> Parsed<Vec<Value>> {
+    let mut items = items(value)?;
+    if items.len() != n + 1 {
+        return Err(format!(
+            "batch reply has {} elements for {n} items",
+            items.len()
+        ));
+    }
+    let echo = word(&items[0])?;
+    if echo != id.to_string().as_bytes() {
+        return Err(format!(
+            "batch reply echoes call id {:?}, not {id}: another call's reply",
+            String::from_utf8_lossy(echo)
+        ));
+    }
+    items.remove(0);
+    Ok(items)
+}
+
 fn unknown(script: &str, status: &[u8], len: usize) -> String {
     format!(
         "unknown {script} reply {:?} with {len} elements",
@@ -141,6 +163,29 @@ mod tests {
                 pttl: Duration::ZERO
             })
         );
+    }
+
+    #[test]
+    fn a_batch_reply_is_one_value_per_item_after_the_echoed_call_id() {
+        let err = redis::parse_redis_value(b"-WRONGTYPE not a lease\r\n").unwrap();
+        assert!(matches!(err, Value::ServerError(_)));
+        let reply = Value::Array(vec![
+            bulk("41"),
+            Value::Array(vec![bulk("RENEWED")]),
+            err.clone(),
+        ]);
+        let items = batch(reply.clone(), 41, 2).unwrap();
+        assert_eq!(items[1], err, "an item's error is passed on, for that item");
+        assert_eq!(renew(items[0].clone()), Ok(RenewReply::Renewed));
+        // Another call's reply (the stream lost bytes), or a count that does not match.
+        assert!(
+            batch(reply.clone(), 42, 2)
+                .unwrap_err()
+                .contains("another call")
+        );
+        assert!(batch(reply, 41, 3).is_err());
+        assert!(batch(Value::Array(vec![]), 41, 0).is_err());
+        assert!(batch(Value::Nil, 41, 0).is_err());
     }
 
     #[test]
@@ -213,6 +258,9 @@ mod tests {
                 }
                 let _ = renew(v.clone());
                 let _ = release(v.clone());
+                if let Ok(items) = batch(v.clone(), 7, 2) {
+                    prop_assert_eq!(items.len(), 2);
+                }
                 if let Ok(InspectReply::HeldByAttempt { token, .. } | InspectReply::HeldByOther { token, .. }) = inspect(v) {
                     prop_assert!(token.get() > 0);
                 }

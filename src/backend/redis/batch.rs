@@ -1,0 +1,439 @@
+//! Coalescing: the operations of concurrent callers travel as one `EVALSHA` of
+//! `lua/batch.lua` per round trip, each with its own reply.
+//!
+//! A caller submits one [`Item`] and waits for its own result. Up to [`MAX_IN_FLIGHT`]
+//! flusher tasks take what is waiting, send it as one script call, and hand every item its
+//! reply. A caller that finds a flusher slot free starts one, so an idle call goes out at
+//! once; calls that arrive while the slots are busy wait for the next round trip and go out
+//! together. The busier the connection, the larger the batches — and the fewer script calls
+//! Redis runs per operation.
+//!
+//! # Invariants
+//!
+//! 1. An item is *waiting* (in the queue) or *taken* (in a batch being sent), and only the
+//!    queue's lock moves it from one to the other. A caller whose deadline passes while its
+//!    item waits takes it back out and reports `NotSent` — it was never written; one whose
+//!    item was taken reports its reply if it came, `MaybeSent` otherwise.
+//! 2. Every taken item gets exactly one result: its own reply, its own error, or the failure
+//!    of the whole call (no connection, timeout, a refusal before running).
+//! 3. There are never more than [`MAX_IN_FLIGHT`] flushers, and a flusher exits only after it
+//!    found the queue empty under the lock (or by panic or abort, when its guard gives the
+//!    slot back and starts no-one: the next submit does). So no waiting item is left without
+//!    a flusher while the runtime runs.
+//! 4. One item's error is that item's: the script runs each item under `pcall`, and a batch
+//!    refused as a whole for a reason that may concern only some of its keys (`NOPERM`) is
+//!    sent again item by item — it provably did not run.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{RedisBackend, scripts};
+use crate::backend::{FailureDetail, FailureKind, SendFailure};
+use crate::protocol::{Attempt, LeaseKeys};
+
+/// Batches sent at once, at most. Two let this process prepare the next batch while Redis
+/// runs the current one.
+pub(super) const MAX_IN_FLIGHT: usize = 2;
+/// Items per script call, at most: bounds how long one call keeps Redis busy (well under a
+/// millisecond).
+pub(super) const MAX_ITEMS: usize = 128;
+
+/// One result of one item.
+pub(super) type ItemResult = Result<Value, SendFailure>;
+
+/// What an item asks the script to do (its kind letter in `lua/batch.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Acquire,
+    Renew,
+    Release,
+    Inspect,
+}
+
+impl Kind {
+    fn letter(self) -> &'static str {
+        match self {
+            Self::Acquire => "A",
+            Self::Renew => "N",
+            Self::Release => "R",
+            Self::Inspect => "I",
+        }
+    }
+}
+
+/// One operation on one lease, owning its keys and arguments so it can wait in the queue.
+///
+/// No `Debug`: it holds the owner token, a bearer secret.
+pub(super) struct Item {
+    kind: Kind,
+    lease: String,
+    /// The group's fence counter: acquire only.
+    fence: Option<String>,
+    owner: String,
+    operation: String,
+    /// The ttl in milliseconds (acquire, renew) or the release channel (release).
+    last: Option<Vec<u8>>,
+}
+
+impl Item {
+    fn new(kind: Kind, keys: &LeaseKeys, attempt: &Attempt, last: Option<Vec<u8>>) -> Self {
+        Self {
+            kind,
+            lease: keys.lease.clone(),
+            fence: (kind == Kind::Acquire).then(|| keys.fence.clone()),
+            owner: attempt.owner().expose().to_owned(),
+            operation: attempt.operation().as_str().to_owned(),
+            last,
+        }
+    }
+
+    pub(super) fn acquire(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {
+        Self::new(Kind::Acquire, keys, attempt, Some(millis(ttl)))
+    }
+
+    pub(super) fn renew(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {
+        Self::new(Kind::Renew, keys, attempt, Some(millis(ttl)))
+    }
+
+    pub(super) fn release(keys: &LeaseKeys, attempt: &Attempt) -> Self {
+        let channel = keys.release_channel.as_bytes().to_vec();
+        Self::new(Kind::Release, keys, attempt, Some(channel))
+    }
+
+    pub(super) fn inspect(keys: &LeaseKeys, attempt: &Attempt) -> Self {
+        Self::new(Kind::Inspect, keys, attempt, None)
+    }
+
+    /// The key a cluster routes the item by.
+    pub(super) fn route(&self) -> &str {
+        &self.lease
+    }
+}
+
+fn millis(d: Duration) -> Vec<u8> {
+    d.as_millis().to_string().into_bytes()
+}
+
+/// The `EVALSHA` of `lua/batch.lua` for `items` under call id `id`: their keys, then the
+/// id and their arguments.
+pub(super) fn command(id: u64, items: &[Item]) -> Cmd {
+    let keys: usize = items
+        .iter()
+        .map(|i| 1 + usize::from(i.fence.is_some()))
+        .sum();
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts::BATCH.get_hash()).arg(keys);
+    for item in items {
+        cmd.arg(&item.lease);
+        if let Some(fence) = &item.fence {
+            cmd.arg(fence);
+        }
+    }
+    cmd.arg(id);
+    for item in items {
+        cmd.arg(item.kind.letter())
+            .arg(&item.owner)
+            .arg(&item.operation);
+        if let Some(last) = &item.last {
+            cmd.arg(last.as_slice());
+        }
+    }
+    cmd
+}
+
+/// The queue of items waiting for a flusher.
+#[derive(Default)]
+pub(super) struct Batcher {
+    queue: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Waiting>,
+    /// Flusher tasks running (invariant 3).
+    flushers: usize,
+    /// Flushers obtaining a connection: why a withdrawn item was not sent.
+    connecting: usize,
+    next_id: u64,
+}
+
+struct Waiting {
+    id: u64,
+    item: Item,
+    deadline: Instant,
+    reply: oneshot::Sender<ItemResult>,
+}
+
+/// What a flusher took out of the queue for one script call.
+struct Taken {
+    items: Vec<Item>,
+    replies: Vec<oneshot::Sender<ItemResult>>,
+    /// The earliest and the latest deadline among the items (see `RedisBackend::send`).
+    deadlines: Deadlines,
+}
+
+/// When a script call gives up on its reply.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deadlines {
+    /// The earliest item's: a reply not in by then marks the connection for replacement
+    /// (calls after it start afresh), as any timed-out call does.
+    pub(super) first: Instant,
+    /// The latest item's: the call waits no longer.
+    pub(super) last: Instant,
+}
+
+impl Deadlines {
+    /// One item's deadline.
+    pub(super) fn one(deadline: Instant) -> Self {
+        Self {
+            first: deadline,
+            last: deadline,
+        }
+    }
+}
+
+impl Batcher {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Every change under the lock leaves the queue consistent (one push, one removal,
+        // one counter step); a panic elsewhere while holding it does not make it invalid.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `item`; returns its id and whether the caller must start a flusher (a slot
+    /// was free and is now taken for it).
+    fn push(
+        &self,
+        item: Item,
+        deadline: Instant,
+        reply: oneshot::Sender<ItemResult>,
+    ) -> (u64, bool) {
+        let mut queue = self.lock();
+        let id = queue.next_id;
+        queue.next_id += 1;
+        queue.waiting.push_back(Waiting {
+            id,
+            item,
+            deadline,
+            reply,
+        });
+        let start = queue.flushers < MAX_IN_FLIGHT;
+        if start {
+            queue.flushers += 1;
+        }
+        (id, start)
+    }
+
+    /// Takes item `id` back out if it is still waiting (invariant 1), and says why it was
+    /// not sent.
+    fn withdraw(&self, id: u64, timeout: Duration) -> Option<SendFailure> {
+        let mut queue = self.lock();
+        let at = queue.waiting.iter().position(|w| w.id == id)?;
+        queue.waiting.remove(at);
+        let detail = if queue.connecting > 0 {
+            FailureDetail::new(
+                FailureKind::Connect,
+                format!("no connection to Redis within {timeout:?}"),
+            )
+        } else {
+            FailureDetail::new(
+                FailureKind::Timeout,
+                format!("not sent within {timeout:?}: earlier calls were still in flight"),
+            )
+        };
+        Some(SendFailure::NotSent(detail))
+    }
+
+    /// The latest deadline among the waiting items — or `None`, having given up this
+    /// flusher's slot, when nothing waits (invariant 3).
+    fn latest_deadline(&self) -> Option<Instant> {
+        let mut queue = self.lock();
+        let latest = queue.waiting.iter().map(|w| w.deadline).max();
+        if latest.is_none() {
+            queue.flushers -= 1;
+        }
+        latest
+    }
+
+    /// The id the next item will get: items queued from now on have this id or a larger one.
+    fn next_id(&self) -> u64 {
+        self.lock().next_id
+    }
+
+    /// Takes up to [`MAX_ITEMS`] waiting items whose id is below `before`. Items whose
+    /// deadline has passed are answered `NotSent` instead: their callers have given up, and
+    /// they were never written.
+    fn take(&self, now: Instant, before: u64) -> Taken {
+        let mut queue = self.lock();
+        let mut taken = Taken {
+            items: Vec::new(),
+            replies: Vec::new(),
+            deadlines: Deadlines::one(now),
+        };
+        while taken.items.len() < MAX_ITEMS {
+            if queue.waiting.front().is_none_or(|w| w.id >= before) {
+                break;
+            }
+            let Some(waiting) = queue.waiting.pop_front() else {
+                break;
+            };
+            if waiting.deadline <= now {
+                let _ = waiting.reply.send(Err(expired()));
+                continue;
+            }
+            let d = &mut taken.deadlines;
+            if taken.items.is_empty() {
+                *d = Deadlines::one(waiting.deadline);
+            }
+            d.first = d.first.min(waiting.deadline);
+            d.last = d.last.max(waiting.deadline);
+            taken.items.push(waiting.item);
+            taken.replies.push(waiting.reply);
+        }
+        taken
+    }
+}
+
+fn expired() -> SendFailure {
+    SendFailure::NotSent(FailureDetail::new(
+        FailureKind::Timeout,
+        "not sent before the call's deadline: earlier calls were still in flight",
+    ))
+}
+
+/// Sends `item` in the next batch and waits for its result, until `deadline` (`timeout`
+/// after the call started).
+///
+/// # Cancel safety
+/// Dropping the future while the item waits takes it out of the queue: it is never sent.
+/// Once taken it may run; its reply is then dropped.
+pub(super) async fn submit(
+    backend: &RedisBackend,
+    item: Item,
+    deadline: Instant,
+    timeout: Duration,
+) -> ItemResult {
+    let batcher = &backend.inner.batcher;
+    let (tx, mut rx) = oneshot::channel();
+    let (id, start) = batcher.push(item, deadline, tx);
+    let mut queued = Queued {
+        batcher,
+        id: Some(id),
+    };
+    if start {
+        tokio::spawn(flush(backend.clone()));
+    }
+    let result = match tokio::time::timeout_at(deadline, &mut rx).await {
+        Ok(Ok(result)) => result,
+        // The flusher ended (panic, runtime shutdown) after taking the item.
+        Ok(Err(_)) => Err(SendFailure::MaybeSent(FailureDetail::new(
+            FailureKind::ConnectionLost,
+            "the call carrying this operation ended without a reply",
+        ))),
+        Err(_) => match batcher.withdraw(id, timeout) {
+            Some(unsent) => Err(unsent),
+            // Taken: the reply may have arrived just now.
+            None => rx.try_recv().unwrap_or_else(|_| {
+                Err(SendFailure::MaybeSent(FailureDetail::new(
+                    FailureKind::Timeout,
+                    format!("no reply within {timeout:?}"),
+                )))
+            }),
+        },
+    };
+    queued.id = None;
+    result
+}
+
+/// Withdraws a waiting item whose caller went away (the cancel-safety promise of `submit`).
+struct Queued<'a> {
+    batcher: &'a Batcher,
+    id: Option<u64>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.batcher.withdraw(id, Duration::ZERO);
+        }
+    }
+}
+
+/// One flusher: sends what waits, one script call at a time, until nothing waits.
+async fn flush(backend: RedisBackend) {
+    let mut slot = Slot {
+        batcher: &backend.inner.batcher,
+        held: true,
+    };
+    // Calls woken by the same event (timers of one tick, say) queue up before the first
+    // batch is taken; an idle call loses nothing but this one turn of the scheduler.
+    tokio::task::yield_now().await;
+    loop {
+        let Some(bound) = slot.batcher.latest_deadline() else {
+            slot.held = false;
+            return;
+        };
+        // The connection first: items keep waiting — withdrawable, provably unsent — until it
+        // is there.
+        let connecting = Connecting::new(slot.batcher);
+        let arrived_later = slot.batcher.next_id();
+        let connection = backend.connection(bound, "").await;
+        drop(connecting);
+        let (taken, results) = match connection {
+            Ok((generation, connected)) => {
+                let taken = slot.batcher.take(Instant::now(), u64::MAX);
+                if taken.items.is_empty() {
+                    continue;
+                }
+                let results = backend
+                    .send(generation, &connected, &taken.items, taken.deadlines)
+                    .await;
+                (taken, results)
+            }
+            // The failure answers the items that waited for this attempt; later ones get an
+            // attempt of their own.
+            Err(failure) => {
+                let taken = slot.batcher.take(Instant::now(), arrived_later);
+                let results = vec![Err(failure); taken.items.len()];
+                (taken, results)
+            }
+        };
+        for (reply, result) in taken.replies.into_iter().zip(results) {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// Counts a flusher as obtaining a connection while it lives.
+struct Connecting<'a>(&'a Batcher);
+
+impl<'a> Connecting<'a> {
+    fn new(batcher: &'a Batcher) -> Self {
+        batcher.lock().connecting += 1;
+        Self(batcher)
+    }
+}
+
+impl Drop for Connecting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().connecting -= 1;
+    }
+}
+
+/// A flusher's slot; given back if the flusher dies (panic, abort) holding it.
+struct Slot<'a> {
+    batcher: &'a Batcher,
+    held: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.batcher.lock().flushers -= 1;
+        }
+    }
+}

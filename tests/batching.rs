@@ -1,0 +1,405 @@
+//! Concurrent operations on one `RedisBackend` travel together, as one script call per round
+//! trip. What a batch must not change: each operation's own outcome, its certainty
+//! (`Unavailable` only for what never ran), and its fencing. Each test asserts what the API
+//! reported and what Redis holds afterwards. (The whole contract suite also runs with every
+//! operation batched: `backend_contract::redis_batched`.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::backends::redis_settings;
+use common::leases::{acquired, warm_up};
+use common::{Proxy, ProxyMode, RedisServer};
+use futures_util::future::join_all;
+use leasehold::*;
+
+fn request(client: &LeaseClient, resource: &str, op: &str) -> LeaseRequest {
+    common::leases::request(client, "batch", resource, op)
+}
+
+fn exists(server: &RedisServer, keys: &LeaseKeys) -> bool {
+    server.query::<i64>(&["EXISTS", &keys.lease]) == 1
+}
+
+/// Script calls the server ran (`EVALSHA`), from `INFO commandstats`.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = server.query(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the server has run `calls` script calls in all.
+async fn until_script_calls(server: &RedisServer, calls: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while script_calls(server) < calls {
+        assert!(
+            Instant::now() < deadline,
+            "the server never ran call {calls}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A lease of `client` that was taken away: deleted, and with `thief` set also taken by it.
+async fn taken_away(
+    server: &RedisServer,
+    client: &LeaseClient,
+    resource: &str,
+    thief: Option<&LeaseClient>,
+) -> LeaseHandle {
+    let lease = acquired(client, &request(client, resource, "op")).await;
+    server.cmd(&["DEL", &lease.keys().lease]);
+    if let Some(thief) = thief {
+        std::mem::forget(acquired(thief, &request(thief, resource, "thief")).await);
+    }
+    lease
+}
+
+#[tokio::test]
+async fn one_script_call_answers_every_operation_with_its_own_outcome() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let other = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let mine = request(&client, "mine", "op");
+    let mut held = acquired(&client, &mine).await;
+    let held_token = held.token();
+    std::mem::forget(acquired(&other, &request(&other, "theirs", "op")).await);
+    let mut to_release = acquired(&client, &request(&client, "to-release", "op")).await;
+    let mut gone = taken_away(&server, &client, "gone", None).await;
+    let mut gone_too = taken_away(&server, &client, "gone-too", None).await;
+    let mut stolen = taken_away(&server, &client, "stolen", Some(&other)).await;
+    let mut stolen_too = taken_away(&server, &client, "stolen-too", Some(&other)).await;
+    let same_owner_other_op = LeaseRequest::builder(
+        mine.purpose().clone(),
+        *mine.resource(),
+        Attempt::from_parts(
+            mine.attempt().owner().clone(),
+            OperationId::new("other-op").unwrap(),
+        ),
+    )
+    .build()
+    .unwrap();
+    let fresh: Vec<_> = (0..3)
+        .map(|i| request(&client, &format!("fresh-{i}"), "op"))
+        .collect();
+    let purpose = Purpose::new("batch").unwrap();
+    let theirs = request(&client, "theirs", "op");
+    let (their_digest, nobody) = (ResourceDigest::of("theirs"), ResourceDigest::of("nobody"));
+    let before = script_calls(&server);
+
+    // All polled in one go on this (current-thread) runtime: queued before a flusher runs.
+    let (acquires, (replay, conflict, contended), renews, releases, inspects) = tokio::join!(
+        join_all(fresh.iter().map(|r| client.try_acquire(r))),
+        async {
+            tokio::join!(
+                client.try_acquire(&mine),
+                client.try_acquire(&same_owner_other_op),
+                client.try_acquire(&theirs),
+            )
+        },
+        async { tokio::join!(held.renew(), gone.renew(), stolen.renew()) },
+        async {
+            tokio::join!(
+                to_release.release(),
+                gone_too.release(),
+                stolen_too.release()
+            )
+        },
+        async {
+            tokio::join!(
+                client.inspect(&purpose, mine.resource(), mine.attempt()),
+                client.inspect(&purpose, &their_digest, mine.attempt()),
+                client.inspect(&purpose, &nobody, mine.attempt()),
+            )
+        },
+    );
+
+    let calls = script_calls(&server) - before;
+    assert!(calls <= 2, "18 operations took {calls} script calls");
+    for (outcome, req) in acquires.into_iter().zip(&fresh) {
+        let AcquireOutcome::Acquired(lease) = outcome.unwrap() else {
+            panic!("a fresh lease must be acquired")
+        };
+        assert!(exists(&server, lease.keys()));
+        // Tokens increase per group of resources (see the last test), not across groups.
+        assert!(lease.token() > FencingToken::new(0));
+        assert_eq!(lease.attempt(), req.attempt());
+        std::mem::forget(lease);
+    }
+    let AcquireOutcome::Replayed(replayed) = replay.unwrap() else {
+        panic!("the holder's own attempt replays")
+    };
+    assert_eq!(replayed.token(), held_token);
+    std::mem::forget(replayed);
+    assert!(matches!(
+        conflict.unwrap(),
+        AcquireOutcome::OwnerOperationConflict { .. }
+    ));
+    assert!(matches!(
+        contended.unwrap(),
+        AcquireOutcome::Contended { .. }
+    ));
+    assert!(
+        matches!(renews.0, RenewOutcome::Renewed { .. }),
+        "{:?}",
+        renews.0
+    );
+    assert_eq!(
+        renews.1,
+        RenewOutcome::Lost {
+            reason: LostReason::Absent
+        }
+    );
+    assert_eq!(
+        renews.2,
+        RenewOutcome::Lost {
+            reason: LostReason::NotOwner
+        }
+    );
+    assert_eq!(releases.0, ReleaseOutcome::Released);
+    assert!(!exists(&server, to_release.keys()));
+    assert_eq!(releases.1, ReleaseOutcome::AlreadyAbsent);
+    assert_eq!(releases.2, ReleaseOutcome::NotOwner);
+    assert!(
+        exists(&server, stolen_too.keys()),
+        "the thief's lease stays"
+    );
+    assert!(
+        matches!(inspects.0, InspectOutcome::HeldByAttempt { token, .. } if token == held_token)
+    );
+    assert!(matches!(inspects.1, InspectOutcome::HeldByOther { .. }));
+    assert_eq!(inspects.2, InspectOutcome::Absent);
+    std::mem::forget(held);
+}
+
+/// The certainty rule, per item: replies lost on the way back leave every operation of the
+/// calls in flight `Indeterminate` (and each ran); operations that never left the queue are
+/// `Unavailable` (and none ran).
+#[tokio::test]
+async fn with_replies_lost_sent_items_are_indeterminate_and_ran_and_queued_ones_are_unavailable_and_did_not()
+ {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(400));
+    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
+    warm_up(&client).await;
+    let base = script_calls(&server);
+    proxy.set_mode(ProxyMode::DropReplies);
+
+    // Waves 1 and 2 fill both call slots (each wave is one call the server runs, whose
+    // reply is dropped); wave 3 finds them busy and waits in the queue until its deadline.
+    let mut tasks = Vec::new();
+    let mut requests = Vec::new();
+    for wave in 0..3u64 {
+        let reqs: Vec<_> = (0..8)
+            .map(|i| request(&client, &format!("wave-{wave}-{i}"), "op"))
+            .collect();
+        for req in &reqs {
+            let (client, req) = (client.clone(), req.clone());
+            tasks.push(tokio::spawn(async move {
+                client.try_acquire(&req).await.unwrap()
+            }));
+        }
+        requests.extend(reqs);
+        if wave < 2 {
+            until_script_calls(&server, base + wave + 1).await;
+        }
+    }
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    proxy.set_mode(ProxyMode::Pass);
+
+    for (n, (outcome, req)) in outcomes.iter().zip(&requests).enumerate() {
+        let keys = client.keys(req.purpose(), req.resource());
+        let ran = exists(&server, &keys);
+        match outcome {
+            AcquireOutcome::Indeterminate { attempt, .. } => {
+                assert!(n < 16, "item {n} of wave 3 was sent: {outcome:?}");
+                assert_eq!(attempt, req.attempt());
+                assert!(ran, "item {n}: sent, so it ran (only its reply was lost)");
+            }
+            AcquireOutcome::Unavailable { .. } => {
+                assert!(n >= 16, "item {n} of waves 1-2 unsent: {outcome:?}");
+                assert!(!ran, "item {n}: Unavailable, yet its lease exists");
+            }
+            other => panic!("item {n}: {other:?}"),
+        }
+    }
+}
+
+/// An item whose key makes its own operation fail (here a key of the wrong type) gets that
+/// error; the other items of the same call are answered as if it were not there.
+#[tokio::test]
+async fn one_items_error_is_its_own() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    warm_up(&client).await;
+    let broken = request(&client, "broken", "op");
+    let broken_keys = client.keys(broken.purpose(), broken.resource());
+    server.cmd(&["HSET", &broken_keys.lease, "not", "a lease"]);
+    let fine: Vec<_> = (0..4)
+        .map(|i| request(&client, &format!("fine-{i}"), "op"))
+        .collect();
+    let before = script_calls(&server);
+
+    let (broken_outcome, fine_outcomes) = tokio::join!(
+        client.try_acquire(&broken),
+        join_all(fine.iter().map(|r| client.try_acquire(r)))
+    );
+
+    assert!(script_calls(&server) - before <= 2);
+    let AcquireOutcome::Indeterminate { detail, .. } = broken_outcome.unwrap() else {
+        panic!("a server error after the call started is indeterminate")
+    };
+    assert_eq!(detail.kind, FailureKind::ServerError, "{detail}");
+    assert!(detail.message.contains("WRONGTYPE"), "{detail}");
+    for outcome in fine_outcomes {
+        let AcquireOutcome::Acquired(lease) = outcome.unwrap() else {
+            panic!("the other items are unaffected")
+        };
+        assert!(exists(&server, lease.keys()));
+        std::mem::forget(lease);
+    }
+}
+
+/// An ACL that forbids one namespace's keys refuses a whole script call (`NOPERM`, before
+/// running it). The call is sent again item by item: the permitted namespace's operations
+/// succeed, the forbidden one's are `Unavailable`, and nothing of it was written.
+#[tokio::test]
+async fn an_acl_refusal_of_one_namespace_does_not_refuse_the_others_in_the_same_call() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "leaser",
+        "on",
+        ">s3cret",
+        "~leasehold:*",
+        "&leasehold:*",
+        "+@all",
+    ]);
+    let url = format!("redis://leaser:s3cret@127.0.0.1:{}", server.port());
+    let backend = RedisBackend::new(RedisConfig::new(url)).unwrap();
+    let allowed = LeaseClient::new(backend.clone(), redis_settings()).unwrap();
+    let forbidden_settings = redis_settings().with_namespace(Namespace::new("other").unwrap());
+    let forbidden = LeaseClient::new(backend, forbidden_settings).unwrap();
+    warm_up(&allowed).await;
+    let ok_reqs: Vec<_> = (0..3)
+        .map(|i| request(&allowed, &format!("ok-{i}"), "op"))
+        .collect();
+    let no_req = request(&forbidden, "no", "op");
+
+    let (ok, no) = tokio::join!(
+        join_all(ok_reqs.iter().map(|r| allowed.try_acquire(r))),
+        forbidden.try_acquire(&no_req)
+    );
+
+    for outcome in ok {
+        let AcquireOutcome::Acquired(lease) = outcome.unwrap() else {
+            panic!("the permitted namespace is unaffected")
+        };
+        std::mem::forget(lease);
+    }
+    let AcquireOutcome::Unavailable { detail } = no.unwrap() else {
+        panic!("the forbidden namespace is refused before running")
+    };
+    assert_eq!(detail.kind, FailureKind::ServerRefused, "{detail}");
+    assert!(!exists(
+        &server,
+        &forbidden.keys(no_req.purpose(), no_req.resource())
+    ));
+}
+
+/// Cancel safety: a caller that goes away while its operation waits in the queue takes it
+/// out; it is never sent.
+#[tokio::test]
+async fn an_operation_dropped_while_it_waits_is_never_sent() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(800));
+    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
+    warm_up(&client).await;
+    let base = script_calls(&server);
+    proxy.set_mode(ProxyMode::DropReplies);
+    // Two calls in flight whose replies never come: both slots busy for 800 ms.
+    let mut busy = Vec::new();
+    for i in 0..2u64 {
+        let (client, req) = (client.clone(), request(&client, &format!("busy-{i}"), "op"));
+        busy.push(tokio::spawn(async move { client.try_acquire(&req).await }));
+        until_script_calls(&server, base + i + 1).await;
+    }
+    let dropped = request(&client, "dropped", "op");
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), client.try_acquire(&dropped));
+    assert!(gave_up.await.is_err(), "it waited behind the busy calls");
+    for task in busy {
+        let outcome = task.await.unwrap().unwrap();
+        assert!(matches!(outcome, AcquireOutcome::Indeterminate { .. }));
+    }
+    proxy.set_mode(ProxyMode::Pass);
+    // The queue is empty again: a new call goes out alone, and nothing else ran.
+    let before = script_calls(&server);
+    let mut after = acquired(&client, &request(&client, "after", "op")).await;
+    let _ = after.release().await;
+    assert_eq!(script_calls(&server) - before, 2);
+    let keys = client.keys(dropped.purpose(), dropped.resource());
+    assert!(!exists(&server, &keys), "the dropped operation ran");
+}
+
+/// Fencing inside one call: acquisitions of one group (one fence counter) in the same
+/// script call get distinct, increasing tokens, also when the server clock did not move
+/// between them.
+#[tokio::test]
+async fn acquisitions_in_one_call_get_increasing_tokens_from_one_counter() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    warm_up(&client).await;
+    // Sixteen resources of one group: the group is the digest's first four hex digits.
+    let same: Vec<ResourceDigest> = (0..16)
+        .map(|i| ResourceDigest::parse(&format!("sha256:abcd{i:060x}")).unwrap())
+        .collect();
+    let first = same[0];
+    let reqs: Vec<_> = same
+        .iter()
+        .map(|d| {
+            LeaseRequest::builder(
+                Purpose::new("batch").unwrap(),
+                *d,
+                client.new_attempt("op").unwrap(),
+            )
+            .build()
+            .unwrap()
+        })
+        .collect();
+    let before = script_calls(&server);
+
+    let outcomes = join_all(reqs.iter().map(|r| client.try_acquire(r))).await;
+
+    assert!(script_calls(&server) - before <= 2);
+    let tokens: Vec<FencingToken> = outcomes
+        .into_iter()
+        .map(|o| match o.unwrap() {
+            AcquireOutcome::Acquired(lease) => {
+                let token = lease.token();
+                std::mem::forget(lease);
+                token
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "in call order, strictly increasing: {tokens:?}"
+    );
+    let counter: String = server.query(&["GET", &client.keys(reqs[0].purpose(), &first).fence]);
+    assert_eq!(
+        counter,
+        tokens[15].get().to_string(),
+        "the group's counter holds the last"
+    );
+}

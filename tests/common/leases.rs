@@ -1,0 +1,32 @@
+//! The request and acquisition every real-Redis test starts from.
+
+use std::time::Duration;
+
+use leasehold::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseRequest, Purpose, ResourceDigest};
+
+/// A 30 s request for `resource` under `purpose`, by a fresh attempt of operation `op`.
+pub fn request(client: &LeaseClient, purpose: &str, resource: &str, op: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new(purpose).expect("valid purpose"),
+        ResourceDigest::of(resource),
+        client.new_attempt(op).expect("valid operation id"),
+    )
+    .ttl(Duration::from_secs(30))
+    .build()
+    .expect("valid request")
+}
+
+/// `try_acquire` that must answer `Acquired`.
+pub async fn acquired(client: &LeaseClient, req: &LeaseRequest) -> LeaseHandle {
+    match client.try_acquire(req).await.expect("valid request") {
+        AcquireOutcome::Acquired(h) => h,
+        other => panic!("expected acquired, got {other:?}"),
+    }
+}
+
+/// Connects `client` and loads the script: one acquisition and its release, so a fault
+/// injected next hits the operation under test, not the handshake or `SCRIPT LOAD`.
+pub async fn warm_up(client: &LeaseClient) {
+    let mut warm = acquired(client, &request(client, "warm", "warm", "warm")).await;
+    let _ = warm.release().await;
+}
