@@ -296,13 +296,13 @@ async fn renew_after_lost_released_or_unknown_is_refused_with_zero_commands(h: H
         .with_command_timeout(Duration::from_millis(100));
     let fast = h.client_with(settings);
     let mut unknown = acquired(&fast, &request_for(&fast, "unknown", ttl)).await;
-    h.fault(Fault::LoseReplies);
+    h.fault(Fault::LoseReplies).await;
     let outcome = unknown.renew().await;
     assert!(
         matches!(outcome, RenewOutcome::Indeterminate { .. }),
         "{outcome:?}"
     );
-    h.fault(Fault::None);
+    h.fault(Fault::None).await;
 
     let before = h.commands().await;
     for (lease, state) in [
@@ -338,13 +338,13 @@ async fn reply_lost_after_the_script_ran_is_indeterminate_and_the_attempt_finds_
         let mut warm = acquired(&client, &warm).await;
         let _ = warm.release().await;
     }
-    h.fault(Fault::LoseReplies);
+    h.fault(Fault::LoseReplies).await;
     let outcome = client.try_acquire(&req).await.unwrap();
     let AcquireOutcome::Indeterminate { attempt, .. } = outcome else {
         panic!("expected indeterminate, got {outcome:?}")
     };
     assert_eq!(&attempt, req.attempt());
-    h.fault(Fault::None);
+    h.fault(Fault::None).await;
     let keys = client.keys(req.purpose(), req.resource());
     assert!(h.held(&keys), "the script ran");
     let InspectOutcome::HeldByAttempt { token, .. } = h

@@ -118,8 +118,10 @@ async fn one_script_call_answers_every_operation_with_its_own_outcome() {
         },
     );
 
+    // The first operations go out alone, one per call slot; the rest wait and share one.
     let calls = script_calls(&server) - before;
-    assert!(calls <= 2, "18 operations took {calls} script calls");
+    let most = RedisBackend::CALLS_IN_FLIGHT as u64 + 1;
+    assert!(calls <= most, "18 operations took {calls} script calls");
     for (outcome, req) in acquires.into_iter().zip(&fresh) {
         let AcquireOutcome::Acquired(lease) = outcome.unwrap() else {
             panic!("a fresh lease must be acquired")
@@ -176,38 +178,93 @@ async fn one_script_call_answers_every_operation_with_its_own_outcome() {
     std::mem::forget(held);
 }
 
-/// The certainty rule, per item: replies lost on the way back leave every operation of the
-/// calls in flight `Indeterminate` (and each ran); operations that never left the queue are
-/// `Unavailable` (and none ran).
+fn spawn_acquire(
+    client: &LeaseClient,
+    req: &LeaseRequest,
+) -> tokio::task::JoinHandle<AcquireOutcome> {
+    let (client, req) = (client.clone(), req.clone());
+    tokio::spawn(async move { client.try_acquire(&req).await.unwrap() })
+}
+
+/// The certainty rule for a shared call: when its reply is lost, every operation in it is
+/// `Indeterminate` — and each of them ran.
 #[tokio::test]
-async fn with_replies_lost_sent_items_are_indeterminate_and_ran_and_queued_ones_are_unavailable_and_did_not()
- {
+async fn a_shared_call_whose_reply_is_lost_leaves_each_operation_indeterminate_and_each_ran() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.addr());
-    let settings = redis_settings().with_command_timeout(Duration::from_millis(400));
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(1500));
+    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
+    warm_up(&client).await;
+    // Slow round trips: the first operations take every call slot, alone, for 300 ms; the
+    // next ones wait and leave together when the slots free.
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(150)));
+    let alone: Vec<_> = (0..RedisBackend::CALLS_IN_FLIGHT)
+        .map(|i| spawn_acquire(&client, &request(&client, &format!("alone-{i}"), "op")))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let shared_reqs: Vec<_> = (0..8)
+        .map(|i| request(&client, &format!("shared-{i}"), "op"))
+        .collect();
+    let before = script_calls(&server);
+    let shared: Vec<_> = shared_reqs
+        .iter()
+        .map(|r| spawn_acquire(&client, r))
+        .collect();
+    for task in alone {
+        let AcquireOutcome::Acquired(lease) = task.await.unwrap() else {
+            panic!("the first operations are acquired")
+        };
+        std::mem::forget(lease); // no release call to count
+    }
+    // The shared call leaves now; its request is held 150 ms by the proxy or passes after
+    // this switch, so its reply is read under the new mode and dropped.
+    proxy.set_mode(ProxyMode::DropReplies);
+    for (task, req) in shared.into_iter().zip(&shared_reqs) {
+        let outcome = task.await.unwrap();
+        let AcquireOutcome::Indeterminate { attempt, .. } = outcome else {
+            panic!("expected indeterminate, got {outcome:?}")
+        };
+        assert_eq!(&attempt, req.attempt());
+        let keys = client.keys(req.purpose(), req.resource());
+        assert!(
+            exists(&server, &keys),
+            "sent, so it ran (only the reply was lost)"
+        );
+    }
+    // The proxy held the calls of the first operations until after `before` was read.
+    assert_eq!(
+        script_calls(&server) - before,
+        RedisBackend::CALLS_IN_FLIGHT as u64 + 1,
+        "the waiting operations left in one call"
+    );
+}
+
+/// The certainty rule for what never left: operations that wait for a call slot while
+/// every call in flight has lost its reply are `Unavailable` at their deadline — and none
+/// of them ran. The ones in flight are `Indeterminate`, and ran.
+#[tokio::test]
+async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_not_run() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(1000));
     let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
     warm_up(&client).await;
     let base = script_calls(&server);
     proxy.set_mode(ProxyMode::DropReplies);
-
-    // Waves 1 and 2 fill both call slots (each wave is one call the server runs, whose
-    // reply is dropped); wave 3 finds them busy and waits in the queue until its deadline.
-    let mut tasks = Vec::new();
+    // Every slot taken by a call the server ran and whose reply never comes.
+    let slots = RedisBackend::CALLS_IN_FLIGHT;
     let mut requests = Vec::new();
-    for wave in 0..3u64 {
-        let reqs: Vec<_> = (0..8)
-            .map(|i| request(&client, &format!("wave-{wave}-{i}"), "op"))
-            .collect();
-        for req in &reqs {
-            let (client, req) = (client.clone(), req.clone());
-            tasks.push(tokio::spawn(async move {
-                client.try_acquire(&req).await.unwrap()
-            }));
-        }
-        requests.extend(reqs);
-        if wave < 2 {
-            until_script_calls(&server, base + wave + 1).await;
-        }
+    let mut tasks = Vec::new();
+    for i in 0..slots {
+        let req = request(&client, &format!("sent-{i}"), "op");
+        tasks.push(spawn_acquire(&client, &req));
+        requests.push(req);
+        until_script_calls(&server, base + i as u64 + 1).await;
+    }
+    for i in 0..8 {
+        let req = request(&client, &format!("waiting-{i}"), "op");
+        tasks.push(spawn_acquire(&client, &req));
+        requests.push(req);
     }
     let mut outcomes = Vec::new();
     for task in tasks {
@@ -216,16 +273,12 @@ async fn with_replies_lost_sent_items_are_indeterminate_and_ran_and_queued_ones_
     proxy.set_mode(ProxyMode::Pass);
 
     for (n, (outcome, req)) in outcomes.iter().zip(&requests).enumerate() {
-        let keys = client.keys(req.purpose(), req.resource());
-        let ran = exists(&server, &keys);
+        let ran = exists(&server, &client.keys(req.purpose(), req.resource()));
         match outcome {
-            AcquireOutcome::Indeterminate { attempt, .. } => {
-                assert!(n < 16, "item {n} of wave 3 was sent: {outcome:?}");
-                assert_eq!(attempt, req.attempt());
-                assert!(ran, "item {n}: sent, so it ran (only its reply was lost)");
+            AcquireOutcome::Indeterminate { .. } if n < slots => {
+                assert!(ran, "item {n}: sent, so it ran");
             }
-            AcquireOutcome::Unavailable { .. } => {
-                assert!(n >= 16, "item {n} of waves 1-2 unsent: {outcome:?}");
+            AcquireOutcome::Unavailable { .. } if n >= slots => {
                 assert!(!ran, "item {n}: Unavailable, yet its lease exists");
             }
             other => panic!("item {n}: {other:?}"),
@@ -253,7 +306,7 @@ async fn one_items_error_is_its_own() {
         join_all(fine.iter().map(|r| client.try_acquire(r)))
     );
 
-    assert!(script_calls(&server) - before <= 2);
+    assert!(script_calls(&server) - before <= RedisBackend::CALLS_IN_FLIGHT as u64 + 1);
     let AcquireOutcome::Indeterminate { detail, .. } = broken_outcome.unwrap() else {
         panic!("a server error after the call started is indeterminate")
     };
@@ -322,14 +375,14 @@ async fn an_acl_refusal_of_one_namespace_does_not_refuse_the_others_in_the_same_
 async fn an_operation_dropped_while_it_waits_is_never_sent() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.addr());
-    let settings = redis_settings().with_command_timeout(Duration::from_millis(800));
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(1500));
     let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
     warm_up(&client).await;
     let base = script_calls(&server);
     proxy.set_mode(ProxyMode::DropReplies);
-    // Two calls in flight whose replies never come: both slots busy for 800 ms.
+    // Calls in flight whose replies never come: every slot busy for 1.5 s.
     let mut busy = Vec::new();
-    for i in 0..2u64 {
+    for i in 0..RedisBackend::CALLS_IN_FLIGHT as u64 {
         let (client, req) = (client.clone(), request(&client, &format!("busy-{i}"), "op"));
         busy.push(tokio::spawn(async move { client.try_acquire(&req).await }));
         until_script_calls(&server, base + i + 1).await;
@@ -380,7 +433,7 @@ async fn acquisitions_in_one_call_get_increasing_tokens_from_one_counter() {
 
     let outcomes = join_all(reqs.iter().map(|r| client.try_acquire(r))).await;
 
-    assert!(script_calls(&server) - before <= 2);
+    assert!(script_calls(&server) - before <= RedisBackend::CALLS_IN_FLIGHT as u64 + 1);
     let tokens: Vec<FencingToken> = outcomes
         .into_iter()
         .map(|o| match o.unwrap() {

@@ -429,7 +429,7 @@ async fn scenario(harness: &Harness, log: &Capture, secrets: &Secrets) {
         let faulty = faulty.clone();
         let run = &run;
         async move {
-            harness.fault(Fault::None);
+            harness.fault(Fault::None).await;
             let _ = run.inspect(&faulty, &attempt, None).await;
         }
     };
@@ -438,35 +438,35 @@ async fn scenario(harness: &Harness, log: &Capture, secrets: &Secrets) {
     let req_e = run.request(&faulty, "invoice-run-11", zero);
     let req_e_wait = run.request(&faulty, "invoice-run-11-wait", Duration::from_millis(300));
 
-    harness.fault(Fault::LoseReplies);
+    harness.fault(Fault::LoseReplies).await;
     // Runs (contended: d holds it), but the reply is lost.
     let _ = run.acquire(&faulty, &req_e, Some("indeterminate")).await;
     restore(req_d.attempt().clone()).await;
 
-    harness.fault(Fault::LoseReplies);
+    harness.fault(Fault::LoseReplies).await;
     let _ = run
         .acquire(&faulty, &req_e_wait, Some("indeterminate"))
         .await;
     restore(req_d.attempt().clone()).await;
 
-    harness.fault(Fault::LoseReplies);
+    harness.fault(Fault::LoseReplies).await;
     let _ = run.renew(&mut d, Some("indeterminate")).await;
     log.debug("state after indeterminate renew", &d.state());
     let _ = run.renew(&mut d, Some("refused")).await;
     restore(req_d.attempt().clone()).await;
 
-    harness.fault(Fault::LoseReplies);
+    harness.fault(Fault::LoseReplies).await;
     let _ = run
         .inspect(&faulty, req_d.attempt(), Some("indeterminate"))
         .await;
     restore(req_d.attempt().clone()).await;
 
-    harness.fault(Fault::LoseReplies);
+    harness.fault(Fault::LoseReplies).await;
     // Runs (the key is deleted), but the reply is lost.
     let _ = run.release(&mut d, Some("indeterminate")).await;
     restore(req_d.attempt().clone()).await;
 
-    harness.fault(Fault::LoseReplies);
+    harness.fault(Fault::LoseReplies).await;
     // Runs (e now holds the lease), but the reply is lost.
     let _ = run.acquire(&faulty, &req_e, Some("indeterminate")).await;
     restore(req_e.attempt().clone()).await;

@@ -193,11 +193,17 @@ impl Harness {
         self.client_with(self.client.settings().clone())
     }
 
-    pub fn fault(&self, fault: Fault) {
+    /// Injects `fault` (or clears it). With companions, they are paused while a fault is on
+    /// — once everything they sent has been answered — so the test's operation under the
+    /// fault is the one that meets it (`tests/batching.rs` covers faults in shared calls).
+    pub async fn fault(&self, fault: Fault) {
         let mode = match fault {
             Fault::None => ProxyMode::Pass,
             Fault::LoseReplies => ProxyMode::DropReplies,
         };
+        if let (Backend::Batched { companions, .. }, Fault::LoseReplies) = (&self.backend, fault) {
+            companions.pause().await;
+        }
         match (&self.backend, fault) {
             (Backend::Memory(m), Fault::None) => m.set_fault(None),
             (Backend::Memory(m), Fault::LoseReplies) => m.set_fault(Some(MemoryFault::LoseReply)),
@@ -208,6 +214,9 @@ impl Harness {
                     proxy.set_mode(mode);
                 }
             }
+        }
+        if let (Backend::Batched { companions, .. }, Fault::None) = (&self.backend, fault) {
+            companions.resume();
         }
     }
 
@@ -400,6 +409,8 @@ pub async fn assert_waiter_wakes_on_release(
 /// Tasks that inspect absent leases in a loop on one client, so every operation on that
 /// client's backend finds calls in flight and waits to share the next script call.
 pub struct Companions {
+    paused: Arc<AtomicBool>,
+    /// Set for good by `stop`: `resume` no longer resumes.
     stopped: Arc<AtomicBool>,
     in_flight: Arc<AtomicUsize>,
     /// Inspections answered, for tests that check the companions ran.
@@ -408,26 +419,27 @@ pub struct Companions {
 }
 
 impl Companions {
-    /// Four companions: more than the calls the backend sends at once, so one always waits.
+    /// More companions than the backend has calls in flight, so one always waits.
     pub fn start(client: &LeaseClient) -> Self {
-        let stopped = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicBool::new(false));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let answered = Arc::new(AtomicU64::new(0));
         let purpose = Purpose::new("companion").expect("valid purpose");
-        let tasks = (0..4)
+        let tasks = (0..RedisBackend::CALLS_IN_FLIGHT + 2)
             .map(|i| {
                 let (client, purpose) = (client.clone(), purpose.clone());
-                let (stopped, in_flight) = (stopped.clone(), in_flight.clone());
+                let (paused, in_flight) = (paused.clone(), in_flight.clone());
                 let answered = answered.clone();
                 tokio::spawn(async move {
                     let attempt = client.new_attempt("companion").expect("valid operation id");
                     for n in 0u64.. {
-                        // Counted before the check, so `stop` sees either the flag
+                        // Counted before the check, so `pause` sees either the flag
                         // honoured or the call in flight (both are SeqCst).
                         in_flight.fetch_add(1, Ordering::SeqCst);
-                        if stopped.load(Ordering::SeqCst) {
+                        if paused.load(Ordering::SeqCst) {
                             in_flight.fetch_sub(1, Ordering::SeqCst);
-                            return;
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            continue;
                         }
                         let resource = ResourceDigest::of(format!("companion-{i}-{n}"));
                         let _ = client.inspect(&purpose, &resource, &attempt).await;
@@ -438,20 +450,34 @@ impl Companions {
             })
             .collect();
         Self {
-            stopped,
+            paused,
+            stopped: Arc::new(AtomicBool::new(false)),
             in_flight,
             answered,
             tasks,
         }
     }
 
-    /// Stops the companions and waits until every call they made has been answered: what
-    /// they sent has run by then.
-    pub async fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
+    /// Pauses the companions and waits until every call they made has been answered:
+    /// what they sent has run by then.
+    pub async fn pause(&self) {
+        self.paused.store(true, Ordering::SeqCst);
         while self.in_flight.load(Ordering::SeqCst) > 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// Lets paused companions go on, unless they were stopped.
+    pub fn resume(&self) {
+        if !self.stopped.load(Ordering::SeqCst) {
+            self.paused.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Pauses the companions for the rest of the test.
+    pub async fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.pause().await;
     }
 }
 

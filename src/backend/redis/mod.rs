@@ -36,7 +36,7 @@
 //!   doubling to 5 s, and followed by one lookup so a switch announced while it was not
 //!   listening is not missed. It stops when the last clone of the backend is dropped.
 //! * Every operation is one item of a script call (`lua/batch.lua`). Under standalone and
-//!   Sentinel, concurrent operations share calls: at most two calls are in flight, and what
+//!   Sentinel, concurrent operations share calls: at most four calls are in flight, and what
 //!   arrives meanwhile goes out together in the next one (`batch` says how, and what it
 //!   promises). An operation with nothing in flight is sent at once, alone. Under Cluster
 //!   each operation is a call of its own, to the owner of its slot.
@@ -439,6 +439,11 @@ impl fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
+    /// Script calls one backend has in flight at once, at most (standalone and Sentinel).
+    /// Operations that arrive while this many are in flight wait, and leave together in the
+    /// next call; an operation that waits past its timeout is `NotSent`.
+    pub const CALLS_IN_FLIGHT: usize = batch::MAX_IN_FLIGHT;
+
     /// Validates the configuration; connects on first use.
     ///
     /// # Errors
@@ -537,9 +542,14 @@ impl RedisBackend {
     /// in the next batch (`batch`).
     async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
         let deadline = Instant::now() + timeout;
-        if !matches!(self.inner.topology, Topology::Cluster(_)) {
-            return batch::submit(self, item, deadline, timeout).await;
+        if matches!(self.inner.topology, Topology::Cluster(_)) {
+            return self.alone(item, deadline).await;
         }
+        batch::submit(self, item, deadline, timeout).await
+    }
+
+    /// Runs `item` in a script call of its own, from the caller's task, by `deadline`.
+    async fn alone(&self, item: batch::Item, deadline: Instant) -> batch::ItemResult {
         let (generation, connected) = self.connection(deadline, item.route()).await?;
         let items = std::slice::from_ref(&item);
         let deadlines = batch::Deadlines::one(deadline);
