@@ -48,7 +48,13 @@
 //!   safety margin, ~1 s). `ops_per_s` = confirmed renewals/s in the window (from
 //!   `LeaseContext::status().renewals`); p50/p99 = renewal latency in the window (the
 //!   library's `leasehold_operation_seconds{operation="renew"}`); client CPU
-//!   (`/proc/self/stat`) and Redis CPU per renewal; RSS per held lease (`VmRSS` after all
+//!   (`/proc/self/stat`) and Redis CPU per renewal — raw, and net of what an idle Redis
+//!   burns over the same time (`idle_srv_cpu_ms_per_s`, measured before the acquisitions),
+//!   since the renewals come in bursts with idle time between them — against one
+//!   un-batched renew script call (owner-checked `PEXPIRE`, same checks and layout) on the
+//!   raw crate: `unbatched_lone_srv_cpu_us` sent one at a time (each finds Redis idle),
+//!   `unbatched_stream_srv_cpu_us` from 32 tasks at once (Redis kept busy: the cheapest
+//!   each call gets); RSS per held lease (`VmRSS` after all
 //!   were acquired, at most 256 acquisitions in flight, minus before, ÷ n); cancellations
 //!   (must be 0). leasehold has no per-renewal timestamps, so lateness is shown through the
 //!   minimum `leasehold_renew_margin_seconds` in the window (validity left when a renewal
@@ -104,6 +110,12 @@ const FLOOR_RELEASE_LUA: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
 const FLOOR_RELEASE_PUBLISH_LUA: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
      redis.call('DEL',KEYS[1]) redis.call('PUBLISH',ARGV[2],'released') return 1 \
      else return 0 end";
+/// The un-batched renewal R is compared with (`unbatched_renew_us`): leasehold's renew
+/// item as a script of its own. `ARGV[1]` is `"<owner> <op> "`, the value's prefix.
+const FLOOR_RENEW_LUA: &str = "local held = redis.call('GET', KEYS[1]) \
+     if not held then return {'ABSENT'} end \
+     if string.sub(held, 1, #ARGV[1]) ~= ARGV[1] then return {'NOT_OWNER'} end \
+     redis.call('PEXPIRE', KEYS[1], ARGV[2]) return {'RENEWED'}";
 /// TTL of the floor's and the W/H/A workloads' locks (they are released at once).
 const LOCK_TTL: Duration = Duration::from_secs(30);
 /// The whole non-quick run should stay under ~3 minutes; R100k is skipped past this.
@@ -1713,6 +1725,13 @@ async fn renewals(env: Env, n: usize) {
         job.shutdown();
         let _ = job.wait().await;
     }
+    // What Redis burns with nothing to do (its timers, this measurement's INFO calls), per
+    // second: subtracted from the window, whose renewals come in bursts with idle time
+    // between them.
+    let idle = CpuMeter::start(&mut info).await;
+    tokio::time::sleep(env.pick(Duration::from_millis(500), Duration::from_secs(2))).await;
+    let idle = idle.finish(&mut info).await;
+    let idle_srv_per_s = idle.server / idle.wall;
     let rss_before = rss_kb();
     let acquiring = Instant::now();
     // At most R_IN_FLIGHT start tasks exist at once, so the RSS delta is the held leases,
@@ -1752,6 +1771,8 @@ async fn renewals(env: Env, n: usize) {
     let fewest = per_lease.iter().copied().min().unwrap_or(0);
     let used = cpu.finish(&mut info).await;
     let (client_us, server_us) = used.per(renewals);
+    let net_server_us =
+        (used.server - idle_srv_per_s * used.wall).max(0.0) * 1e6 / renewals.max(1) as f64;
     let not_active = jobs
         .iter()
         .filter(|j| {
@@ -1760,6 +1781,8 @@ async fn renewals(env: Env, n: usize) {
         })
         .count();
     let cancelled = PROBES.cancellations.load(Ordering::SeqCst);
+    let lone_us = unbatched_renew_us(&env, &mut info, n.min(10_000), 1).await;
+    let stream_us = unbatched_renew_us(&env, &mut info, n.min(10_000), 32).await;
 
     let releasing = Instant::now();
     let mut jobs = jobs.into_iter();
@@ -1819,6 +1842,21 @@ async fn renewals(env: Env, n: usize) {
             ("fewest_per_lease", fewest.to_string()),
             ("client_cpu_us_per_renewal", format!("{client_us:.1}")),
             ("srv_cpu_us_per_renewal", format!("{server_us:.1}")),
+            ("net_srv_cpu_us_per_renewal", format!("{net_server_us:.1}")),
+            (
+                "idle_srv_cpu_ms_per_s",
+                format!("{:.2}", idle_srv_per_s * 1e3),
+            ),
+            ("unbatched_lone_srv_cpu_us", format!("{lone_us:.1}")),
+            ("unbatched_stream_srv_cpu_us", format!("{stream_us:.1}")),
+            (
+                "net_srv_ratio_to_lone",
+                format!("{:.3}", net_server_us / lone_us),
+            ),
+            (
+                "net_srv_ratio_to_stream",
+                format!("{:.3}", net_server_us / stream_us),
+            ),
             ("rss_bytes_per_lease", format!("{rss_per_lease:.0}")),
             ("cancelled", cancelled.to_string()),
             ("not_active", not_active.to_string()),
@@ -1855,6 +1893,70 @@ async fn renewals(env: Env, n: usize) {
         "{workload}: a renewal was confirmed with {min_margin_all_ms:.1} ms of validity left, \
          inside the safety margin"
     );
+}
+
+/// The un-batched renewal R is compared with: one owner-checked `PEXPIRE` script call per
+/// renewal (the same checks as leasehold's renew item, on the same value layout), on
+/// `count` leases of their own, sent by `tasks` tasks on one multiplexed connection of the
+/// raw crate. With one task each call finds Redis idle (what a lone renewal costs); with
+/// 32 Redis is kept busy, as by a steady stream of renewals, and each call costs it the
+/// least. Returns the Redis CPU per call, in µs.
+async fn unbatched_renew_us(
+    env: &Env,
+    info: &mut MultiplexedConnection,
+    count: usize,
+    tasks: usize,
+) -> f64 {
+    let con = env.connection().await;
+    let script = Arc::new(redis::Script::new(FLOOR_RENEW_LUA));
+    let mine = "bench-owner-token-0000000000000000 bench ";
+    let keys: Vec<String> = (0..count)
+        .map(|i| format!("floor:{}:renew{tasks}:{i}", env.run))
+        .collect();
+    let ttl_ms = LOCK_TTL.as_millis() as u64;
+    let mut setup = con.clone();
+    for key in &keys {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(format!("{mine}1"))
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut setup)
+            .await
+            .expect("floor-R: SET");
+    }
+    // Loads the script, so the measured calls are all EVALSHA hits.
+    let _: Vec<String> = script
+        .key(&keys[0])
+        .arg(mine)
+        .arg(ttl_ms)
+        .invoke_async(&mut setup)
+        .await
+        .expect("floor-R");
+    let cpu = CpuMeter::start(info).await;
+    let tasks: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (mut con, script) = (con.clone(), script.clone());
+            let mine_keys: Vec<String> = keys.iter().skip(t).step_by(tasks).cloned().collect();
+            tokio::spawn(async move {
+                for key in mine_keys {
+                    let reply: Vec<String> = script
+                        .key(&key)
+                        .arg(mine)
+                        .arg(ttl_ms)
+                        .invoke_async(&mut con)
+                        .await
+                        .expect("floor-R");
+                    assert_eq!(reply, ["RENEWED"], "floor-R: renew of {key}");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("floor-R task");
+    }
+    let used = cpu.finish(info).await;
+    used.per(count as u64).1
 }
 
 async fn start_idle(runtime: &LeaseRuntime, req: &LeaseRequest) -> LeaseJob<WorkerMsg> {
