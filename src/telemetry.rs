@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{SharedString, counter, gauge, histogram};
 use tokio::time::Instant;
 
 use crate::protocol::Purpose;
@@ -95,8 +95,8 @@ impl Operation {
     }
 }
 
-fn purpose_label(purpose: &Purpose) -> String {
-    purpose.as_str().to_owned()
+fn purpose_label(purpose: &Purpose) -> SharedString {
+    SharedString::from(purpose.shared())
 }
 
 pub(crate) fn operation(

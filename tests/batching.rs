@@ -118,10 +118,11 @@ async fn one_script_call_answers_every_operation_with_its_own_outcome() {
         },
     );
 
-    // The first operations go out alone, one per call slot; the rest wait and share one.
     let calls = script_calls(&server) - before;
-    let most = RedisBackend::CALLS_IN_FLIGHT as u64 + 1;
-    assert!(calls <= most, "18 operations took {calls} script calls");
+    assert_eq!(
+        calls, 1,
+        "18 operations queued together took {calls} script calls"
+    );
     for (outcome, req) in acquires.into_iter().zip(&fresh) {
         let AcquireOutcome::Acquired(lease) = outcome.unwrap() else {
             panic!("a fresh lease must be acquired")
@@ -192,35 +193,22 @@ fn spawn_acquire(
 async fn a_shared_call_whose_reply_is_lost_leaves_each_operation_indeterminate_and_each_ran() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.addr());
-    let settings = redis_settings().with_command_timeout(Duration::from_millis(1500));
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(500));
     let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
     warm_up(&client).await;
-    // Slow round trips: the first operations take every call slot, alone, for 300 ms; the
-    // next ones wait and leave together when the slots free.
-    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(150)));
-    let alone: Vec<_> = (0..RedisBackend::CALLS_IN_FLIGHT)
-        .map(|i| spawn_acquire(&client, &request(&client, &format!("alone-{i}"), "op")))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let shared_reqs: Vec<_> = (0..8)
+    let reqs: Vec<_> = (0..8)
         .map(|i| request(&client, &format!("shared-{i}"), "op"))
         .collect();
     let before = script_calls(&server);
-    let shared: Vec<_> = shared_reqs
-        .iter()
-        .map(|r| spawn_acquire(&client, r))
-        .collect();
-    for task in alone {
-        let AcquireOutcome::Acquired(lease) = task.await.unwrap() else {
-            panic!("the first operations are acquired")
-        };
-        std::mem::forget(lease); // no release call to count
-    }
-    // The shared call leaves now; its request is held 150 ms by the proxy or passes after
-    // this switch, so its reply is read under the new mode and dropped.
     proxy.set_mode(ProxyMode::DropReplies);
-    for (task, req) in shared.into_iter().zip(&shared_reqs) {
-        let outcome = task.await.unwrap();
+
+    // Queued in one go (this runtime runs one task at a time): they leave together.
+    let outcomes = join_all(reqs.iter().map(|r| client.try_acquire(r))).await;
+
+    assert_eq!(script_calls(&server) - before, 1, "one call for all eight");
+    proxy.set_mode(ProxyMode::Pass);
+    for (outcome, req) in outcomes.into_iter().zip(&reqs) {
+        let outcome = outcome.unwrap();
         let AcquireOutcome::Indeterminate { attempt, .. } = outcome else {
             panic!("expected indeterminate, got {outcome:?}")
         };
@@ -231,12 +219,6 @@ async fn a_shared_call_whose_reply_is_lost_leaves_each_operation_indeterminate_a
             "sent, so it ran (only the reply was lost)"
         );
     }
-    // The proxy held the calls of the first operations until after `before` was read.
-    assert_eq!(
-        script_calls(&server) - before,
-        RedisBackend::CALLS_IN_FLIGHT as u64 + 1,
-        "the waiting operations left in one call"
-    );
 }
 
 /// The certainty rule for what never left: operations that wait for a call slot while
@@ -306,7 +288,7 @@ async fn one_items_error_is_its_own() {
         join_all(fine.iter().map(|r| client.try_acquire(r)))
     );
 
-    assert!(script_calls(&server) - before <= RedisBackend::CALLS_IN_FLIGHT as u64 + 1);
+    assert_eq!(script_calls(&server) - before, 1, "one call for all five");
     let AcquireOutcome::Indeterminate { detail, .. } = broken_outcome.unwrap() else {
         panic!("a server error after the call started is indeterminate")
     };
@@ -433,7 +415,11 @@ async fn acquisitions_in_one_call_get_increasing_tokens_from_one_counter() {
 
     let outcomes = join_all(reqs.iter().map(|r| client.try_acquire(r))).await;
 
-    assert!(script_calls(&server) - before <= RedisBackend::CALLS_IN_FLIGHT as u64 + 1);
+    assert_eq!(
+        script_calls(&server) - before,
+        1,
+        "one call for all sixteen"
+    );
     let tokens: Vec<FencingToken> = outcomes
         .into_iter()
         .map(|o| match o.unwrap() {

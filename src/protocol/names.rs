@@ -4,6 +4,7 @@
 //! Cluster hash tag), no whitespace, no `:` inside a purpose (the key separator).
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::error::{LeaseError, excerpt};
 use crate::protocol::limits::{NAMESPACE_MAX_LEN, PURPOSE_MAX_LEN};
@@ -18,7 +19,7 @@ use crate::protocol::limits::{NAMESPACE_MAX_LEN, PURPOSE_MAX_LEN};
 /// assert!(Purpose::new("Reports").is_err()); // lowercase only
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Purpose(String);
+pub struct Purpose(Arc<str>);
 
 impl Purpose {
     /// Validates `text`.
@@ -27,7 +28,7 @@ impl Purpose {
     /// [`LeaseError::InvalidPurpose`] naming the rule it broke.
     pub fn new(text: &str) -> Result<Self, LeaseError> {
         check_word(text, PURPOSE_MAX_LEN, |c| matches!(c, '.' | '_' | '-'))
-            .map(|()| Self(text.to_owned()))
+            .map(|()| Self(Arc::from(text)))
             .map_err(|rule| LeaseError::InvalidPurpose {
                 value: excerpt(text),
                 rule,
@@ -37,6 +38,12 @@ impl Purpose {
     /// The validated text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The text, shared: what every metric label and handle of this purpose points to, so
+    /// labelling a sample costs no allocation.
+    pub(crate) fn shared(&self) -> Arc<str> {
+        Arc::clone(&self.0)
     }
 }
 

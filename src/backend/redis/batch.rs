@@ -2,11 +2,12 @@
 //! `lua/batch.lua` per round trip, each with its own reply.
 //!
 //! A caller submits one [`Item`] and waits for its own result. [`MAX_IN_FLIGHT`] call slots
-//! bound the script calls in flight. A caller that finds nothing waiting and a slot free
-//! sends its item alone, at once, from its own task. Otherwise it queues the item, and
-//! flusher tasks (one per taken slot) take what waits, up to [`MAX_ITEMS`] at a time, send
-//! it as one script call and hand every item its reply. The busier the connection, the
-//! larger the calls — and the fewer of them Redis runs per operation.
+//! bound the script calls in flight; each taken slot is a flusher task that takes what
+//! waits, up to [`MAX_ITEMS`] at a time, sends it as one script call and hands every item
+//! its reply. A caller that finds a slot free starts a flusher, which lets the tasks woken
+//! with it queue their items first (one turn of the scheduler), so operations that arrive
+//! together leave together; one that arrives alone leaves at once. The busier the
+//! connection, the larger the calls — and the fewer of them Redis runs per operation.
 //!
 //! # Invariants
 //!
@@ -16,15 +17,15 @@
 //!    item was taken reports its reply if it came, `MaybeSent` otherwise.
 //! 2. Every taken item gets exactly one result: its own reply, its own error, or the failure
 //!    of the whole call (no connection, timeout, a refusal before running).
-//! 3. There are never more than [`MAX_IN_FLIGHT`] call slots taken — by flushers, and by
-//!    callers sending alone — and a slot is given back only after the queue was found empty
-//!    under the lock; otherwise it passes to a new flusher. So no waiting item is left
-//!    without a flusher while the runtime runs.
+//! 3. There are never more than [`MAX_IN_FLIGHT`] call slots taken, each by one flusher, and
+//!    a slot is given back only after the queue was found empty under the lock; a flusher
+//!    that dies holding one (panic, abort) passes it to a new flusher if items wait. So no
+//!    waiting item is left without a flusher while the runtime runs.
 //! 4. One item's error is that item's: the script runs each item under `pcall`, and a batch
 //!    refused as a whole for a reason that may concern only some of its keys (`NOPERM`) is
 //!    sent again item by item — it provably did not run.
-//! 5. An idle call is never held back: when nothing waits and a slot is free, the caller
-//!    sends its item alone, from its own task, with no flusher in between.
+//! 5. An idle call is never held back: when a slot is free, the caller starts a flusher at
+//!    once, which sends the item after the tasks already runnable have run.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -208,16 +209,6 @@ impl Batcher {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a call slot if one is free and nothing waits: the caller sends its item alone.
-    fn claim_if_idle(&self) -> bool {
-        let mut queue = self.lock();
-        let idle = queue.waiting.is_empty() && queue.flushers < MAX_IN_FLIGHT;
-        if idle {
-            queue.flushers += 1;
-        }
-        idle
-    }
-
     /// Queues `item`; returns its id and whether the caller must start a flusher (a slot
     /// was free and is now taken for it).
     fn push(
@@ -332,15 +323,6 @@ pub(super) async fn submit(
     timeout: Duration,
 ) -> ItemResult {
     let batcher = &backend.inner.batcher;
-    if batcher.claim_if_idle() {
-        // Nothing waits and a slot is free: this task sends it at once, alone, without
-        // handing it to a flusher (invariant 5).
-        let _slot = Slot {
-            backend,
-            held: true,
-        };
-        return backend.alone(item, deadline).await;
-    }
     let (tx, mut rx) = oneshot::channel();
     let (id, start) = batcher.push(item, deadline, tx);
     let mut queued = Queued {
@@ -448,10 +430,9 @@ impl Drop for Connecting<'_> {
     }
 }
 
-/// A call slot held by a flusher or by a caller sending alone. Dropped while held — the
-/// caller's call ended or was cancelled, the flusher panicked or was aborted — it is
-/// handed to a new flusher if items wait (and a runtime runs to start one), and given
-/// back otherwise (invariant 3).
+/// A flusher's call slot. Dropped while held — the flusher panicked or was aborted — it is
+/// handed to a new flusher if items wait (and a runtime runs to start one), and given back
+/// otherwise (invariant 3).
 struct Slot<'a> {
     backend: &'a RedisBackend,
     held: bool,

@@ -38,8 +38,9 @@
 //! * Every operation is one item of a script call (`lua/batch.lua`). Under standalone and
 //!   Sentinel, concurrent operations share calls: at most four calls are in flight, and what
 //!   arrives meanwhile goes out together in the next one (`batch` says how, and what it
-//!   promises). An operation with nothing in flight is sent at once, alone. Under Cluster
-//!   each operation is a call of its own, to the owner of its slot.
+//!   promises). An operation that finds a call slot free is sent at once, with those
+//!   arriving at the same moment. Under Cluster each operation is a call of its own, to the
+//!   owner of its slot.
 //! * Each operation is bounded by its `timeout` (`tokio::time::timeout`, from the call's
 //!   start: waiting for a call slot, obtaining the connection and the `NOSCRIPT` reload
 //!   included). One that times out before its call was written is `NotSent`; after, it is
