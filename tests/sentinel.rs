@@ -16,6 +16,7 @@ use common::RedisServer;
 use common::backends::redis_settings;
 use common::leases::acquired;
 use common::sentinel::{MASTER_NAME, SentinelTopology, query, role};
+use leasehold::runtime::CancelReason;
 use leasehold::*;
 
 fn request(client: &LeaseClient, resource: &str, op: &str) -> LeaseRequest {
@@ -221,6 +222,163 @@ async fn renew_across_a_failover_that_lost_the_lease_is_never_renewed_and_the_ne
         next.token()
     );
     std::mem::forget(held);
+}
+
+/// What one lease's worker saw during a failover.
+#[derive(Debug)]
+struct Held {
+    token: FencingToken,
+    /// The reason and the validity left when `LeaseCancelled` came, if it came.
+    cancelled: Option<(CancelReason, Duration)>,
+    renewals: u64,
+}
+
+/// The fault-matrix row "Sentinel failover during held leases", on the runtime: leases whose
+/// keys the promoted replica never got are cancelled before their validity ends (never
+/// renewed on the new primary), the others keep renewing there, and every token issued
+/// after the failover is larger than every token issued before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_during_held_leases_cancels_the_lost_ones_in_time_and_keeps_the_others() {
+    const LEASES: usize = 12;
+    let topology = SentinelTopology::start();
+    // A 6 s TTL (renewal every 2 s) rides out the failover itself (~1-3 s here).
+    let ttl = Duration::from_secs(6);
+    let runtime = runtime::LeaseRuntime::new(topology.client(redis_settings()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut jobs = Vec::new();
+    let mut keys = Vec::new();
+    for i in 0..LEASES {
+        let client = runtime.client().clone();
+        let req = LeaseRequest::builder(
+            Purpose::new("sentinel").unwrap(),
+            ResourceDigest::of(format!("failover-{i}")),
+            client.new_attempt("holder").unwrap(),
+        )
+        .ttl(ttl)
+        .build()
+        .unwrap();
+        keys.push(client.keys(req.purpose(), req.resource()));
+        let (runtime, mut stop) = (runtime.clone(), stop_rx.clone());
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        jobs.push(tokio::spawn(async move {
+            let work = move |ctx: runtime::LeaseContext| async move {
+                let _ = ready_tx.send(());
+                tokio::select! {
+                    () = ctx.cancelled() => {}
+                    _ = stop.wait_for(|stop| *stop) => {}
+                }
+                let status = ctx.status();
+                let cancelled = ctx.cancel_reason().map(|reason| {
+                    (
+                        reason,
+                        ctx.stop_by()
+                            .saturating_duration_since(Instant::now().into()),
+                    )
+                });
+                Held {
+                    token: ctx.token(),
+                    cancelled,
+                    renewals: status.renewals,
+                }
+            };
+            match runtime
+                .run_under_lease(&req, runtime::CancelPolicy::Kill, work)
+                .await
+            {
+                Ok(runtime::RunOutcome::Ran { output, .. }) => output.expect("the work ran"),
+                other => panic!("lease {i}: {other:?}"),
+            }
+        }));
+        ready_rx.await.expect("acquired");
+    }
+    topology.wait_replicated();
+    // The promoted replica, whichever it is, never got the odd leases (nor their groups'
+    // counters): they are lost in the failover.
+    let lost: Vec<usize> = (0..LEASES).filter(|i| i % 2 == 1).collect();
+    for replica in topology.replicas() {
+        for &i in &lost {
+            lose_on_replica(replica, &[&keys[i].lease, &keys[i].fence]);
+        }
+    }
+
+    let failed_over = Instant::now();
+    let new = tokio::task::block_in_place(|| topology.failover());
+    let took = failed_over.elapsed();
+    // Two renewal periods on the new primary.
+    tokio::time::sleep(ttl * 2 / 3 + Duration::from_secs(1)).await;
+    let _ = stop_tx.send(true);
+    let mut held = Vec::new();
+    for job in jobs {
+        held.push(job.await.unwrap());
+    }
+
+    let new_primary = topology.node(new);
+    let mut least_left = ttl;
+    for (i, h) in held.iter().enumerate() {
+        if lost.contains(&i) {
+            let Some((reason, left)) = h.cancelled else {
+                panic!("lease {i} was lost in the failover but its worker was not cancelled")
+            };
+            assert!(
+                matches!(reason, CancelReason::Lost(_) | CancelReason::Unknown),
+                "lease {i}: {reason:?}"
+            );
+            assert!(
+                left > Duration::ZERO,
+                "lease {i}: cancelled after its validity ended"
+            );
+            least_left = least_left.min(left);
+        } else {
+            assert!(
+                !matches!(h.cancelled, Some((CancelReason::Lost(_), _))),
+                "lease {i} was on the new primary, yet reported lost: {:?}",
+                h.cancelled
+            );
+        }
+    }
+    let kept_renewing = held
+        .iter()
+        .enumerate()
+        .filter(|(i, h)| !lost.contains(i) && h.cancelled.is_none() && h.renewals >= 2)
+        .count();
+    assert!(
+        kept_renewing > 0,
+        "no kept lease renewed on the new primary"
+    );
+    for &i in &lost {
+        assert!(!exists(new_primary, &keys[i].lease), "lease {i} came back");
+    }
+
+    // Every resource again, by another client: larger tokens than any before the failover.
+    let highest_before = held.iter().map(|h| h.token).max().unwrap();
+    let other = topology.client(redis_settings());
+    for (i, key) in keys.iter().enumerate() {
+        let req = LeaseRequest::builder(
+            Purpose::new("sentinel").unwrap(),
+            ResourceDigest::of(format!("failover-{i}")),
+            other.new_attempt("after").unwrap(),
+        )
+        .wait_timeout(ttl * 2)
+        .build()
+        .unwrap();
+        let AcquireOutcome::Acquired(lease) = other.acquire(&req).await.unwrap() else {
+            panic!("resource {i} is free again after its holder released it")
+        };
+        assert!(exists(new_primary, &key.lease));
+        assert!(
+            lease.token() > highest_before,
+            "resource {i}: token {:?} after the failover, {highest_before:?} before",
+            lease.token()
+        );
+    }
+    eprintln!(
+        "RESULT sentinel failover during {LEASES} held leases: failover took {took:?}; \
+         {} lost leases all cancelled, least validity left at cancellation {least_left:?}; \
+         {kept_renewing} of {} kept leases renewed on the new primary; \
+         every later token larger",
+        lost.len(),
+        LEASES - lost.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
