@@ -54,6 +54,14 @@ pub enum LeaseError {
         /// What is wrong with it.
         problem: DurationProblem,
     },
+    /// The number of replicas an acquisition is to wait for is 0 or above the maximum.
+    #[error("replicas {value} is invalid: {rule}")]
+    InvalidReplicas {
+        /// The number given.
+        value: u32,
+        /// The rule it broke.
+        rule: &'static str,
+    },
     /// A Redis URL could not be parsed or names an unsupported scheme.
     ///
     /// The URL is not echoed: it may carry a password.

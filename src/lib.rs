@@ -95,12 +95,12 @@ pub mod telemetry;
 
 pub use backend::{
     FailureDetail, FailureKind, LeaseBackend, MemoryBackend, MemoryFault, RedisBackend,
-    RedisConfig, SendFailure,
+    RedisConfig, ReplicatedReply, SendFailure,
 };
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
     AcquireOutcome, Guarantee, InspectOutcome, LeaseClient, LeaseHandle, LeaseSettings, LeaseState,
-    LostReason, ReleaseOutcome, RenewOutcome, ValidityBudget,
+    LostReason, ReleaseOutcome, RenewOutcome, Replication, ValidityBudget,
 };
 pub use protocol::{
     Attempt, FencingToken, LeaseKeys, LeaseRequest, Namespace, OperationId, OwnerToken, Purpose,

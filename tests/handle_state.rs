@@ -418,3 +418,36 @@ mod properties {
         }
     }
 }
+
+/// `MemoryBackend` has no replicas: an acquisition that waits for them is acknowledged by
+/// none, at once; one that does not ask reports so; a replay waits for nothing.
+#[tokio::test(start_paused = true)]
+async fn in_memory_no_replica_acknowledges_and_a_replay_waits_for_nothing() {
+    let (client, _) = setup();
+    let req = LeaseRequest::builder(
+        Purpose::new("test").unwrap(),
+        ResourceDigest::of("replicated"),
+        client.new_attempt("op").unwrap(),
+    )
+    .wait_for_replicas(2, Duration::from_secs(1))
+    .build()
+    .unwrap();
+    let started = Instant::now();
+    let AcquireOutcome::Acquired(lease) = client.try_acquire(&req).await.unwrap() else {
+        panic!("acquired")
+    };
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(
+        lease.replication(),
+        &Replication::Acknowledged {
+            acked: 0,
+            wanted: 2
+        }
+    );
+    let AcquireOutcome::Replayed(replay) = client.try_acquire(&req).await.unwrap() else {
+        panic!("replayed")
+    };
+    assert_eq!(replay.replication(), &Replication::NotWaited);
+    let plain = acquired(&client, "plain").await;
+    assert_eq!(plain.replication(), &Replication::NotRequested);
+}

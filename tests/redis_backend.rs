@@ -376,3 +376,31 @@ async fn malformed_script_replies_are_indeterminate_not_a_panic() {
     };
     assert_eq!(detail.kind, FailureKind::MalformedReply, "{detail}");
 }
+
+/// A standalone Redis has no replicas: an acquisition that waits for one is acknowledged by
+/// none, after the wait, and is held all the same.
+#[tokio::test]
+async fn waiting_for_a_replica_on_a_server_without_any_reports_none_after_the_wait() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let wait = Duration::from_millis(200);
+    let req = LeaseRequest::builder(
+        Purpose::new("redis").unwrap(),
+        ResourceDigest::of("r"),
+        client.new_attempt("op").unwrap(),
+    )
+    .wait_for_replicas(1, wait)
+    .build()
+    .unwrap();
+    let started = Instant::now();
+    let lease = acquired(&client, &req).await;
+    assert!(started.elapsed() >= wait - Duration::from_millis(10));
+    assert_eq!(
+        lease.replication(),
+        &Replication::Acknowledged {
+            acked: 0,
+            wanted: 1
+        }
+    );
+    assert!(lease_exists(&server, lease.keys()));
+}

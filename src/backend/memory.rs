@@ -11,9 +11,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure};
+use super::{
+    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, ReplicatedReply,
+    SendFailure,
+};
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
+    ReplicaWait,
 };
 
 /// An in-process lease store with the same semantics as the Redis scripts.
@@ -257,6 +261,22 @@ impl LeaseBackend for MemoryBackend {
                 ttl,
                 token: FencingToken::new(token),
             }
+        })
+    }
+
+    /// In process there are no replicas: an acquisition is acknowledged by none, at once.
+    fn acquire_replicated<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        ttl: Duration,
+        _wait: ReplicaWait,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReplicatedReply> {
+        Box::pin(async move {
+            let reply = self.acquire(keys, attempt, ttl, timeout).await?;
+            let acked = matches!(reply, AcquireReply::Acquired { .. }).then_some(Ok(0));
+            Ok(ReplicatedReply { reply, acked })
         })
     }
 

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::protocol::{AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply};
+use crate::protocol::{
+    AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply, ReplicaWait,
+};
 
 pub mod memory;
 pub mod redis;
@@ -35,6 +37,19 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
         ttl: Duration,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply>;
+
+    /// Runs the acquire script and, if it acquired, waits until `wait.replicas()` replicas
+    /// acknowledged it, for at most `wait.timeout()` (Redis `WAIT`, on the connection the
+    /// script ran on). `timeout` bounds the whole call. Other operations must not wait
+    /// behind it: `WAIT` blocks its connection.
+    fn acquire_replicated<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        ttl: Duration,
+        wait: ReplicaWait,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReplicatedReply>;
 
     /// Runs the renew script: reset the expiry to `ttl` if this attempt holds the lease.
     fn renew<'a>(
@@ -68,6 +83,16 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
         keys: &'a LeaseKeys,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices>;
+}
+
+/// What [`LeaseBackend::acquire_replicated`] answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicatedReply {
+    /// The acquire script's reply.
+    pub reply: AcquireReply,
+    /// After `ACQUIRED`: how many replicas acknowledged it, or why the wait did not answer.
+    /// `None` for every other reply (nothing was written to wait for).
+    pub acked: Option<Result<u32, FailureDetail>>,
 }
 
 /// Why a backend call produced no reply. Maps one to one onto the outcomes `Unavailable`

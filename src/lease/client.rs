@@ -7,10 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::backend::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, SendFailure};
+use crate::backend::{
+    LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, ReplicatedReply, SendFailure,
+};
 use crate::error::LeaseError;
 use crate::lease::handle::LeaseHandle;
-use crate::lease::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, release_outcome};
+use crate::lease::outcome::{
+    AcquireOutcome, InspectOutcome, ReleaseOutcome, Replication, release_outcome,
+};
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
@@ -165,15 +169,40 @@ impl LeaseClient {
         let settings = &self.inner.settings;
         let keys = self.keys(request.purpose(), request.resource());
         let sent_at = Instant::now();
-        let result = self
-            .backend()
-            .acquire(
-                &keys,
-                request.attempt(),
-                request.ttl(),
-                settings.command_timeout,
-            )
-            .await;
+        let backend = self.backend();
+        let (result, replication) = match request.replica_wait() {
+            None => {
+                let timeout = settings.command_timeout;
+                let result = backend
+                    .acquire(&keys, request.attempt(), request.ttl(), timeout)
+                    .await;
+                (result, Replication::NotRequested)
+            }
+            Some(wait) => {
+                let timeout = settings.command_timeout + wait.timeout();
+                let attempt = request.attempt();
+                let result = backend
+                    .acquire_replicated(&keys, attempt, request.ttl(), wait, timeout)
+                    .await;
+                let replication = match &result {
+                    Ok(ReplicatedReply {
+                        acked: Some(Ok(acked)),
+                        ..
+                    }) => Replication::Acknowledged {
+                        acked: *acked,
+                        wanted: wait.replicas(),
+                    },
+                    Ok(ReplicatedReply {
+                        acked: Some(Err(detail)),
+                        ..
+                    }) => Replication::Unknown {
+                        detail: detail.clone(),
+                    },
+                    _ => Replication::NotWaited,
+                };
+                (result.map(|r| r.reply), replication)
+            }
+        };
         let drift = settings.drift_budget;
         let outcome = match result {
             Ok(AcquireReply::Acquired { ttl, token }) => {
@@ -184,6 +213,7 @@ impl LeaseClient {
                     keys,
                     token,
                     budget,
+                    replication,
                 ))
             }
             Ok(AcquireReply::Replayed { pttl, token }) => {
@@ -194,6 +224,7 @@ impl LeaseClient {
                     keys,
                     token,
                     budget,
+                    replication,
                 ))
             }
             Ok(AcquireReply::Contended { pttl }) => AcquireOutcome::Contended {

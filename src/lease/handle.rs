@@ -31,7 +31,7 @@ use tracing::Instrument as _;
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
 use crate::lease::client::LeaseClient;
 use crate::lease::outcome::{
-    LeaseState, LostReason, ReleaseOutcome, RenewOutcome, release_outcome,
+    LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication, release_outcome,
 };
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
@@ -75,6 +75,8 @@ pub struct LeaseHandle {
     state: HandleState,
     /// This handle's place in the held-leases gauges while ACTIVE.
     held: Option<HeldLease>,
+    /// How many replicas acknowledged the acquisition.
+    replication: Replication,
 }
 
 /// The private state: data a state needs lives in its variant.
@@ -104,6 +106,7 @@ impl LeaseHandle {
         keys: LeaseKeys,
         token: FencingToken,
         budget: ValidityBudget,
+        replication: Replication,
     ) -> Self {
         let mut handle = Self {
             client,
@@ -116,6 +119,7 @@ impl LeaseHandle {
             confirmed: budget,
             state: HandleState::Active { budget },
             held: Some(HeldLease::register(request.purpose(), budget.valid_until())),
+            replication,
         };
         // A replay with less PTTL left than the drift budget is born LOST (invariant 3).
         handle.observe(Instant::now());
@@ -125,6 +129,12 @@ impl LeaseHandle {
     /// The fencing token of this acquisition; pass it to every protected write.
     pub fn token(&self) -> FencingToken {
         self.token
+    }
+
+    /// How many replicas acknowledged the acquisition, if the request asked
+    /// ([`LeaseRequestBuilder::wait_for_replicas`](crate::protocol::LeaseRequestBuilder::wait_for_replicas)).
+    pub fn replication(&self) -> &Replication {
+        &self.replication
     }
 
     /// What holding this lease guarantees, and (in its docs) what it does not.
@@ -419,6 +429,7 @@ impl fmt::Debug for LeaseHandle {
             .field("attempt", &self.attempt)
             .field("token", &self.token)
             .field("state", &self.state.public())
+            .field("replication", &self.replication)
             .finish_non_exhaustive()
     }
 }

@@ -14,6 +14,7 @@ pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::{Guarantee, LeaseHandle};
 pub use outcome::{
     AcquireOutcome, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
+    Replication,
 };
 pub use settings::{ENV_VARS, LeaseSettings};
 pub use validity::ValidityBudget;

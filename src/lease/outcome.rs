@@ -78,6 +78,45 @@ impl AcquireOutcome {
     }
 }
 
+/// How many replicas hold an acquisition, as far as this process knows
+/// ([`LeaseHandle::replication`]; asked for with
+/// [`LeaseRequestBuilder::wait_for_replicas`](crate::protocol::LeaseRequestBuilder::wait_for_replicas)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replication {
+    /// The request asked for no replica acknowledgement.
+    NotRequested,
+    /// `WAIT` answered: `acked` replicas acknowledged the acquisition. Fewer than `wanted`
+    /// means the wait ran out first; the lease is held all the same, but a failover to a
+    /// replica that lacks it loses it.
+    Acknowledged {
+        /// Replicas that acknowledged it.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+    /// A replay: it wrote nothing, so there was nothing to wait for, and whether the
+    /// original acquisition reached replicas is not known.
+    NotWaited,
+    /// The wait did not answer (timeout, connection lost): not known.
+    Unknown {
+        /// What failed.
+        detail: FailureDetail,
+    },
+}
+
+impl Replication {
+    /// snake_case name for logs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::NotRequested => "not_requested",
+            Self::Acknowledged { .. } => "acknowledged",
+            Self::NotWaited => "not_waited",
+            Self::Unknown { .. } => "unknown",
+        }
+    }
+}
+
 /// What `renew` achieved.
 #[must_use = "a renewal can lose the lease; inspect the outcome"]
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -109,6 +109,16 @@ pub const RETRY_AFTER_FALLBACK: DurationBounds = DurationBounds {
     max: Duration::from_secs(60),
 };
 
+/// How long an acquisition may wait for replicas to acknowledge it (`WAIT`): 1 ms ..= 10 s.
+pub const REPLICA_WAIT: DurationBounds = DurationBounds {
+    param: "replica_wait",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(10),
+};
+
+/// Most replicas an acquisition may wait for.
+pub const MAX_REPLICAS: u32 = 16;
+
 /// Default command timeout (DESIGN §11).
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
 /// Default connect timeout (DESIGN §11).

@@ -18,4 +18,4 @@ pub use fencing::FencingToken;
 pub use keys::LeaseKeys;
 pub use names::{Namespace, Purpose};
 pub use reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
-pub use request::{LeaseRequest, LeaseRequestBuilder};
+pub use request::{LeaseRequest, LeaseRequestBuilder, ReplicaWait};

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::error::LeaseError;
-use crate::protocol::limits::{DEFAULT_WAIT_TIMEOUT, TTL, WAIT_TIMEOUT};
+use crate::protocol::limits::{
+    DEFAULT_WAIT_TIMEOUT, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT,
+};
 use crate::protocol::{Attempt, Purpose, ResourceDigest};
 
 /// A validated acquisition request.
@@ -33,6 +35,27 @@ pub struct LeaseRequest {
     ttl: Duration,
     wait_timeout: Duration,
     attempt: Attempt,
+    replicas: Option<ReplicaWait>,
+}
+
+/// How many replicas an acquisition waits for, and for how long (Redis `WAIT`); see
+/// [`LeaseRequestBuilder::wait_for_replicas`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaWait {
+    replicas: u32,
+    timeout: Duration,
+}
+
+impl ReplicaWait {
+    /// Replicas to wait for, 1 ..= [`MAX_REPLICAS`].
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// Longest wait for them, measured by the server from when it runs `WAIT`.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
 }
 
 impl LeaseRequest {
@@ -48,6 +71,7 @@ impl LeaseRequest {
             attempt,
             ttl: LeaseRequestBuilder::DEFAULT_TTL,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
+            replicas: None,
         }
     }
 
@@ -72,6 +96,12 @@ impl LeaseRequest {
         &self.attempt
     }
 
+    /// The replicas each acquisition waits for, if any
+    /// ([`LeaseRequestBuilder::wait_for_replicas`]).
+    pub fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.replicas
+    }
+
     /// The same request under a fresh attempt (a new owner token, same operation id), for
     /// re-acquiring after a loss.
     ///
@@ -94,6 +124,7 @@ pub struct LeaseRequestBuilder {
     attempt: Attempt,
     ttl: Duration,
     wait_timeout: Duration,
+    replicas: Option<(u32, Duration)>,
 }
 
 impl LeaseRequestBuilder {
@@ -111,19 +142,56 @@ impl LeaseRequestBuilder {
         self
     }
 
-    /// Validates and builds.
+    /// After each acquisition (not after a replay, which writes nothing to wait for), wait
+    /// until `replicas` replicas have acknowledged it, for at most `timeout` (Redis `WAIT`),
+    /// and report how many did in [`LeaseHandle::replication`](crate::LeaseHandle::replication).
+    ///
+    /// What it buys: a lease that `replicas` replicas hold survives the failover to one of
+    /// them. What it costs: the acquisition takes up to `timeout` longer (its validity is
+    /// still measured from the instant before the first send, so the wait comes out of
+    /// it), and runs on a connection of its own, not batched with other operations. Short of
+    /// the acknowledgements the lease is held all the same: the count says how exposed it is.
+    ///
+    /// `replicas` is 1 ..= 16; `timeout` 1 ms ..= 10 s.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Validates every field.
     ///
     /// # Errors
-    /// [`LeaseError::InvalidDuration`] for `ttl` or `wait_timeout` out of bounds.
+    /// [`LeaseError::InvalidDuration`] for a `ttl`, `wait_timeout` or `replica_wait` out of
+    /// its bounds (the ttl is truncated to whole milliseconds first);
+    /// [`LeaseError::InvalidReplicas`] for a replica count of 0 or above 16.
     pub fn build(self) -> Result<LeaseRequest, LeaseError> {
         let ttl = TTL.check(whole_millis(self.ttl))?;
         let wait_timeout = WAIT_TIMEOUT.check(self.wait_timeout)?;
+        let replicas = match self.replicas {
+            None => None,
+            Some((replicas, timeout)) => {
+                let rule = match replicas {
+                    0 => Some("must be at least 1"),
+                    n if n > MAX_REPLICAS => Some("must be at most 16"),
+                    _ => None,
+                };
+                if let Some(rule) = rule {
+                    return Err(LeaseError::InvalidReplicas {
+                        value: replicas,
+                        rule,
+                    });
+                }
+                let timeout = REPLICA_WAIT.check(whole_millis(timeout))?;
+                Some(ReplicaWait { replicas, timeout })
+            }
+        };
         Ok(LeaseRequest {
             purpose: self.purpose,
             resource: self.resource,
             ttl,
             wait_timeout,
             attempt: self.attempt,
+            replicas,
         })
     }
 }
@@ -177,6 +245,42 @@ mod tests {
                 .unwrap()
                 .ttl(),
             Duration::from_millis(150)
+        );
+    }
+
+    #[test]
+    fn replica_waits_are_checked_and_off_by_default() {
+        assert_eq!(builder().build().unwrap().replica_wait(), None);
+        let r = builder()
+            .wait_for_replicas(2, Duration::from_millis(250))
+            .build()
+            .unwrap();
+        let wait = r.replica_wait().unwrap();
+        assert_eq!(
+            (wait.replicas(), wait.timeout()),
+            (2, Duration::from_millis(250))
+        );
+        for (n, rule) in [(0, "must be at least 1"), (17, "must be at most 16")] {
+            let err = builder()
+                .wait_for_replicas(n, Duration::from_secs(1))
+                .build()
+                .unwrap_err();
+            assert_eq!(err, LeaseError::InvalidReplicas { value: n, rule });
+            assert_eq!(err.to_string(), format!("replicas {n} is invalid: {rule}"));
+        }
+        let err = builder()
+            .wait_for_replicas(1, Duration::from_secs(11))
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "replica_wait 11s is above the maximum of 10s"
+        );
+        assert!(
+            builder()
+                .wait_for_replicas(1, Duration::ZERO)
+                .build()
+                .is_err()
         );
     }
 

@@ -51,6 +51,9 @@
 //! * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`…) are `NotSent`, and
 //!   so is `READONLY`: a read-only replica runs none of a script's writes, whatever their
 //!   order. Other errors and unreadable replies are `MaybeSent` (see `classify`).
+//! * An acquisition that waits for replicas (`LeaseRequestBuilder::wait_for_replicas`) runs
+//!   alone on a twin backend with connections of its own — the script, then `WAIT` on the
+//!   same connection — since `WAIT` blocks its connection until the replicas answer.
 //! * Release notices use one pub/sub connection per subscription, to the node of the shared
 //!   connection (under Sentinel: the current primary, where the release script publishes).
 //!   Obtaining the shared connection and subscribing are bounded together by the
@@ -86,10 +89,15 @@ use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo as _, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, SendFailure};
+use super::{
+    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, ReplicatedReply,
+    SendFailure,
+};
 use crate::error::LeaseError;
 use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
-use crate::protocol::{AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply};
+use crate::protocol::{
+    AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply, ReplicaWait,
+};
 
 /// Where and how to reach Redis: one standalone node ([`new`](Self::new)), the primary
 /// that Redis Sentinel names ([`sentinel`](Self::sentinel)), or a Redis Cluster
@@ -261,6 +269,10 @@ struct Inner {
     batcher: batch::Batcher,
     /// Ids of script calls, echoed in their replies.
     calls: AtomicU64,
+    /// A twin on the same configuration with connections of its own, for acquisitions that
+    /// wait for replicas: `WAIT` blocks its connection, so it must not be the one every
+    /// other operation shares. `None` in the twin itself.
+    replicated: Option<RedisBackend>,
 }
 
 /// How a connection to the node that takes writes is obtained: the one thing the
@@ -456,6 +468,13 @@ impl RedisBackend {
     /// and a node URL template that is not `redis://` or `rediss://` — or that is set on a
     /// standalone configuration. [`LeaseError::InvalidDuration`] for the connect timeout.
     pub fn new(config: RedisConfig) -> Result<Self, LeaseError> {
+        let replicated = Self::build(config.clone(), None)?;
+        Self::build(config, Some(replicated))
+    }
+
+    /// A backend on `config`; `replicated` is the twin that runs acquisitions which wait for
+    /// replicas (`None`: this is that twin).
+    fn build(config: RedisConfig, replicated: Option<RedisBackend>) -> Result<Self, LeaseError> {
         let connect_timeout = CONNECT_TIMEOUT.check(config.connect_timeout)?;
         let topology = match config.target {
             Target::Standalone { url } => {
@@ -492,6 +511,7 @@ impl RedisBackend {
                 connecting: tokio::sync::Mutex::new(()),
                 batcher: batch::Batcher::default(),
                 calls: AtomicU64::new(0),
+                replicated,
             }),
         })
     }
@@ -553,9 +573,20 @@ impl RedisBackend {
     /// Runs `item` in a script call of its own, from the caller's task, by `deadline`.
     async fn alone(&self, item: batch::Item, deadline: Instant) -> batch::ItemResult {
         let (generation, connected) = self.connection(deadline, item.route()).await?;
-        let items = std::slice::from_ref(&item);
+        self.send_one(generation, &connected, &item, deadline).await
+    }
+
+    /// `send` of one item.
+    async fn send_one(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        item: &batch::Item,
+        deadline: Instant,
+    ) -> batch::ItemResult {
+        let items = std::slice::from_ref(item);
         let deadlines = batch::Deadlines::one(deadline);
-        let sent = self.send(generation, &connected, items, deadlines).await;
+        let sent = self.send(generation, connected, items, deadlines).await;
         sent.into_iter().next().unwrap_or_else(|| {
             Err(SendFailure::MaybeSent(FailureDetail::new(
                 FailureKind::MalformedReply,
@@ -655,6 +686,44 @@ impl RedisBackend {
         }
     }
 
+    /// `WAIT wait.replicas() wait.timeout()` on `connected`, the connection that just wrote
+    /// the acquisition: how many replicas acknowledged every write made on it so far.
+    async fn wait_replicas(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        wait: ReplicaWait,
+        deadline: Instant,
+    ) -> Result<u32, FailureDetail> {
+        let millis = u64::try_from(wait.timeout().as_millis()).unwrap_or(u64::MAX);
+        let mut command = redis::cmd("WAIT");
+        command.arg(wait.replicas()).arg(millis);
+        let mut connection = connected.connection.clone();
+        let sent = tokio::time::timeout_at(deadline, connection.send_packed_command(&command));
+        match sent.await {
+            Ok(Ok(Value::Int(acked))) => Ok(u32::try_from(acked).unwrap_or(0)),
+            Ok(Ok(Value::ServerError(e))) => Err(FailureDetail::new(
+                FailureKind::ServerError,
+                redis::RedisError::from(e).to_string(),
+            )),
+            Ok(Ok(other)) => Err(FailureDetail::new(
+                FailureKind::MalformedReply,
+                format!("expected the number of replicas from WAIT, got {other:?}"),
+            )),
+            Ok(Err(e)) => {
+                self.forget_on(generation, connected, &e);
+                Err(classify::command_failure(&e).detail().clone())
+            }
+            Err(_) => {
+                self.discard(generation, connected);
+                Err(FailureDetail::new(
+                    FailureKind::Timeout,
+                    "WAIT did not answer before the call's deadline",
+                ))
+            }
+        }
+    }
+
     /// Runs one operation and decodes its reply with `parse`.
     fn operation<'a, T: Send + 'a>(
         &'a self,
@@ -662,12 +731,7 @@ impl RedisBackend {
         timeout: Duration,
         parse: fn(Value) -> Result<T, String>,
     ) -> BackendFuture<'a, T> {
-        Box::pin(async move {
-            let reply = self.call(item, timeout).await?;
-            parse(reply).map_err(|m| {
-                SendFailure::MaybeSent(FailureDetail::new(FailureKind::MalformedReply, m))
-            })
-        })
+        Box::pin(async move { parse(self.call(item, timeout).await?).map_err(malformed) })
     }
 }
 
@@ -715,6 +779,11 @@ fn open_client(url: &str) -> Result<Client, String> {
     Client::open(info).map_err(|e| e.to_string())
 }
 
+/// A reply that could not be decoded: the script may have run.
+fn malformed(message: String) -> SendFailure {
+    SendFailure::MaybeSent(FailureDetail::new(FailureKind::MalformedReply, message))
+}
+
 fn invalid_url(reason: impl Into<String>) -> LeaseError {
     LeaseError::InvalidRedisUrl {
         reason: reason.into(),
@@ -743,6 +812,36 @@ impl LeaseBackend for RedisBackend {
     ) -> BackendFuture<'a, AcquireReply> {
         let item = batch::Item::acquire(keys, attempt, ttl);
         self.operation(item, timeout, parse::acquire)
+    }
+
+    /// On the twin's connections (see `Inner::replicated`), alone: the script, then `WAIT`
+    /// on the same connection.
+    fn acquire_replicated<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        ttl: Duration,
+        wait: ReplicaWait,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReplicatedReply> {
+        Box::pin(async move {
+            let twin = self.inner.replicated.as_ref().unwrap_or(self);
+            let deadline = Instant::now() + timeout;
+            let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
+            let item = batch::Item::acquire(keys, attempt, ttl);
+            let value = twin
+                .send_one(generation, &connected, &item, deadline)
+                .await?;
+            let reply = parse::acquire(value).map_err(malformed)?;
+            let acked = match reply {
+                AcquireReply::Acquired { .. } => Some(
+                    twin.wait_replicas(generation, &connected, wait, deadline)
+                        .await,
+                ),
+                _ => None,
+            };
+            Ok(ReplicatedReply { reply, acked })
+        })
     }
 
     fn renew<'a>(
