@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::backends::redis_settings;
+use common::backends::{Backend, Harness, redis_settings};
 use common::leases::{acquired, warm_up};
 use common::{Proxy, ProxyMode, RedisServer};
 use futures_util::future::join_all;
@@ -440,5 +440,77 @@ async fn acquisitions_in_one_call_get_increasing_tokens_from_one_counter() {
         counter,
         tokens[15].get().to_string(),
         "the group's counter holds the last"
+    );
+}
+
+/// What the contract suite's `redis_batched` arm rests on: with its companions running, the
+/// test's own operations travel in script calls together with theirs. Read off the server's
+/// slow log (every command logged): the calls that carry one of this test's keys also carry
+/// a companion's.
+#[tokio::test]
+async fn with_companions_running_each_operation_shares_its_script_call() {
+    let h = Harness::redis_batched();
+    let Backend::Batched {
+        server, companions, ..
+    } = &h.backend
+    else {
+        unreachable!("redis_batched builds a Batched backend")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while companions
+        .answered
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the companions never got an answer"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cmd(&["SLOWLOG", "RESET"]);
+    for i in 0..20 {
+        let req = common::leases::request(&h.client, "probe", &format!("probe-{i}"), "op");
+        let mut lease = acquired(&h.client, &req).await;
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"]);
+
+    let redis::Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "100000"]) else {
+        panic!("SLOWLOG GET answers an array")
+    };
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        _ => String::new(),
+    };
+    let (mut ours, mut shared) = (0, 0);
+    for entry in &entries {
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let Some(redis::Value::Array(args)) = fields.get(3) else {
+            continue;
+        };
+        let args: Vec<String> = args.iter().map(text).collect();
+        if args.first().map(String::as_str) != Some("EVALSHA") {
+            continue;
+        }
+        if args.iter().any(|a| a.contains(":probe:")) {
+            ours += 1;
+            if args.iter().any(|a| a.contains(":companion:")) {
+                shared += 1;
+            }
+        }
+    }
+    assert!(
+        ours >= 40,
+        "40 operations, {ours} script calls carrying them"
+    );
+    assert!(
+        shared * 4 >= ours * 3,
+        "only {shared} of the {ours} calls carrying this test's operations carried a companion's"
     );
 }
