@@ -41,11 +41,13 @@ local function acquire(lease, fence, owner, op, ttl, now)
   end
 
   local token = now()
-  local last = tonumber(redis.call('SET', fence, string.format('%d', token), 'GET'))
+  local text = string.format('%d', token)
+  local last = tonumber(redis.call('SET', fence, text, 'GET'))
   if last and last >= token then
     token = last + 1
-    redis.call('SET', fence, string.format('%d', token))
+    text = string.format('%d', token)
+    redis.call('SET', fence, text)
   end
-  redis.call('SET', lease, mine .. string.format('%d', token), 'PX', ttl)
+  redis.call('SET', lease, mine .. text, 'PX', ttl)
   return {'ACQUIRED', tonumber(ttl), token}
 end

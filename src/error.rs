@@ -55,12 +55,12 @@ pub enum LeaseError {
         problem: DurationProblem,
     },
     /// The number of replicas an acquisition is to wait for is 0 or above the maximum.
-    #[error("replicas {value} is invalid: {rule}")]
+    #[error("replicas {value} is invalid: must be 1 ..= {max}")]
     InvalidReplicas {
         /// The number given.
         value: u32,
-        /// The rule it broke.
-        rule: &'static str,
+        /// The largest allowed ([`MAX_REPLICAS`](crate::protocol::limits::MAX_REPLICAS)).
+        max: u32,
     },
     /// A Redis URL could not be parsed or names an unsupported scheme.
     ///

@@ -170,15 +170,10 @@ impl LeaseRequestBuilder {
         let replicas = match self.replicas {
             None => None,
             Some((replicas, timeout)) => {
-                let rule = match replicas {
-                    0 => Some("must be at least 1"),
-                    n if n > MAX_REPLICAS => Some("must be at most 16"),
-                    _ => None,
-                };
-                if let Some(rule) = rule {
+                if !(1..=MAX_REPLICAS).contains(&replicas) {
                     return Err(LeaseError::InvalidReplicas {
                         value: replicas,
-                        rule,
+                        max: MAX_REPLICAS,
                     });
                 }
                 let timeout = REPLICA_WAIT.check(whole_millis(timeout))?;
@@ -260,13 +255,16 @@ mod tests {
             (wait.replicas(), wait.timeout()),
             (2, Duration::from_millis(250))
         );
-        for (n, rule) in [(0, "must be at least 1"), (17, "must be at most 16")] {
+        for n in [0, 17] {
             let err = builder()
                 .wait_for_replicas(n, Duration::from_secs(1))
                 .build()
                 .unwrap_err();
-            assert_eq!(err, LeaseError::InvalidReplicas { value: n, rule });
-            assert_eq!(err.to_string(), format!("replicas {n} is invalid: {rule}"));
+            assert_eq!(err, LeaseError::InvalidReplicas { value: n, max: 16 });
+            assert_eq!(
+                err.to_string(),
+                format!("replicas {n} is invalid: must be 1 ..= 16")
+            );
         }
         let err = builder()
             .wait_for_replicas(1, Duration::from_secs(11))

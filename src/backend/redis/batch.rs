@@ -233,24 +233,14 @@ impl Batcher {
         (id, start)
     }
 
-    /// Takes item `id` back out if it is still waiting (invariant 1), and says why it was
-    /// not sent.
-    fn withdraw(&self, id: u64, timeout: Duration) -> Option<SendFailure> {
+    /// Takes item `id` back out if it is still waiting (invariant 1). `Some(connecting)`
+    /// if it was: whether a flusher was obtaining a connection meanwhile (why it was not
+    /// sent); `None` if it was taken.
+    fn withdraw(&self, id: u64) -> Option<bool> {
         let mut queue = self.lock();
         let at = queue.waiting.iter().position(|w| w.id == id)?;
         queue.waiting.remove(at);
-        let detail = if queue.connecting > 0 {
-            FailureDetail::new(
-                FailureKind::Connect,
-                format!("no connection to Redis within {timeout:?}"),
-            )
-        } else {
-            FailureDetail::new(
-                FailureKind::Timeout,
-                format!("not sent within {timeout:?}: earlier calls were still in flight"),
-            )
-        };
-        Some(SendFailure::NotSent(detail))
+        Some(queue.connecting > 0)
     }
 
     /// The latest deadline among the waiting items — or `None`, having given up this
@@ -279,6 +269,7 @@ impl Batcher {
             replies: Vec::new(),
             deadlines: Deadlines::one(now),
         };
+        let mut deadlines: Option<Deadlines> = None;
         while taken.items.len() < MAX_ITEMS {
             if queue.waiting.front().is_none_or(|w| w.id >= before) {
                 break;
@@ -290,14 +281,16 @@ impl Batcher {
                 let _ = waiting.reply.send(Err(expired()));
                 continue;
             }
-            let d = &mut taken.deadlines;
-            if taken.items.is_empty() {
-                *d = Deadlines::one(waiting.deadline);
-            }
-            d.first = d.first.min(waiting.deadline);
-            d.last = d.last.max(waiting.deadline);
+            let one = Deadlines::one(waiting.deadline);
+            deadlines = Some(deadlines.map_or(one, |d| Deadlines {
+                first: d.first.min(one.first),
+                last: d.last.max(one.last),
+            }));
             taken.items.push(waiting.item);
             taken.replies.push(waiting.reply);
+        }
+        if let Some(deadlines) = deadlines {
+            taken.deadlines = deadlines;
         }
         taken
     }
@@ -339,8 +332,15 @@ pub(super) async fn submit(
             FailureKind::ConnectionLost,
             "the call carrying this operation ended without a reply",
         ))),
-        Err(_) => match batcher.withdraw(id, timeout) {
-            Some(unsent) => Err(unsent),
+        Err(_) => match batcher.withdraw(id) {
+            Some(true) => Err(SendFailure::NotSent(FailureDetail::new(
+                FailureKind::Connect,
+                format!("no connection to Redis within {timeout:?}"),
+            ))),
+            Some(false) => Err(SendFailure::NotSent(FailureDetail::new(
+                FailureKind::Timeout,
+                format!("not sent within {timeout:?}: earlier calls were still in flight"),
+            ))),
             // Taken: the reply may have arrived just now.
             None => rx.try_recv().unwrap_or_else(|_| {
                 Err(SendFailure::MaybeSent(FailureDetail::new(
@@ -363,7 +363,7 @@ struct Queued<'a> {
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            self.batcher.withdraw(id, Duration::ZERO);
+            self.batcher.withdraw(id);
         }
     }
 }

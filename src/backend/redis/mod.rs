@@ -27,9 +27,10 @@
 //!     `ROLE`, `NOPERM`, is taken at the sentinels' word).
 //! * The shared connection is dropped, so the next call obtains a new one — under Sentinel,
 //!   asks the sentinels again — when a call breaks it (I/O error), when a call times out
-//!   (the socket may be silent) or its reply cannot be trusted, when the node answers `READONLY` or `MASTERDOWN` (it is not,
-//!   or no longer, the primary: after a failover the old primary is demoted), and, under
-//!   Sentinel, when a sentinel announces `+switch-master` to another address.
+//!   (the socket may be silent) or its reply cannot be trusted, when the node answers
+//!   `READONLY` or `MASTERDOWN` (it is not, or no longer, the primary: after a failover the
+//!   old primary is demoted), and, under Sentinel, when a sentinel announces
+//!   `+switch-master` to another address.
 //! * Sentinel watcher: from the first successful connection on, one pub/sub connection per
 //!   sentinel listens for `+switch-master`. It runs in the background and is on no call's
 //!   path; each (re)subscription is bounded by `connect_timeout`, retried after 100 ms
