@@ -3,16 +3,16 @@
 -- lease   lease key: the string "<owner> <op> <token>", with a PX expiry
 -- fence   fence counter of the lease's group (the hash tag): the last token issued to any
 --         lease of the group; no expiry
--- owner   owner token (base64url: no spaces)
--- op      operation id (printable ASCII: no spaces)
+-- mine    "<owner> <op> " (owner token: base64url; operation id: printable ASCII; neither
+--         holds a space)
 -- ttl     ttl in milliseconds (integer text, > 0)
 -- now     function returning the server's TIME in µs (read at most once per batch)
 --
--- Replies (status words match protocol::AcquireReply):
---   {'ACQUIRED',  ttl_ms,  token}  key was absent; now held by this attempt
---   {'REPLAYED',  pttl_ms, token}  this very attempt holds it; nothing changed (no TTL reset)
---   {'CONFLICT',  pttl_ms}         same owner token, other operation id
---   {'CONTENDED', pttl_ms}         another holder; its value never leaves Redis
+-- Replies, one line of words (status words match protocol::AcquireReply):
+--   'ACQUIRED <ttl_ms> <token>'   key was absent; now held by this attempt
+--   'REPLAYED <pttl_ms> <token>'  this very attempt holds it; nothing changed (no TTL reset)
+--   'CONFLICT <pttl_ms>'          same owner token, other operation id
+--   'CONTENDED <pttl_ms>'         another holder; its value never leaves Redis
 --
 -- Invariant (fencing): token = max(last + 1, server TIME in µs), where last is the largest
 -- token the group's counter holds. It is strictly greater than every token issued before
@@ -20,24 +20,24 @@
 -- counter was evicted, after a replica promotion that lost the last increment, and for a
 -- second acquisition in the same group within one batch (same TIME: last + 1 wins).
 -- Tokens stay below 2^53 (the µs clock reaches that in the year 2255), so Lua doubles hold
--- them exactly; they are returned as Lua numbers, which Redis turns into integer replies.
+-- them exactly; '%d' prints them whole.
 --
--- Cost: a refusal is two reads (GET, PTTL). An acquisition is three calls: GET, SET … GET
--- on the counter (read and write in one), SET … PX on the lease; a fourth only when the
--- clock did not move past the counter.
+-- Cost: a refusal is two reads (GET, PTTL), none when an earlier item of the call read the
+-- key. An acquisition is three calls: GET, SET … GET on the counter (read and write in
+-- one), SET … PX on the lease; a fourth only when the clock did not move past the counter.
 
-local function acquire(lease, fence, owner, op, ttl, now)
-  local mine = owner .. ' ' .. op .. ' '
-  local held = redis.call('GET', lease)
-  if held then
-    local pttl = redis.call('PTTL', lease)
+local function acquire(lease, fence, mine, ttl, now)
+  local seen = read(lease)
+  if seen then
+    local held, pttl = seen[1], seen[2]
     if string.sub(held, 1, #mine) == mine then
-      return {'REPLAYED', pttl, tonumber(string.sub(held, #mine + 1))}
+      return string.format('REPLAYED %d %s', pttl, string.sub(held, #mine + 1))
     end
-    if string.sub(held, 1, #owner + 1) == owner .. ' ' then
-      return {'CONFLICT', pttl}
+    local owner = string.sub(mine, 1, string.find(mine, ' ', 1, true))
+    if string.sub(held, 1, #owner) == owner then
+      return string.format('CONFLICT %d', pttl)
     end
-    return {'CONTENDED', pttl}
+    return string.format('CONTENDED %d', pttl)
   end
 
   local token = now()
@@ -48,6 +48,8 @@ local function acquire(lease, fence, owner, op, ttl, now)
     text = string.format('%d', token)
     redis.call('SET', fence, text)
   end
-  redis.call('SET', lease, mine .. text, 'PX', ttl)
-  return {'ACQUIRED', tonumber(ttl), token}
+  local value = mine .. text
+  redis.call('SET', lease, value, 'PX', ttl)
+  wrote(lease, {value, tonumber(ttl)})
+  return 'ACQUIRED ' .. ttl .. ' ' .. text
 end

@@ -1,21 +1,47 @@
--- leasehold ownership check, shared by renew.lua and release.lua (scripts.rs puts this
+-- leasehold reads of a lease key, shared by the four operations (scripts.rs puts this
 -- file first).
 --
--- lease  lease key ("<owner> <op> <token>")
--- owner  owner token
--- op     operation id
+-- A batch runs many items, often several on one key (contenders for one resource, a renew
+-- and a release of one lease). Nothing else runs while the script does, so a key's value
+-- and PTTL read once stay true for the rest of the call until an item of this call writes
+-- the key — and each writer below records what it wrote. A PTTL read earlier in the call
+-- than the item it answers was still read after that item was sent, which is all the
+-- client's validity needs (it counts from before the send).
 --
--- Returns nil when the lease is held by exactly this attempt; otherwise the reply that
--- says why not: {'ABSENT'} (no lease key) or {'NOT_OWNER'} (held by someone else).
+-- lease  lease key: the string "<owner> <op> <token>", with a PX expiry
+-- mine   "<owner> <op> ": the value's prefix when this attempt holds the lease
 
-local function not_held(lease, owner, op)
-  local held = redis.call('GET', lease)
-  if not held then
-    return {'ABSENT'}
+local known = {}
+
+-- The lease's {value, pttl}, or false when there is no lease key.
+local function read(lease)
+  local seen = known[lease]
+  if seen == nil then
+    local held = redis.call('GET', lease)
+    if held then
+      seen = {held, redis.call('PTTL', lease)}
+    else
+      seen = false
+    end
+    known[lease] = seen
   end
-  local mine = owner .. ' ' .. op .. ' '
-  if string.sub(held, 1, #mine) ~= mine then
-    return {'NOT_OWNER'}
+  return seen
+end
+
+-- Records what this call wrote: the lease's new value and PTTL, or false once deleted.
+local function wrote(lease, seen)
+  known[lease] = seen
+end
+
+-- Returns nil when the lease is held by exactly this attempt (and what was read);
+-- otherwise the reply that says why not: 'ABSENT' (no lease key) or 'NOT_OWNER'.
+local function not_held(lease, mine)
+  local seen = read(lease)
+  if not seen then
+    return 'ABSENT'
   end
-  return nil
+  if string.sub(seen[1], 1, #mine) ~= mine then
+    return 'NOT_OWNER'
+  end
+  return nil, seen
 end

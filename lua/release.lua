@@ -2,23 +2,23 @@
 -- owner-checked.
 --
 -- lease    lease key ("<owner> <op> <token>")
--- owner    owner token
--- op       operation id
--- channel  release channel (shares the key's hash tag; published to, not stored)
+-- mine     "<owner> <op> "
 --
 -- Replies (protocol::ReleaseReply):
---   {'RELEASED'}   held by this attempt; deleted and a notice published on the channel
---   {'ABSENT'}     no lease key
---   {'NOT_OWNER'}  held by someone else; untouched
+--   'RELEASED'   held by this attempt; deleted and a notice published on the release
+--                channel, "<lease>:released" (protocol::LeaseKeys::release_channel)
+--   'ABSENT'     no lease key
+--   'NOT_OWNER'  held by someone else; untouched
 --
 -- The fence counter is left in place: the next holder's token must be greater.
 
-local function release(lease, owner, op, channel)
-  local refusal = not_held(lease, owner, op)
+local function release(lease, mine)
+  local refusal = not_held(lease, mine)
   if refusal then
     return refusal
   end
   redis.call('DEL', lease)
-  redis.call('PUBLISH', channel, 'released')
-  return {'RELEASED'}
+  wrote(lease, false)
+  redis.call('PUBLISH', lease .. ':released', 'released')
+  return 'RELEASED'
 end

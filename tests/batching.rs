@@ -514,3 +514,78 @@ async fn with_companions_running_each_operation_shares_its_script_call() {
         "only {shared} of the {ours} calls carrying this test's operations carried a companion's"
     );
 }
+
+/// The items of one script call on one lease see each other's writes — the script reads a
+/// key once per call and records what its own items write — exactly as if each had been a
+/// call of its own: the same outcomes, and the same numbers but for the time between calls.
+#[tokio::test]
+async fn items_of_one_call_on_one_lease_see_each_others_writes() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let req = request(&client, "seen", "op");
+    let keys = client.keys(req.purpose(), req.resource());
+    let script = common::leases::batch_script();
+    // (head, mine, the reply expected with t1/t2 for the first and the second token).
+    let items: [(&str, &str, &str); 13] = [
+        ("A30000", "one op ", "ACQUIRED 30000 t1"),
+        ("A30000", "two op ", "CONTENDED 30000"),
+        ("A30000", "one other ", "CONFLICT 30000"),
+        ("A30000", "one op ", "REPLAYED 30000 t1"),
+        ("I", "two op ", "HELD_BY_OTHER 30000 t1"),
+        ("N60000", "one op ", "RENEWED"),
+        ("I", "one op ", "HELD_BY_ATTEMPT 60000 t1"),
+        ("R", "two op ", "NOT_OWNER"),
+        ("R", "one op ", "RELEASED"),
+        ("N60000", "one op ", "ABSENT"),
+        ("I", "two op ", "ABSENT"),
+        ("A30000", "two op ", "ACQUIRED 30000 t2"),
+        ("I", "one op ", "HELD_BY_OTHER 30000 t2"),
+    ];
+    let call = |items: &[(&str, &str, &str)]| -> Vec<String> {
+        let mut args = vec!["EVAL".to_owned(), script.clone(), String::new()];
+        let mut argv = vec!["9".to_owned()];
+        for (head, mine, _) in items {
+            args.push(keys.lease.clone());
+            if head.starts_with('A') {
+                args.push(keys.fence.clone());
+            }
+            argv.extend([head.to_string(), mine.to_string()]);
+        }
+        args[2] = (args.len() - 3).to_string();
+        args.extend(argv);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let replies: Vec<String> = server.query(&args);
+        assert_eq!(replies[0], "9", "the call id comes back first");
+        replies[1..].to_vec()
+    };
+
+    let together = call(&items);
+    let t1 = together[0].rsplit(' ').next().unwrap().to_owned();
+    let t2 = together[11].rsplit(' ').next().unwrap().to_owned();
+    let expected: Vec<String> = items
+        .iter()
+        .map(|(_, _, e)| e.replace("t1", &t1).replace("t2", &t2))
+        .collect();
+    assert_eq!(together, expected);
+    assert_eq!(
+        t2.parse::<u64>().unwrap(),
+        t1.parse::<u64>().unwrap() + 1,
+        "one TIME per call: the second acquisition of the group gets last + 1"
+    );
+    assert_eq!(
+        server.query::<String>(&["GET", &keys.lease]),
+        format!("two op {t2}")
+    );
+
+    // The same items, one call each, from a clean key: the same outcomes in order.
+    server.cmd(&["DEL", &keys.lease]);
+    let apart: Vec<String> = items
+        .iter()
+        .flat_map(|i| call(std::slice::from_ref(i)))
+        .collect();
+    let words = |r: &String| r.split(' ').next().unwrap().to_owned();
+    assert_eq!(
+        apart.iter().map(words).collect::<Vec<_>>(),
+        together.iter().map(words).collect::<Vec<_>>()
+    );
+}

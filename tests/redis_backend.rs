@@ -277,17 +277,8 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
     let _lease = acquired(&client, &req).await;
     let keys = client.keys(req.purpose(), req.resource());
     let secret = req.attempt().owner().expose().to_owned();
-    // The script leasehold sends, as `scripts.rs` assembles it, with one acquire and one
-    // inspect item by another owner.
-    let script = [
-        include_str!("../lua/owner.lua"),
-        include_str!("../lua/acquire.lua"),
-        include_str!("../lua/renew.lua"),
-        include_str!("../lua/release.lua"),
-        include_str!("../lua/inspect.lua"),
-        include_str!("../lua/batch.lua"),
-    ]
-    .join("\n");
+    // The script leasehold sends, with one acquire and one inspect item by another owner.
+    let script = common::leases::batch_script();
     let reply = server.cmd(&[
         "EVAL",
         &script,
@@ -296,13 +287,10 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
         &keys.fence,
         &keys.lease,
         "7",
-        "A",
-        "another-owner",
-        "op",
-        "30000",
+        "A30000",
+        "another-owner op ",
         "I",
-        "another-owner",
-        "op",
+        "another-owner op ",
     ]);
     let text = format!("{reply:?}");
     assert!(

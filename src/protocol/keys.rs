@@ -27,7 +27,8 @@ pub struct LeaseKeys {
     /// The fencing counter of the lease's group: the last token issued to any lease of the
     /// group. Never expires.
     pub fence: String,
-    /// Pub/sub channel on which a release is announced, so waiters wake early.
+    /// Pub/sub channel on which a release is announced, so waiters wake early: the lease
+    /// key followed by `:released` (`lua/release.lua` derives it by the same rule).
     pub release_channel: String,
 }
 
@@ -60,6 +61,7 @@ mod tests {
         let tag = format!("{{{}}}", &hex[..4]);
         assert_eq!(keys.lease, format!("leasehold:lease:v2:jobs:{tag}:{hex}"));
         assert_eq!(keys.fence, format!("leasehold:lease:v2:jobs:{tag}:fence"));
+        assert_eq!(keys.release_channel, format!("{}:released", keys.lease));
         for k in [&keys.lease, &keys.fence, &keys.release_channel] {
             // Exactly one `{…}`, holding the group: that is what Redis Cluster hashes.
             assert_eq!(k.matches('{').count(), 1);

@@ -30,3 +30,17 @@ pub async fn warm_up(client: &LeaseClient) {
     let mut warm = acquired(client, &request(client, "warm", "warm", "warm")).await;
     let _ = warm.release().await;
 }
+
+/// The script leasehold sends, assembled as `src/backend/redis/scripts.rs` does, for tests
+/// that call it by hand (`EVAL`) to see exactly what Redis answers.
+pub fn batch_script() -> String {
+    [
+        include_str!("../../lua/owner.lua"),
+        include_str!("../../lua/acquire.lua"),
+        include_str!("../../lua/renew.lua"),
+        include_str!("../../lua/release.lua"),
+        include_str!("../../lua/inspect.lua"),
+        include_str!("../../lua/batch.lua"),
+    ]
+    .join("\n")
+}

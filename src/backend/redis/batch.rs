@@ -51,77 +51,57 @@ pub(super) const MAX_ITEMS: usize = 32;
 /// One result of one item.
 pub(super) type ItemResult = Result<Value, SendFailure>;
 
-/// What an item asks the script to do (its kind letter in `lua/batch.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Acquire,
-    Renew,
-    Release,
-    Inspect,
-}
-
-impl Kind {
-    fn letter(self) -> &'static str {
-        match self {
-            Self::Acquire => "A",
-            Self::Renew => "N",
-            Self::Release => "R",
-            Self::Inspect => "I",
-        }
-    }
-}
-
-/// One operation on one lease, owning its keys and arguments so it can wait in the queue.
+/// One operation on one lease, owning its keys and arguments so it can wait in the queue:
+/// the two arguments `lua/batch.lua` takes per item, ready to send.
 ///
 /// No `Debug`: it holds the owner token, a bearer secret.
 pub(super) struct Item {
-    kind: Kind,
     lease: String,
     /// The group's fence counter: acquire only.
     fence: Option<String>,
-    owner: String,
-    operation: String,
-    /// The ttl in milliseconds (acquire, renew) or the release channel (release).
-    last: Option<Vec<u8>>,
+    /// The kind letter, then the ttl in milliseconds for acquire and renew: `A30000`.
+    head: String,
+    /// `"<owner> <op> "`: the lease value's prefix while this attempt holds it.
+    mine: String,
 }
 
 impl Item {
-    fn new(kind: Kind, keys: &LeaseKeys, attempt: &Attempt, last: Option<Vec<u8>>) -> Self {
+    fn new(keys: &LeaseKeys, attempt: &Attempt, fence: bool, head: String) -> Self {
+        let (owner, operation) = (attempt.owner().expose(), attempt.operation().as_str());
+        let mut mine = String::with_capacity(owner.len() + operation.len() + 2);
+        for part in [owner, " ", operation, " "] {
+            mine.push_str(part);
+        }
         Self {
-            kind,
             lease: keys.lease.clone(),
-            fence: (kind == Kind::Acquire).then(|| keys.fence.clone()),
-            owner: attempt.owner().expose().to_owned(),
-            operation: attempt.operation().as_str().to_owned(),
-            last,
+            fence: fence.then(|| keys.fence.clone()),
+            head,
+            mine,
         }
     }
 
     pub(super) fn acquire(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {
-        Self::new(Kind::Acquire, keys, attempt, Some(millis(ttl)))
+        Self::new(keys, attempt, true, format!("A{}", ttl.as_millis()))
     }
 
     pub(super) fn renew(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {
-        Self::new(Kind::Renew, keys, attempt, Some(millis(ttl)))
+        Self::new(keys, attempt, false, format!("N{}", ttl.as_millis()))
     }
 
+    /// The script publishes the release notice on `keys.release_channel`, which it derives
+    /// from the lease key by the same rule ([`LeaseKeys`]).
     pub(super) fn release(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        let channel = keys.release_channel.as_bytes().to_vec();
-        Self::new(Kind::Release, keys, attempt, Some(channel))
+        Self::new(keys, attempt, false, "R".to_owned())
     }
 
     pub(super) fn inspect(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        Self::new(Kind::Inspect, keys, attempt, None)
+        Self::new(keys, attempt, false, "I".to_owned())
     }
 
     /// The key a cluster routes the item by.
     pub(super) fn route(&self) -> &str {
         &self.lease
     }
-}
-
-fn millis(d: Duration) -> Vec<u8> {
-    d.as_millis().to_string().into_bytes()
 }
 
 /// The `EVALSHA` of `lua/batch.lua` for `items` under call id `id`: their keys, then the
@@ -141,12 +121,7 @@ pub(super) fn command(id: u64, items: &[Item]) -> Cmd {
     }
     cmd.arg(id);
     for item in items {
-        cmd.arg(item.kind.letter())
-            .arg(&item.owner)
-            .arg(&item.operation);
-        if let Some(last) = &item.last {
-            cmd.arg(last.as_slice());
-        }
+        cmd.arg(&item.head).arg(&item.mine);
     }
     cmd
 }

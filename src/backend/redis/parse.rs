@@ -24,88 +24,115 @@ fn word(value: &Value) -> Parsed<&[u8]> {
     }
 }
 
-fn int(items: &[Value], at: usize, what: &str) -> Parsed<i64> {
-    match items.get(at) {
-        Some(Value::Int(n)) => Ok(*n),
-        other => Err(format!("expected integer {what} at {at}, got {other:?}")),
+/// One item's reply: a line of words, the status word first, then its numbers.
+struct Line<'a> {
+    status: &'a [u8],
+    numbers: Vec<&'a [u8]>,
+}
+
+impl<'a> Line<'a> {
+    fn read(value: &'a Value) -> Parsed<Self> {
+        let mut words = word(value)?.split(|&b| b == b' ');
+        let status = words
+            .next()
+            .filter(|w| !w.is_empty())
+            .ok_or("empty reply")?;
+        Ok(Self {
+            status,
+            numbers: words.collect(),
+        })
     }
-}
 
-/// A PTTL as Redis reports it: negative values (no expiry, no key) read as zero.
-fn millis(items: &[Value], at: usize) -> Parsed<Duration> {
-    Ok(Duration::from_millis(
-        u64::try_from(int(items, at, "milliseconds")?).unwrap_or(0),
-    ))
-}
-
-fn token(items: &[Value], at: usize) -> Parsed<FencingToken> {
-    let n = int(items, at, "fencing token")?;
-    u64::try_from(n)
-        .ok()
-        .filter(|&n| n > 0)
-        .map(FencingToken::new)
-        .ok_or_else(|| format!("fencing token {n} is not positive"))
-}
-
-fn status<'a>(items: &'a [Value], len: &[usize]) -> Parsed<&'a [u8]> {
-    let first = items.first().ok_or("empty reply")?;
-    let w = word(first)?;
-    if !len.contains(&items.len()) {
-        return Err(format!(
-            "reply {:?} has {} elements",
-            String::from_utf8_lossy(w),
-            items.len()
-        ));
+    fn int(&self, at: usize, what: &str) -> Parsed<i64> {
+        let text = self.numbers.get(at).ok_or_else(|| format!("no {what}"))?;
+        std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| {
+                format!(
+                    "{what} {:?} is not an integer",
+                    String::from_utf8_lossy(text)
+                )
+            })
     }
-    Ok(w)
+
+    /// A PTTL as Redis reports it: negative values (no expiry, no key) read as zero.
+    fn millis(&self, at: usize) -> Parsed<Duration> {
+        Ok(Duration::from_millis(
+            u64::try_from(self.int(at, "milliseconds")?).unwrap_or(0),
+        ))
+    }
+
+    fn token(&self, at: usize) -> Parsed<FencingToken> {
+        let n = self.int(at, "fencing token")?;
+        u64::try_from(n)
+            .ok()
+            .filter(|&n| n > 0)
+            .map(FencingToken::new)
+            .ok_or_else(|| format!("fencing token {n} is not positive"))
+    }
+
+    fn unknown(&self, script: &str) -> String {
+        format!(
+            "unknown {script} reply {:?} with {} numbers",
+            String::from_utf8_lossy(self.status),
+            self.numbers.len()
+        )
+    }
 }
 
 pub(super) fn acquire(value: Value) -> Parsed<AcquireReply> {
-    let items = items(value)?;
-    Ok(match status(&items, &[2, 3])? {
-        b"ACQUIRED" if items.len() == 3 => AcquireReply::Acquired {
-            ttl: millis(&items, 1)?,
-            token: token(&items, 2)?,
+    let line = Line::read(&value)?;
+    Ok(match (line.status, line.numbers.len()) {
+        (b"ACQUIRED", 2) => AcquireReply::Acquired {
+            ttl: line.millis(0)?,
+            token: line.token(1)?,
         },
-        b"REPLAYED" if items.len() == 3 => AcquireReply::Replayed {
-            pttl: millis(&items, 1)?,
-            token: token(&items, 2)?,
+        (b"REPLAYED", 2) => AcquireReply::Replayed {
+            pttl: line.millis(0)?,
+            token: line.token(1)?,
         },
-        b"CONFLICT" if items.len() == 2 => AcquireReply::Conflict {
-            pttl: millis(&items, 1)?,
+        (b"CONFLICT", 1) => AcquireReply::Conflict {
+            pttl: line.millis(0)?,
         },
-        b"CONTENDED" if items.len() == 2 => AcquireReply::Contended {
-            pttl: millis(&items, 1)?,
+        (b"CONTENDED", 1) => AcquireReply::Contended {
+            pttl: line.millis(0)?,
         },
-        other => return Err(unknown("acquire", other, items.len())),
+        _ => return Err(line.unknown("acquire")),
     })
 }
 
 pub(super) fn renew(value: Value) -> Parsed<RenewReply> {
-    let items = items(value)?;
-    let w = status(&items, &[1])?;
-    RenewReply::from_status(w).ok_or_else(|| unknown("renew", w, 1))
+    let line = Line::read(&value)?;
+    line.numbers
+        .is_empty()
+        .then(|| RenewReply::from_status(line.status))
+        .flatten()
+        .ok_or_else(|| line.unknown("renew"))
 }
 
 pub(super) fn release(value: Value) -> Parsed<ReleaseReply> {
-    let items = items(value)?;
-    let w = status(&items, &[1])?;
-    ReleaseReply::from_status(w).ok_or_else(|| unknown("release", w, 1))
+    let line = Line::read(&value)?;
+    line.numbers
+        .is_empty()
+        .then(|| ReleaseReply::from_status(line.status))
+        .flatten()
+        .ok_or_else(|| line.unknown("release"))
 }
 
 pub(super) fn inspect(value: Value) -> Parsed<InspectReply> {
-    let items = items(value)?;
-    Ok(match status(&items, &[1, 3])? {
-        b"HELD_BY_ATTEMPT" if items.len() == 3 => InspectReply::HeldByAttempt {
-            pttl: millis(&items, 1)?,
-            token: token(&items, 2)?,
+    let line = Line::read(&value)?;
+    Ok(match (line.status, line.numbers.len()) {
+        (b"HELD_BY_ATTEMPT", 2) => InspectReply::HeldByAttempt {
+            pttl: line.millis(0)?,
+            token: line.token(1)?,
         },
-        b"HELD_BY_OTHER" if items.len() == 3 => InspectReply::HeldByOther {
-            pttl: millis(&items, 1)?,
-            token: token(&items, 2)?,
+        (b"HELD_BY_OTHER", 2) => InspectReply::HeldByOther {
+            pttl: line.millis(0)?,
+            token: line.token(1)?,
         },
-        b"ABSENT" if items.len() == 1 => InspectReply::Absent,
-        other => return Err(unknown("inspect", other, items.len())),
+        (b"ABSENT", 0) => InspectReply::Absent,
+        _ => return Err(line.unknown("inspect")),
     })
 }
 
@@ -131,13 +158,6 @@ pub(super) fn batch(value: Value, id: u64, n: usize) -> Parsed<Vec<Value>> {
     Ok(items)
 }
 
-fn unknown(script: &str, status: &[u8], len: usize) -> String {
-    format!(
-        "unknown {script} reply {:?} with {len} elements",
-        String::from_utf8_lossy(status)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,32 +168,34 @@ mod tests {
 
     #[test]
     fn acquire_replies_decode() {
-        let v = Value::Array(vec![bulk("ACQUIRED"), Value::Int(30_000), Value::Int(7)]);
         assert_eq!(
-            acquire(v),
+            acquire(bulk("ACQUIRED 30000 7")),
             Ok(AcquireReply::Acquired {
                 ttl: Duration::from_secs(30),
                 token: FencingToken::new(7)
             })
         );
-        let v = Value::Array(vec![bulk("CONTENDED"), Value::Int(-1)]);
         assert_eq!(
-            acquire(v),
+            acquire(bulk("CONTENDED -1")),
             Ok(AcquireReply::Contended {
                 pttl: Duration::ZERO
             })
         );
+        assert_eq!(
+            inspect(bulk("HELD_BY_OTHER 1500 9")),
+            Ok(InspectReply::HeldByOther {
+                pttl: Duration::from_millis(1500),
+                token: FencingToken::new(9)
+            })
+        );
+        assert_eq!(release(bulk("NOT_OWNER")), Ok(ReleaseReply::NotOwner));
     }
 
     #[test]
     fn a_batch_reply_is_one_value_per_item_after_the_echoed_call_id() {
         let err = redis::parse_redis_value(b"-WRONGTYPE not a lease\r\n").unwrap();
         assert!(matches!(err, Value::ServerError(_)));
-        let reply = Value::Array(vec![
-            bulk("41"),
-            Value::Array(vec![bulk("RENEWED")]),
-            err.clone(),
-        ]);
+        let reply = Value::Array(vec![bulk("41"), bulk("RENEWED"), err.clone()]);
         let items = batch(reply.clone(), 41, 2).unwrap();
         assert_eq!(items[1], err, "an item's error is passed on, for that item");
         assert_eq!(renew(items[0].clone()), Ok(RenewReply::Renewed));
@@ -194,17 +216,24 @@ mod tests {
             Value::Nil,
             Value::Int(1),
             Value::Array(vec![]),
-            Value::Array(vec![bulk("ACQUIRED")]),
-            Value::Array(vec![bulk("ACQUIRED"), bulk("x"), Value::Int(1)]),
-            Value::Array(vec![bulk("ACQUIRED"), Value::Int(1), Value::Int(0)]),
-            Value::Array(vec![bulk("WHAT"), Value::Int(1)]),
-            Value::Array(vec![Value::Int(1), Value::Int(1)]),
+            Value::Array(vec![bulk("ACQUIRED"), Value::Int(1), Value::Int(1)]),
+            bulk(""),
+            bulk(" ACQUIRED 1 1"),
+            bulk("ACQUIRED"),
+            bulk("ACQUIRED x 1"),
+            bulk("ACQUIRED 1 0"),
+            bulk("ACQUIRED 1 -3"),
+            bulk("ACQUIRED 1 1 1"),
+            bulk("ACQUIRED  1 1"),
+            bulk("ACQUIRED 1 99999999999999999999"),
+            bulk("WHAT 1"),
+            bulk("RENEWED 1"),
         ] {
             assert!(acquire(v.clone()).is_err(), "{v:?}");
             assert!(inspect(v.clone()).is_err(), "{v:?}");
             assert!(renew(v.clone()).is_err(), "{v:?}");
+            assert!(release(v.clone()).is_err(), "{v:?}");
         }
-        assert!(renew(Value::Array(vec![bulk("RENEWED"), Value::Int(1)])).is_err());
     }
 
     mod fuzz {
@@ -231,11 +260,21 @@ mod tests {
                 proptest::sample::select(WORDS).prop_map(str::to_owned),
                 "[A-Z_]{0,12}",
             ];
+            // A status word and up to three numbers, as the script prints them, or not.
+            let number = prop_oneof![any::<i64>().prop_map(|n| n.to_string()), "[-0-9a-z ]{0,6}"];
+            let line =
+                (word.clone(), proptest::collection::vec(number, 0..4)).prop_map(|(w, numbers)| {
+                    let mut text = w;
+                    for n in numbers {
+                        text.push(' ');
+                        text.push_str(&n);
+                    }
+                    Value::BulkString(text.into_bytes())
+                });
             let leaf = prop_oneof![
                 Just(Value::Nil),
                 any::<i64>().prop_map(Value::Int),
-                word.clone()
-                    .prop_map(|w| Value::BulkString(w.as_bytes().to_vec())),
+                line,
                 word.prop_map(Value::SimpleString),
                 proptest::collection::vec(any::<u8>(), 0..8).prop_map(Value::BulkString),
             ];
