@@ -27,6 +27,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::RedisServer;
+use common::fault::FaultLine;
 use leasehold::{LeaseKeys, Namespace, Purpose, ResourceDigest};
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -114,6 +115,15 @@ fn inspect_cmd(server: &RedisServer, resource: &str) -> Command {
     let mut cmd = leasehold("inspect", server);
     cmd.args(["--resource", resource]);
     cmd
+}
+
+/// An exit status for a `FAULT` line: the code, or `signal_<n>`.
+fn exit_text(done: &Finished) -> String {
+    match (done.status.code(), done.status.signal()) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(signal)) => format!("signal_{signal}"),
+        (None, None) => "unknown".to_owned(),
+    }
 }
 
 /// How one leasehold invocation ended.
@@ -744,6 +754,11 @@ fn killing_redis_stops_the_command_and_exits_124_within_the_ttl() {
     server.kill();
     let done = run.finish_within(Duration::from_secs(20), "run after redis was killed");
     let delay = done.ended_at - killed_at;
+    FaultLine::new("redis-killed/cli", 1)
+        .with("exit", exit_text(&done))
+        .ms("took_ms", delay)
+        .ms("ttl_ms", Duration::from_secs(1))
+        .print();
     done.assert_code(124, "run after redis was killed");
     assert!(
         delay < Duration::from_secs(1) + Duration::from_secs(3),
@@ -778,6 +793,15 @@ fn deleting_the_lease_key_stops_the_command_within_one_renew_period_and_says_los
     assert_eq!(removed, 1);
     let done = run.finish_within(Duration::from_secs(20), "run after DEL");
     let delay = done.ended_at - deleted_at;
+    FaultLine::new("lease-deleted/cli", 1)
+        .with("exit", exit_text(&done))
+        .with(
+            "says_lost",
+            done.stderr_lines().iter().any(|l| l.contains("lost")),
+        )
+        .ms("took_ms", delay)
+        .ms("ttl_ms", Duration::from_secs(1))
+        .print();
     done.assert_code(124, "run after DEL");
     assert!(
         delay < Duration::from_millis(2500),
@@ -1135,6 +1159,12 @@ fn leasehold_paused_past_its_validity_stops_the_command_and_exits_124_on_resume(
     assert!(send_signal(run.pid(), "CONT"), "kill -CONT leasehold");
     let done = run.finish_within(Duration::from_secs(20), "run after SIGCONT");
     let delay = done.ended_at - resumed_at;
+    FaultLine::new("holder-paused/cli", 1)
+        .ms("paused_ms", Duration::from_secs(2))
+        .ms("ttl_ms", Duration::from_secs(1))
+        .with("exit", exit_text(&done))
+        .ms("took_ms_after_resume", delay)
+        .print();
     done.assert_code(124, "run paused past its validity");
     assert!(
         delay < Duration::from_secs(3),
