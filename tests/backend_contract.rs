@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::backends::{Fault, Harness};
+use common::fault::FaultLine;
 use common::leases::acquired;
 use leasehold::*;
 use tokio::time::Instant;
@@ -339,14 +340,17 @@ async fn reply_lost_after_the_script_ran_is_indeterminate_and_the_attempt_finds_
         let _ = warm.release().await;
     }
     h.fault(Fault::LoseReplies).await;
+    let started = Instant::now();
     let outcome = client.try_acquire(&req).await.unwrap();
+    let took = started.elapsed();
     let AcquireOutcome::Indeterminate { attempt, .. } = outcome else {
         panic!("expected indeterminate, got {outcome:?}")
     };
     assert_eq!(&attempt, req.attempt());
     h.fault(Fault::None).await;
     let keys = client.keys(req.purpose(), req.resource());
-    assert!(h.held(&keys), "the script ran");
+    let held = h.held(&keys);
+    assert!(held, "the script ran");
     let InspectOutcome::HeldByAttempt { token, .. } = h
         .client
         .inspect(req.purpose(), req.resource(), &attempt)
@@ -357,6 +361,12 @@ async fn reply_lost_after_the_script_ran_is_indeterminate_and_the_attempt_finds_
     let AcquireOutcome::Replayed(lease) = h.client.try_acquire(&req).await.unwrap() else {
         panic!("retry with the same attempt must replay")
     };
+    FaultLine::new(&format!("acquire-reply-lost/{}", h.name()), 1)
+        .with("outcome", "indeterminate")
+        .ms("took_ms", took)
+        .with("held_after", held)
+        .with("replay_same_token", lease.token() == token)
+        .print();
     assert_eq!(lease.token(), token);
 }
 

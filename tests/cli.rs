@@ -27,6 +27,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::RedisServer;
+use common::fault::FaultLine;
 use leasehold::{LeaseKeys, Namespace, Purpose, ResourceDigest};
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -114,6 +115,15 @@ fn inspect_cmd(server: &RedisServer, resource: &str) -> Command {
     let mut cmd = leasehold("inspect", server);
     cmd.args(["--resource", resource]);
     cmd
+}
+
+/// An exit status for a `FAULT` line: the code, or `signal_<n>`.
+fn exit_text(done: &Finished) -> String {
+    match (done.status.code(), done.status.signal()) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(signal)) => format!("signal_{signal}"),
+        (None, None) => "unknown".to_owned(),
+    }
 }
 
 /// How one leasehold invocation ended.
@@ -744,6 +754,11 @@ fn killing_redis_stops_the_command_and_exits_124_within_the_ttl() {
     server.kill();
     let done = run.finish_within(Duration::from_secs(20), "run after redis was killed");
     let delay = done.ended_at - killed_at;
+    FaultLine::new("redis-killed/cli", 1)
+        .with("exit", exit_text(&done))
+        .ms("took_ms", delay)
+        .ms("ttl_ms", Duration::from_secs(1))
+        .print();
     done.assert_code(124, "run after redis was killed");
     assert!(
         delay < Duration::from_secs(1) + Duration::from_secs(3),
@@ -778,6 +793,15 @@ fn deleting_the_lease_key_stops_the_command_within_one_renew_period_and_says_los
     assert_eq!(removed, 1);
     let done = run.finish_within(Duration::from_secs(20), "run after DEL");
     let delay = done.ended_at - deleted_at;
+    FaultLine::new("lease-deleted/cli", 1)
+        .with("exit", exit_text(&done))
+        .with(
+            "says_lost",
+            done.stderr_lines().iter().any(|l| l.contains("lost")),
+        )
+        .ms("took_ms", delay)
+        .ms("ttl_ms", Duration::from_secs(1))
+        .print();
     done.assert_code(124, "run after DEL");
     assert!(
         delay < Duration::from_millis(2500),
@@ -816,6 +840,43 @@ fn bad_input_exits_125_with_one_line_naming_the_option_and_touches_nothing_in_re
             "--resource x --ttl 1s -- true",
             Some(("LEASEHOLD_DRIFT_BUDGET", "2s")),
             "drift",
+        ),
+        ("--resource x --replicas 0 -- true", None, "--replicas"),
+        ("--resource x --replicas 17 -- true", None, "--replicas"),
+        ("--resource x --replicas -1 -- true", None, "--replicas"),
+        ("--resource x --replicas two -- true", None, "--replicas"),
+        (
+            "--resource x --replicas 1 --replica-wait soon -- true",
+            None,
+            "--replica-wait",
+        ),
+        (
+            "--resource x --replicas 1 --replica-wait 11s -- true",
+            None,
+            "--replica-wait",
+        ),
+        (
+            "--resource x --replicas 1 --replica-wait 0s -- true",
+            None,
+            "--replica-wait",
+        ),
+        // Without --replicas there is nothing to wait for or require.
+        ("--resource x --replica-wait 1s -- true", None, "--replicas"),
+        (
+            "--resource x --require-replicas -- true",
+            None,
+            "--replicas",
+        ),
+        // The default 1 s wait does not fit a 1 s lease's renewals.
+        (
+            "--resource x --ttl 1s --replicas 1 -- true",
+            None,
+            "--replica-wait",
+        ),
+        (
+            "--resource x --ttl 2s --replicas 1 --replica-wait 900ms -- true",
+            None,
+            "--replica-wait",
         ),
     ];
     server.reset_stats();
@@ -1098,6 +1159,12 @@ fn leasehold_paused_past_its_validity_stops_the_command_and_exits_124_on_resume(
     assert!(send_signal(run.pid(), "CONT"), "kill -CONT leasehold");
     let done = run.finish_within(Duration::from_secs(20), "run after SIGCONT");
     let delay = done.ended_at - resumed_at;
+    FaultLine::new("holder-paused/cli", 1)
+        .ms("paused_ms", Duration::from_secs(2))
+        .ms("ttl_ms", Duration::from_secs(1))
+        .with("exit", exit_text(&done))
+        .ms("took_ms_after_resume", delay)
+        .print();
     done.assert_code(124, "run paused past its validity");
     assert!(
         delay < Duration::from_secs(3),
@@ -1133,6 +1200,9 @@ fn run_help_lists_every_exit_status_and_option() {
         "--wait",
         "--renew-every",
         "--grace",
+        "--replicas",
+        "--replica-wait",
+        "--require-replicas",
         "--operation-id",
     ] {
         assert!(
@@ -1141,4 +1211,148 @@ fn run_help_lists_every_exit_status_and_option() {
             help.stdout
         );
     }
+}
+
+/// The fields of the one `lease acquired` event in JSON logs (`--log-format json
+/// --log-level info`) on stderr.
+#[track_caller]
+fn acquired_event(done: &Finished) -> serde_json::Value {
+    let events: Vec<serde_json::Value> = done
+        .stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["fields"]["message"] == "lease acquired")
+        .map(|event| event["fields"].clone())
+        .collect();
+    assert_eq!(
+        events.len(),
+        1,
+        "expected one `lease acquired` event: {}",
+        done.stderr
+    );
+    events[0].clone()
+}
+
+/// The stderr lines that are not JSON log events: leasehold's own `leasehold: …` lines.
+fn plain_lines(done: &Finished) -> Vec<&str> {
+    done.stderr_lines()
+        .into_iter()
+        .filter(|line| serde_json::from_str::<serde_json::Value>(line).is_err())
+        .collect()
+}
+
+/// `leasehold --log-format json --log-level info run --redis <server> --resource <resource>`.
+fn run_logged(server: &RedisServer, resource: &str) -> Command {
+    let mut cmd = bare();
+    cmd.args(["--log-format", "json", "--log-level", "info", "run"])
+        .args(["--redis", &server.url(), "--resource", resource]);
+    cmd
+}
+
+#[test]
+fn replicas_a_standalone_server_lacks_are_reported_after_the_wait_and_the_command_runs() {
+    const WAIT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let dir = TempDir::new("replicas-short");
+    let ran = dir.path("ran");
+    let mut cmd = run_logged(&server, "durable");
+    cmd.args(["--ttl", "5s", "--replicas", "1", "--replica-wait", "300ms"])
+        .args(["--", "sh", "-c", r#"echo ran > "$1""#, "sh"])
+        .arg(&ran);
+    let started = Instant::now();
+    let done = finish(cmd, &dir, "short");
+    done.assert_code(0, "run --replicas 1 on a server without replicas");
+    assert_eq!(fs::read_to_string(&ran).ok().as_deref(), Some("ran\n"));
+    // WAIT 1 300 blocks on the server for the whole wait when no replica can answer: a
+    // lower bound that does not depend on scheduling.
+    let took = done.ended_at - started;
+    assert!(
+        took >= WAIT,
+        "finished in {took:?}, before the wait ran out"
+    );
+    let event = acquired_event(&done);
+    assert_eq!(event["replication"], "acknowledged", "{event}");
+    assert_eq!(event["replicas_acked"], 0, "{event}");
+    assert_eq!(event["replicas_wanted"], 1, "{event}");
+    let lines = plain_lines(&done);
+    assert_eq!(lines.len(), 1, "stderr: {}", done.stderr);
+    assert!(
+        lines[0].contains("0 of 1 replicas acknowledged the lease within 300ms")
+            && lines[0].contains("running the command anyway"),
+        "{:?}",
+        lines[0]
+    );
+    assert!(lease_keys(&server).is_empty(), "the lease was not released");
+
+    // --require-replicas: the same shortfall refuses, before the command starts.
+    let refused_file = dir.path("refused");
+    let mut cmd = run_logged(&server, "durable");
+    cmd.args(["--ttl", "5s", "--replicas", "1", "--replica-wait", "300ms"])
+        .args([
+            "--require-replicas",
+            "--",
+            "sh",
+            "-c",
+            r#"echo ran > "$1""#,
+            "sh",
+        ])
+        .arg(&refused_file);
+    let refused = finish(cmd, &dir, "refused");
+    refused.assert_code(125, "run --replicas 1 --require-replicas without replicas");
+    assert!(!refused_file.exists(), "the command ran");
+    let event = acquired_event(&refused);
+    assert_eq!(event["replicas_acked"], 0, "{event}");
+    assert_eq!(event["replicas_wanted"], 1, "{event}");
+    let lines = plain_lines(&refused);
+    assert_eq!(lines.len(), 1, "stderr: {}", refused.stderr);
+    assert!(
+        lines[0].contains("0 of 1 replicas acknowledged")
+            && lines[0].contains("not run")
+            && lines[0].contains("release: released"),
+        "{:?}",
+        lines[0]
+    );
+    assert!(lease_keys(&server).is_empty(), "the lease was not released");
+}
+
+#[test]
+fn a_replica_that_acknowledges_is_reported_and_require_replicas_runs_the_command() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.make_replica_of(&primary);
+    let dir = TempDir::new("replicas-acked");
+    let token_file = dir.path("token");
+    let mut cmd = run_logged(&primary, "durable");
+    cmd.args(["--ttl", "10s", "--replicas", "1", "--replica-wait", "5s"])
+        .args(["--require-replicas", "--", "sh", "-c"])
+        .arg(r#"echo "$LEASEHOLD_FENCING_TOKEN" > "$1""#)
+        .arg("sh")
+        .arg(&token_file);
+    let started = Instant::now();
+    let done = finish(cmd, &dir, "acked");
+    done.assert_code(0, "run --replicas 1 --require-replicas with one replica");
+    let took = done.ended_at - started;
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?}: the replica's acknowledgement did not end the wait"
+    );
+    let token: u64 = fs::read_to_string(&token_file)
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("the command wrote no token ({e}): {}", done.stderr));
+    let event = acquired_event(&done);
+    assert_eq!(event["replication"], "acknowledged", "{event}");
+    assert_eq!(event["replicas_acked"], 1, "{event}");
+    assert_eq!(event["replicas_wanted"], 1, "{event}");
+    assert_eq!(event["token"].as_u64(), Some(token), "{event}");
+    assert!(
+        plain_lines(&done).is_empty(),
+        "no shortfall to report: {}",
+        done.stderr
+    );
+    // The acknowledged write is on the replica: its group's fence counter.
+    let fence = keys_of("durable").fence;
+    let on_replica: i64 = replica.query(&["EXISTS", &fence]);
+    assert_eq!(on_replica, 1, "{fence} is not on the replica");
 }

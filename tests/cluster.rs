@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::backends::redis_settings;
 use common::cluster::ClusterTopology;
+use common::fault::FaultLine;
 use common::leases::acquired;
 use leasehold::*;
 
@@ -79,7 +80,15 @@ async fn a_lease_whose_slot_moves_renews_on_the_new_owner_and_tokens_keep_growin
     assert_eq!(topology.owner_of(&keys.lease), to);
     // The backend's map still names the old owner: the first try is refused with MOVED
     // (NotSent), the map is fetched again and the retry runs on the new owner.
+    let started = Instant::now();
     let renewed = held.renew().await;
+    let took = started.elapsed();
+    let pttl_on_new_owner: i64 = topology.nodes()[to].query(&["PTTL", &keys.lease]);
+    FaultLine::new("cluster-slot-moved", 1)
+        .with("outcome", renewed.as_str())
+        .with("renewed_on_new_owner", pttl_on_new_owner > 29_000)
+        .ms("took_ms", took)
+        .print();
     assert!(
         matches!(renewed, RenewOutcome::Renewed { .. }),
         "{renewed:?}"

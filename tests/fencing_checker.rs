@@ -37,6 +37,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::fault::FaultLine;
 use common::{Proxy, ProxyMode, RedisServer};
 use leasehold::{LeaseKeys, Namespace, Purpose, ResourceDigest};
 
@@ -796,23 +797,37 @@ fn fencing_tokens_refuse_every_stale_write_under_pauses_reply_drops_and_restarts
         }
     }
 
-    eprintln!(
-        "RESULT fencing checker: secs={secs} seed={seed} workers={WORKERS} \
-         invocations={invocations} attempted={} accepted={} stale_rejected={} \
-         would_have_landed_without_fence={} duplicate_tokens={} write_failures={write_failures} \
-         ok_without_write={ok_without_write} pauses={} holder_pauses={} reply_drops={} \
-         restarts={} leasehold_exit_codes={exit_codes:?} wall={:.1}s",
-        attempted.len(),
-        accepted.len(),
-        history.stale_rejected,
-        history.would_have_landed,
-        history.duplicates,
-        faults.pauses,
-        faults.holder_pauses,
-        faults.reply_drops,
-        faults.restarts,
-        wall.elapsed().as_secs_f64(),
-    );
+    // Stale: at or below a token attempted before it (the replay's count). Refused: what
+    // the target did not store. Equal when every stale write, and only those, was refused.
+    let mut line = FaultLine::new(
+        "fencing-checker/cli",
+        faults.pauses + faults.reply_drops + faults.restarts,
+    )
+    .with("pauses", faults.pauses)
+    .with("holder_pauses", faults.holder_pauses)
+    .with("reply_drops", faults.reply_drops)
+    .with("restarts", faults.restarts)
+    .with("invocations", invocations)
+    .with("attempted", attempted.len())
+    .with("accepted", accepted.len())
+    .with("stale_attempted", history.stale_rejected)
+    .with(
+        "stale_rejected",
+        attempted.len().saturating_sub(accepted.len()),
+    )
+    .with("would_have_landed_without_fence", history.would_have_landed)
+    .with("duplicate_tokens", history.duplicates)
+    .with("write_failures", write_failures)
+    .with("ok_without_write", ok_without_write)
+    .with("violations", violations.len())
+    .with("secs", secs)
+    .with("seed", seed)
+    .with("workers", WORKERS)
+    .ms("took_ms", wall.elapsed());
+    for (code, n) in &exit_codes {
+        line = line.with(&format!("exit_{code}"), n);
+    }
+    line.print();
     // One mismatch in the replay shifts every later comparison: the first ones tell.
     const SHOWN: usize = 20;
     let more = violations.len().saturating_sub(SHOWN);

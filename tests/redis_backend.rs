@@ -9,6 +9,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use common::backends::redis_settings;
+use common::fault::FaultLine;
 use common::leases::acquired;
 use common::{Proxy, ProxyMode, RedisServer};
 use leasehold::*;
@@ -21,6 +22,16 @@ fn lease_exists(server: &RedisServer, keys: &LeaseKeys) -> bool {
     server.query::<i64>(&["EXISTS", &keys.lease]) == 1
 }
 
+/// The failure class of an acquisition that failed, for a `FAULT` line.
+fn failure_kind(outcome: &AcquireOutcome) -> String {
+    match outcome {
+        AcquireOutcome::Unavailable { detail } | AcquireOutcome::Indeterminate { detail, .. } => {
+            detail.kind.to_string()
+        }
+        _ => "none".to_owned(),
+    }
+}
+
 #[tokio::test]
 async fn closed_port_is_unavailable_without_waiting_for_a_timeout() {
     let server = RedisServer::start();
@@ -30,6 +41,16 @@ async fn closed_port_is_unavailable_without_waiting_for_a_timeout() {
     let req = request(&client, "r");
     let started = Instant::now();
     let outcome = client.try_acquire(&req).await.unwrap();
+    let took = started.elapsed();
+    FaultLine::new("connection-refused/redis", 1)
+        .with("outcome", outcome.as_str())
+        .with("kind", failure_kind(&outcome))
+        .ms("took_ms", took)
+        .with(
+            "held_after",
+            lease_exists(&server, &client.keys(req.purpose(), req.resource())),
+        )
+        .print();
     assert!(
         matches!(
             outcome,
@@ -71,6 +92,16 @@ async fn black_holed_request_is_indeterminate_after_the_command_timeout_and_noth
     let started = Instant::now();
     let outcome = client.try_acquire(&req).await.unwrap();
     let waited = started.elapsed();
+    FaultLine::new("request-black-hole/redis", 1)
+        .with("outcome", outcome.as_str())
+        .with("kind", failure_kind(&outcome))
+        .ms("took_ms", waited)
+        .ms("command_timeout_ms", Duration::from_millis(300))
+        .with(
+            "held_after",
+            lease_exists(&server, &client.keys(req.purpose(), req.resource())),
+        )
+        .print();
     assert!(
         matches!(outcome, AcquireOutcome::Indeterminate { .. }),
         "{outcome:?}"
@@ -138,6 +169,7 @@ async fn lease_and_fencing_counter_survive_a_restart_with_persistence() {
     server.restart();
     // The lease is still held by the same attempt, and renewal works on a new connection.
     let mut renewed = lease.renew().await;
+    let first_renewal = renewed.as_str();
     if !matches!(renewed, RenewOutcome::Renewed { .. }) {
         renewed = lease.renew().await;
     }
@@ -164,6 +196,11 @@ async fn lease_and_fencing_counter_survive_a_restart_with_persistence() {
         .unwrap()
         .into_handle()
         .expect("acquired");
+    FaultLine::new("aof-restart/redis", 2)
+        .with("first_renewal_after_restart", first_renewal)
+        .with("renewal", renewed.as_str())
+        .with("token_after_second_restart_larger", next.token() > first)
+        .print();
     assert!(next.token() > first, "{} !> {first}", next.token());
 }
 
@@ -359,6 +396,10 @@ async fn malformed_script_replies_are_indeterminate_not_a_panic() {
     let settings = redis_settings().with_command_timeout(Duration::from_millis(500));
     let client = LeaseClient::redis(&format!("redis://{addr}"), settings).unwrap();
     let outcome = client.try_acquire(&request(&client, "r")).await.unwrap();
+    FaultLine::new("malformed-reply/redis", 1)
+        .with("outcome", outcome.as_str())
+        .with("kind", failure_kind(&outcome))
+        .print();
     let AcquireOutcome::Indeterminate { detail, .. } = outcome else {
         panic!("expected indeterminate, got {outcome:?}")
     };

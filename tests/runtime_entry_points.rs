@@ -331,3 +331,61 @@ async fn two_supervisors_elect_one_leader_and_hand_over_on_shutdown() {
     );
     let _ = b.shutdown().await;
 }
+
+/// The worker sees how many replicas acknowledged its lease (`MemoryBackend` has none, so
+/// none did), and a replica wait that leaves renewals no room within the TTL is refused
+/// before anything is sent.
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_shows_the_replica_report_and_refuses_a_wait_without_room() {
+    let (rt, backend) = runtime();
+    let replicated = |wait: Duration| {
+        LeaseRequest::builder(
+            Purpose::new("entry").unwrap(),
+            ResourceDigest::of("r"),
+            rt.client().new_attempt("op").unwrap(),
+        )
+        .ttl(TTL)
+        .wait_for_replicas(1, wait)
+        .build()
+        .unwrap()
+    };
+    let outcome = rt
+        .run_under_lease(
+            &replicated(Duration::from_millis(100)),
+            CancelPolicy::Kill,
+            |ctx| async move { ctx.replication().clone() },
+        )
+        .await
+        .unwrap();
+    let RunOutcome::Ran { output, .. } = outcome else {
+        panic!("not acquired")
+    };
+    assert_eq!(
+        output,
+        Some(Replication::Acknowledged {
+            acked: 0,
+            wanted: 1
+        })
+    );
+
+    // 3 s − 10 ms drift − 200 ms safety margin − 1 s cadence leaves 1.79 s.
+    let calls = backend.calls();
+    let refused = rt
+        .run_under_lease(
+            &replicated(Duration::from_millis(1790)),
+            CancelPolicy::Kill,
+            |_| async {},
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(RuntimeError::Invalid(LeaseError::InvalidDuration {
+                param: "replica_wait",
+                ..
+            }))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(backend.calls(), calls, "nothing may be sent");
+}

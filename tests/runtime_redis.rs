@@ -1,11 +1,13 @@
 //! The runtime on a real redis-server (behind a controllable proxy), in real time: renewal
 //! cadence, and the delay from each fault to the worker's cancellation, measured against
-//! the TTL. The measured delays are printed (`--nocapture`) for the issue notes.
+//! the TTL. Each fault prints its `FAULT` line (`common::fault`, `--nocapture`) for
+//! `.ci/fault-report`.
 
 mod common;
 
 use std::time::Duration;
 
+use common::fault::FaultLine;
 use common::{Proxy, ProxyMode, RedisServer};
 use leasehold::runtime::*;
 use leasehold::*;
@@ -54,6 +56,27 @@ struct Measured {
     /// How long before the last confirmed local validity end that was.
     margin: Option<Duration>,
     report: LeaseReport,
+}
+
+impl Measured {
+    /// The `FAULT` line of one injected fault: the cancellation's reason, whether it came
+    /// before local validity ended and by how much, and how long after the fault.
+    fn fault_line(&self, row: &str) -> FaultLine {
+        let reason = self.report.cancelled.as_ref().map(|c| c.reason);
+        FaultLine::new(row, 1)
+            .with(
+                "outcome",
+                reason.map_or("not_cancelled", CancelReason::as_str),
+            )
+            .share(
+                "cancelled_before_validity_end",
+                usize::from(reason.is_some() && self.margin.is_some()),
+                1,
+            )
+            .opt_ms("margin_ms", self.margin)
+            .ms("took_ms", self.delay)
+            .ms("ttl_ms", TTL)
+    }
 }
 
 /// Runs a job that waits for its cancellation, lets a few renewals pass, applies `fault`,
@@ -136,10 +159,7 @@ async fn key_deleted_on_redis_cancels_the_worker_within_one_renew_period() {
         f.server.cmd(&["DEL", &key]);
     })
     .await;
-    eprintln!(
-        "RESULT redis key deleted -> cancelled in {:?} (ttl {TTL:?})",
-        m.delay
-    );
+    m.fault_line("lease-deleted/runtime").print();
     assert!(
         m.delay <= TTL / 3 + Duration::from_millis(150),
         "{:?}",
@@ -155,10 +175,7 @@ async fn key_deleted_on_redis_cancels_the_worker_within_one_renew_period() {
 async fn dropped_renew_replies_on_redis_cancel_before_validity_ends() {
     let mut f = fixture();
     let m = run_until_cancelled(&mut f, |f| f.proxy.set_mode(ProxyMode::DropReplies)).await;
-    eprintln!(
-        "RESULT redis replies dropped -> cancelled in {:?}, {:?} before validity ended (ttl {TTL:?})",
-        m.delay, m.margin
-    );
+    m.fault_line("renew-reply-lost/runtime").print();
     assert_eq!(
         m.report.cancelled.map(|c| c.reason),
         Some(CancelReason::Unknown)
@@ -170,10 +187,7 @@ async fn dropped_renew_replies_on_redis_cancel_before_validity_ends() {
 async fn killed_redis_cancels_the_worker_before_ttl_minus_drift_after_the_last_renewal() {
     let mut f = fixture();
     let m = run_until_cancelled(&mut f, |f| f.server.kill()).await;
-    eprintln!(
-        "RESULT redis killed -> cancelled in {:?}, {:?} before validity ended (ttl {TTL:?})",
-        m.delay, m.margin
-    );
+    m.fault_line("redis-killed/runtime").print();
     assert!(m.report.cancelled.is_some());
     assert!(m.margin.is_some(), "cancelled after local validity ended");
 }
@@ -236,10 +250,9 @@ async fn slow_redis_times_renewals_out_into_unknown_and_cancels_in_time() {
         });
     })
     .await;
-    eprintln!(
-        "RESULT redis DEBUG SLEEP 1 -> cancelled in {:?}, {:?} before validity ended (ttl {TTL:?})",
-        m.delay, m.margin
-    );
+    m.fault_line("slow-redis/runtime")
+        .ms("debug_sleep_ms", Duration::from_secs(1))
+        .print();
     assert_eq!(
         m.report.cancelled.map(|c| c.reason),
         Some(CancelReason::Unknown)

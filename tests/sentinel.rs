@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use common::backends::redis_settings;
+use common::fault::FaultLine;
 use common::leases::acquired;
 use common::sentinel::{MASTER_NAME, SentinelTopology, query, role};
 use leasehold::runtime::CancelReason;
@@ -429,6 +430,10 @@ async fn a_failover_during_held_leases_cancels_the_lost_ones_in_time_and_keeps_t
     }
 
     let new_primary = topology.node(new);
+    let cancelled_in_time = lost
+        .iter()
+        .filter(|&&i| matches!(held[i].cancelled, Some((_, left)) if left > Duration::ZERO))
+        .count();
     let mut least_left = ttl;
     for (i, h) in held.iter().enumerate() {
         if lost.contains(&i) {
@@ -487,14 +492,20 @@ async fn a_failover_during_held_leases_cancels_the_lost_ones_in_time_and_keeps_t
             lease.token()
         );
     }
-    eprintln!(
-        "RESULT sentinel failover during {LEASES} held leases: failover took {took:?}; \
-         {} lost leases all cancelled, least validity left at cancellation {least_left:?}; \
-         {kept_renewing} of {} kept leases renewed on the new primary; \
-         every later token larger",
-        lost.len(),
-        LEASES - lost.len()
-    );
+    FaultLine::new("sentinel-failover", 1)
+        .with("leases", LEASES)
+        .share("leases_lost", lost.len(), LEASES)
+        .share(
+            "cancelled_before_validity_end",
+            cancelled_in_time,
+            lost.len(),
+        )
+        .ms("margin_ms", least_left)
+        .share("kept_renewing", kept_renewing, LEASES - lost.len())
+        .share("later_tokens_larger", keys.len(), keys.len())
+        .ms("took_ms", took)
+        .ms("ttl_ms", ttl)
+        .print();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -607,6 +618,11 @@ async fn when_every_sentinel_refuses_a_call_is_unavailable_at_once() {
         .await
         .unwrap();
     let took = started.elapsed();
+    FaultLine::new("connection-refused/sentinel", 2)
+        .with("outcome", outcome.as_str())
+        .ms("took_ms", took)
+        .ms("command_timeout_ms", timeout)
+        .print();
     let AcquireOutcome::Unavailable { detail } = outcome else {
         panic!("expected unavailable, got {outcome:?}")
     };

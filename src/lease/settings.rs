@@ -5,11 +5,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{DurationProblem, LeaseError};
-use crate::protocol::Namespace;
 use crate::protocol::limits::{
     self, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_BUDGET,
     DEFAULT_RETRY_AFTER_FALLBACK, DurationBounds,
 };
+use crate::protocol::{LeaseRequest, Namespace};
 
 /// Client settings. Build in code from [`Default`], or deserialise from a config file
 /// (durations as humantime text: `command_timeout = "200ms"`), or read the environment with
@@ -191,6 +191,42 @@ impl LeaseSettings {
         Ok(())
     }
 
+    /// Checks what renewing `request`'s lease needs, before it is acquired: the renewal
+    /// cadence ([`check_renewal_cadence`](Self::check_renewal_cadence)) and, if the request
+    /// waits for replicas, that the longest wait leaves the cadence its room.
+    ///
+    /// The replica wait comes out of the lease's validity (validity is measured from the
+    /// instant before the send), so it must satisfy
+    /// `replica_wait < ttl − drift_budget − safety_margin − renew_every`: after a wait that
+    /// runs to its end, one renewal can still fail and the next arrive before the runtime
+    /// must cancel the worker — the guarantee the cadence check gives a lease without one.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] for `renew_every` or `ttl` (as
+    /// [`check_renewal_cadence`](Self::check_renewal_cadence)), or for `replica_wait`.
+    pub fn check_request(&self, request: &LeaseRequest) -> Result<(), LeaseError> {
+        let ttl = request.ttl();
+        self.check_renewal_cadence(ttl)?;
+        let Some(wait) = request.replica_wait() else {
+            return Ok(());
+        };
+        let room = ttl
+            .saturating_sub(self.drift_budget)
+            .saturating_sub(self.safety_margin())
+            .saturating_sub(self.renew_every(ttl));
+        if wait.timeout() >= room {
+            return Err(LeaseError::InvalidDuration {
+                param: "replica_wait",
+                problem: DurationProblem::NotLessThan {
+                    value: wait.timeout(),
+                    other: "ttl - drift_budget - safety_margin - renew_every",
+                    other_value: room,
+                },
+            });
+        }
+        Ok(())
+    }
+
     /// Defaults overridden by the variables of [`ENV_VARS`] that are set, then validated.
     ///
     /// # Errors
@@ -343,6 +379,47 @@ mod tests {
             fast.check_renewal_cadence(Duration::from_millis(300))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_replica_wait_must_leave_the_renewal_cadence_its_room() {
+        use crate::protocol::{Attempt, OperationId, Purpose, ResourceDigest};
+        let request = |ttl: u64, wait: u64| {
+            LeaseRequest::builder(
+                Purpose::new("p").unwrap(),
+                ResourceDigest::of(b"r"),
+                Attempt::new(OperationId::new("op").unwrap()).unwrap(),
+            )
+            .ttl(Duration::from_millis(ttl))
+            .wait_for_replicas(1, Duration::from_millis(wait))
+            .build()
+            .unwrap()
+        };
+        let s = LeaseSettings::default();
+        // 3 s − 10 ms − 200 ms − 1 s = 1.79 s of room.
+        assert!(s.check_request(&request(3000, 1789)).is_ok());
+        let err = s.check_request(&request(3000, 1790)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "replica_wait 1s 790ms must be less than \
+             ttl - drift_budget - safety_margin - renew_every (1s 790ms)"
+        );
+        // The cadence is checked first, and a request without a replica wait needs only it.
+        let plain = LeaseRequest::builder(
+            Purpose::new("p").unwrap(),
+            ResourceDigest::of(b"r"),
+            Attempt::new(OperationId::new("op").unwrap()).unwrap(),
+        )
+        .ttl(Duration::from_millis(300))
+        .build()
+        .unwrap();
+        assert!(matches!(
+            s.check_request(&plain),
+            Err(LeaseError::InvalidDuration {
+                param: "renew_every",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::lease::LeaseState;
+use crate::lease::{LeaseState, Replication};
 use crate::protocol::{FencingToken, Purpose, ResourceDigest};
 use crate::runtime::CancelReason;
 
@@ -51,6 +51,7 @@ pub struct LeaseContext {
     resource: ResourceDigest,
     cancel: CancellationToken,
     status: watch::Receiver<LeaseStatus>,
+    replication: Replication,
 }
 
 impl LeaseContext {
@@ -60,6 +61,7 @@ impl LeaseContext {
         resource: ResourceDigest,
         cancel: CancellationToken,
         status: watch::Receiver<LeaseStatus>,
+        replication: Replication,
     ) -> Self {
         Self {
             token,
@@ -67,6 +69,7 @@ impl LeaseContext {
             resource,
             cancel,
             status,
+            replication,
         }
     }
 
@@ -83,6 +86,14 @@ impl LeaseContext {
     /// Which resource.
     pub fn resource(&self) -> &ResourceDigest {
         &self.resource
+    }
+
+    /// How many replicas acknowledged the acquisition, as the lease's handle reported it
+    /// ([`LeaseHandle::replication`](crate::LeaseHandle::replication)); fixed for the
+    /// lease's life. A worker that must not run on a lease a failover could lose checks it
+    /// before its first write.
+    pub fn replication(&self) -> &Replication {
+        &self.replication
     }
 
     /// Completes when the lease is cancelled (or its actor ended).

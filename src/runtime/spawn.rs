@@ -153,8 +153,9 @@ impl LeaseRuntime {
     /// worker exits, the lease is released at once; [`LeaseJob::wait`] gives the report.
     ///
     /// # Errors
-    /// [`RuntimeError::Invalid`] for a request whose TTL leaves no room for renewals
-    /// ([`LeaseSettings::check_renewal_cadence`](crate::LeaseSettings::check_renewal_cadence)),
+    /// [`RuntimeError::Invalid`] for a request whose TTL (after its replica wait, if any)
+    /// leaves no room for renewals
+    /// ([`LeaseSettings::check_request`](crate::LeaseSettings::check_request)),
     /// [`RuntimeError::LimitReached`] — both before any I/O; [`RuntimeError::Spawn`] if the
     /// actor system refused (the lease is then released).
     ///
@@ -172,9 +173,7 @@ impl LeaseRuntime {
         W: Actor,
         W::Msg: From<LeaseCancelled>,
     {
-        self.client
-            .settings()
-            .check_renewal_cadence(request.ttl())?;
+        self.client.settings().check_request(request)?;
         let permit = self.permit()?;
         let handle = match self.client.acquire(request).await? {
             AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => h,
@@ -289,6 +288,7 @@ impl LeaseRuntime {
             *handle.resource(),
             cancel.clone(),
             status_rx,
+            handle.replication().clone(),
         );
         let (report_tx, report_rx) = oneshot::channel();
         let token = handle.token();

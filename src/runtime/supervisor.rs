@@ -94,8 +94,9 @@ impl LeaseRuntime {
     /// fresh worker. A term whose worker completes normally ends the supervisor.
     ///
     /// # Errors
-    /// [`RuntimeError::Invalid`] if the request's TTL leaves no room for renewals; checked
-    /// before anything starts.
+    /// [`RuntimeError::Invalid`] if the request's TTL (after its replica wait, if any) leaves
+    /// no room for renewals ([`LeaseSettings::check_request`](crate::LeaseSettings::check_request));
+    /// checked before anything starts.
     pub fn supervise<W, F>(
         &self,
         request: LeaseRequest,
@@ -108,9 +109,7 @@ impl LeaseRuntime {
         W::Msg: From<LeaseCancelled>,
         F: Fn(LeaseContext) -> (W, W::Arguments) + Send + Sync + 'static,
     {
-        self.client()
-            .settings()
-            .check_renewal_cadence(request.ttl())?;
+        self.client().settings().check_request(&request)?;
         let shutdown = CancellationToken::new();
         let (state_tx, state_rx) = watch::channel(SupervisorState::Acquiring);
         let runtime = self.clone();

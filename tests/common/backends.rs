@@ -147,6 +147,18 @@ impl Harness {
         }
     }
 
+    /// The backend's name in reports, as the contract suite's module is named: `memory`,
+    /// `redis`, `redis_batched`, `sentinel` or `cluster`.
+    pub fn name(&self) -> &'static str {
+        match self.backend {
+            Backend::Memory(_) => "memory",
+            Backend::Redis { .. } => "redis",
+            Backend::Batched { .. } => "redis_batched",
+            Backend::Sentinel(_) => "sentinel",
+            Backend::Cluster(_) => "cluster",
+        }
+    }
+
     pub fn is_redis(&self) -> bool {
         !matches!(self.backend, Backend::Memory(_))
     }

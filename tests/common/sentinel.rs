@@ -92,15 +92,8 @@ impl SentinelTopology {
         let mut nodes = vec![node()];
         for _ in 0..replicas {
             let replica = node();
-            replica.cmd(&["REPLICAOF", "127.0.0.1", &nodes[0].port().to_string()]);
+            replica.make_replica_of(&nodes[0]);
             nodes.push(replica);
-        }
-        let deadline = Instant::now() + READY_TIMEOUT;
-        for replica in &nodes[1..] {
-            wait_for(deadline, "replica's link to the primary", || {
-                let info: String = replica.query(&["INFO", "replication"]);
-                info.contains("master_link_status:up")
-            });
         }
         let proxy = proxied.then(|| Proxy::start(nodes[0].addr()));
         let monitored = proxy.as_ref().map_or(nodes[0].port(), |p| p.addr().port());
@@ -531,10 +524,6 @@ fn make_temp_dir() -> PathBuf {
 fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local_addr").port()
-}
-
-fn wait_for(deadline: Instant, what: &str, done: impl FnMut() -> bool) {
-    wait_for_or(deadline, String::new, what, done);
 }
 
 fn wait_for_or(

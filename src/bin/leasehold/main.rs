@@ -36,7 +36,8 @@ Exit status of `run`:
   124             the lease was lost or became unknown while the command ran; it was
                   stopped (or ended while leasehold could not vouch for the lease)
   125             leasehold itself failed: invalid arguments, Redis unavailable,
-                  acquisition never confirmed
+                  acquisition never confirmed, or (--require-replicas) fewer replicas
+                  acknowledged the lease than --replicas; the command was not run
   126 / 127       the command cannot be executed / was not found
 Exit status of `inspect`: 0 held, 1 absent, 125 error.
 
@@ -159,6 +160,27 @@ pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
     parse_bounded(limits::WAIT_TIMEOUT, text)
 }
 
+pub(crate) fn parse_replica_wait(text: &str) -> Result<Duration, String> {
+    parse_bounded(limits::REPLICA_WAIT, text)
+}
+
+/// A replica count in `1 ..= MAX_REPLICAS`, with the library's error text.
+pub(crate) fn parse_replicas(text: &str) -> Result<u32, String> {
+    let value: u32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number of replicas"))?;
+    if (1..=limits::MAX_REPLICAS).contains(&value) {
+        Ok(value)
+    } else {
+        Err(LeaseError::InvalidReplicas {
+            value,
+            max: limits::MAX_REPLICAS,
+        }
+        .to_string())
+    }
+}
+
 /// Any humantime duration (its relations are checked by the library).
 pub(crate) fn parse_any(text: &str) -> Result<Duration, String> {
     limits::parse_duration("duration", text).map_err(|e| e.to_string())
@@ -172,8 +194,10 @@ pub(crate) fn option_error(e: &LeaseError) -> String {
             "ttl" => "--ttl".to_owned(),
             "wait_timeout" => "--wait".to_owned(),
             "renew_every" => "--renew-every".to_owned(),
+            "replica_wait" => "--replica-wait".to_owned(),
             other => format!("LEASEHOLD_{}", other.to_ascii_uppercase()),
         },
+        LeaseError::InvalidReplicas { .. } => "--replicas".to_owned(),
         LeaseError::InvalidRedisUrl { .. } => "--redis".to_owned(),
         LeaseError::InvalidNamespace { .. } => "--namespace".to_owned(),
         LeaseError::InvalidPurpose { .. } => "--purpose".to_owned(),

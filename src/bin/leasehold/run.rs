@@ -12,11 +12,14 @@ use std::time::Duration;
 
 use clap::Args;
 use leasehold::runtime::{CancelPolicy, LeaseContext, LeaseRuntime, RunOutcome, RuntimeError};
-use leasehold::{AcquireOutcome, LeaseRequest, OperationId};
+use leasehold::{AcquireOutcome, FailureDetail, LeaseRequest, OperationId, Replication};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::{Common, fail, option_error, parse_any, parse_ttl, parse_wait, status};
+use crate::{
+    Common, fail, option_error, parse_any, parse_replica_wait, parse_replicas, parse_ttl,
+    parse_wait, status,
+};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -35,6 +38,26 @@ pub(crate) struct RunArgs {
     /// validity is left]; never extends past local validity.
     #[arg(long, value_name = "DURATION", value_parser = parse_any)]
     grace: Option<Duration>,
+    /// After acquiring, wait until N replicas (1 ..= 16) hold the lease (Redis WAIT), so a
+    /// failover to one of them keeps it. Short of N by the end of --replica-wait, the lease
+    /// is held all the same (WAIT never undoes a write) and the command runs — its writes
+    /// are still fenced by LEASEHOLD_FENCING_TOKEN — with one line on stderr saying how
+    /// many acknowledged; add --require-replicas to refuse instead.
+    #[arg(long, value_name = "N", value_parser = parse_replicas, allow_negative_numbers = true)]
+    replicas: Option<u32>,
+    /// Longest wait for --replicas (1ms ..= 10s) [default: 1s]. It comes out of the lease's
+    /// validity, so it must be less than ttl − drift budget − safety margin − renew-every.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_replica_wait,
+        requires = "replicas"
+    )]
+    replica_wait: Option<Duration>,
+    /// Do not run the command unless --replicas replicas acknowledged the lease: release it
+    /// and exit 125. For work that must not run twice even across a failover.
+    #[arg(long, requires = "replicas")]
+    require_replicas: bool,
     /// Operation id of this run [default: run-<pid>]; printable ASCII, no spaces, ≤ 128 bytes.
     #[arg(long, value_name = "ID")]
     operation_id: Option<String>,
@@ -47,12 +70,68 @@ pub(crate) struct RunArgs {
     command: Vec<String>,
 }
 
+/// `--replica-wait` when `--replicas` is given without it: long enough for a replica on a
+/// loaded network to answer (a healthy one acknowledges within milliseconds, since `WAIT`
+/// asks the replicas at once), short enough to fit the default 30 s TTL many times over.
+const DEFAULT_REPLICA_WAIT: Duration = Duration::from_secs(1);
+
+/// What the command asked of replicas (`--replicas`, `--replica-wait`, `--require-replicas`).
+#[derive(Debug, Clone, Copy)]
+struct ReplicaPolicy {
+    wanted: u32,
+    wait: Duration,
+    /// Refuse to run the command on a shortfall.
+    required: bool,
+}
+
+/// Why an acquisition is not known to be on the replicas asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Shortfall {
+    /// `WAIT` answered with fewer than asked for.
+    #[error("{acked} of {wanted} replicas acknowledged the lease within {}", humantime::format_duration(*.wait))]
+    Acknowledged {
+        acked: u32,
+        wanted: u32,
+        wait: Duration,
+    },
+    /// A replay confirmed the lease; it writes nothing, so nothing was waited for.
+    #[error("the lease was confirmed by a replay, which waits for no replica")]
+    NotWaited,
+    /// `WAIT` did not answer.
+    #[error("the wait for replicas did not answer ({0})")]
+    Unknown(FailureDetail),
+    /// A report this version of the CLI does not know: not counted as acknowledged.
+    #[error("replication {0}")]
+    Other(&'static str),
+}
+
+impl ReplicaPolicy {
+    /// The shortfall of `replication` against this policy, if any.
+    fn shortfall(&self, replication: &Replication) -> Option<Shortfall> {
+        match replication {
+            Replication::Acknowledged { acked, wanted } if acked < wanted => {
+                Some(Shortfall::Acknowledged {
+                    acked: *acked,
+                    wanted: *wanted,
+                    wait: self.wait,
+                })
+            }
+            Replication::Acknowledged { .. } => None,
+            Replication::NotWaited => Some(Shortfall::NotWaited),
+            Replication::Unknown { detail } => Some(Shortfall::Unknown(detail.clone())),
+            other => Some(Shortfall::Other(other.as_str())),
+        }
+    }
+}
+
 /// How the command ended, as the work under the lease saw it.
 enum ChildEnd {
     /// It exited; `stopped` says whether leasehold had signalled it for a lost lease.
     Exited { status: ExitStatus, stopped: bool },
     /// It could not be started.
     NotStarted(std::io::ErrorKind, String),
+    /// It was not started: `--require-replicas` and the replicas fell short.
+    Refused(Shortfall),
 }
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
@@ -81,11 +160,18 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         Err(e) => return fail(option_error(&e)),
     };
     let resource = args.common.resource();
-    let request = match LeaseRequest::builder(args.common.purpose().clone(), resource, attempt)
+    let replicas = args.replicas.map(|wanted| ReplicaPolicy {
+        wanted,
+        wait: args.replica_wait.unwrap_or(DEFAULT_REPLICA_WAIT),
+        required: args.require_replicas,
+    });
+    let mut builder = LeaseRequest::builder(args.common.purpose().clone(), resource, attempt)
         .ttl(args.ttl)
-        .wait_timeout(args.wait)
-        .build()
-    {
+        .wait_timeout(args.wait);
+    if let Some(policy) = replicas {
+        builder = builder.wait_for_replicas(policy.wanted, policy.wait);
+    }
+    let request = match builder.build() {
         Ok(r) => r,
         Err(e) => return fail(option_error(&e)),
     };
@@ -93,7 +179,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     let (command, grace) = (args.command, args.grace);
     let outcome = runtime
         .run_under_lease(&request, CancelPolicy::Kill, move |ctx| {
-            supervise(ctx, command, grace)
+            supervise(ctx, command, grace, replicas)
         })
         .await;
     match outcome {
@@ -124,6 +210,10 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             }
         },
         Ok(RunOutcome::Ran { output, report }) => match (output, report.cancelled) {
+            (Some(ChildEnd::Refused(shortfall)), _) => fail(format!(
+                "{shortfall}; the command was not run (--require-replicas); release: {}",
+                report.release.as_str()
+            )),
             (Some(ChildEnd::NotStarted(kind, message)), _) => {
                 eprintln!("leasehold: cannot run the command: {message}");
                 if kind == std::io::ErrorKind::NotFound {
@@ -185,7 +275,44 @@ impl Drop for KillGroupOnDrop {
     }
 }
 
-async fn supervise(ctx: LeaseContext, command: Vec<String>, grace: Option<Duration>) -> ChildEnd {
+/// Reports the acquisition: one `lease acquired` event (INFO) with the replica counts for
+/// the JSON logs, and — if replicas were asked for and fell short — one line on stderr.
+/// Returns the shortfall if the command must not run.
+fn report_acquired(ctx: &LeaseContext, replicas: Option<ReplicaPolicy>) -> Option<Shortfall> {
+    let replication = ctx.replication();
+    let acked = match replication {
+        Replication::Acknowledged { acked, .. } => Some(*acked),
+        _ => None,
+    };
+    // Inside the lease actor's span, which carries purpose, digest and operation id.
+    tracing::info!(
+        token = ctx.token().get(),
+        replication = replication.as_str(),
+        replicas_acked = acked,
+        replicas_wanted = replicas.map(|p| p.wanted),
+        "lease acquired"
+    );
+    let policy = replicas?;
+    let shortfall = policy.shortfall(replication)?;
+    if policy.required {
+        return Some(shortfall);
+    }
+    eprintln!(
+        "leasehold: {shortfall}; running the command anyway (a failover now can lose the \
+         lease; --require-replicas refuses)"
+    );
+    None
+}
+
+async fn supervise(
+    ctx: LeaseContext,
+    command: Vec<String>,
+    grace: Option<Duration>,
+    replicas: Option<ReplicaPolicy>,
+) -> ChildEnd {
+    if let Some(shortfall) = report_acquired(&ctx, replicas) {
+        return ChildEnd::Refused(shortfall);
+    }
     let Some((program, rest)) = command.split_first() else {
         return ChildEnd::NotStarted(std::io::ErrorKind::InvalidInput, "empty command".into());
     };
