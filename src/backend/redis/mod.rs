@@ -74,6 +74,9 @@
 mod batch;
 mod classify;
 mod cluster;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod parse;
 mod scripts;
 mod sentinel;

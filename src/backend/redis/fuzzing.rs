@@ -1,0 +1,46 @@
+//! Not API: the script-reply decoders, reachable from outside the crate only with the
+//! `fuzzing` feature, for the fuzz targets in `fuzz/` and `tests/fuzz_corpus.rs`.
+//!
+//! Each function is the decoder `RedisBackend` runs on what Redis sent, unchanged; nothing
+//! here may hold logic of its own, or the fuzz targets would test it instead of the
+//! decoders. No stability promise: names and signatures follow the decoders.
+
+use redis::Value;
+
+use super::{classify, parse};
+use crate::backend::SendFailure;
+use crate::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
+
+/// The decoder of one acquire item's reply; `Err` says why it is unreadable.
+pub fn acquire(value: Value) -> Result<AcquireReply, String> {
+    parse::acquire(value)
+}
+
+/// The decoder of one renew item's reply.
+pub fn renew(value: Value) -> Result<RenewReply, String> {
+    parse::renew(value)
+}
+
+/// The decoder of one release item's reply.
+pub fn release(value: Value) -> Result<ReleaseReply, String> {
+    parse::release(value)
+}
+
+/// The decoder of one inspect item's reply.
+pub fn inspect(value: Value) -> Result<InspectReply, String> {
+    parse::inspect(value)
+}
+
+/// The decoder of a whole script call's reply: call `id` with `n` items.
+pub fn batch(value: Value, id: u64, n: usize) -> Result<Vec<Value>, String> {
+    parse::batch(value, id, n)
+}
+
+/// How an error reply is classified — an item's own error, or the whole call's — as the
+/// backend does it; `None` for a value that is not an error reply.
+pub fn error_reply(value: Value) -> Option<SendFailure> {
+    match value {
+        Value::ServerError(e) => Some(classify::command_failure(&redis::RedisError::from(e))),
+        _ => None,
+    }
+}
