@@ -111,10 +111,11 @@ def main():
                 f.write(reply)
             print(name, reply)
 
-        acquire = lambda owner, op: ([LEASE, FENCE], ["A", owner, op, 30000])
-        renew = lambda key, owner, op: ([key], ["N", owner, op, 30000])
-        release = lambda key, owner, op: ([key], ["R", owner, op, key + ":released"])
-        inspect = lambda key, owner, op: ([key], ["I", owner, op])
+        # Each item: its head (kind letter, then the ttl where it has one) and "<owner> <op> ".
+        acquire = lambda owner, op: ([LEASE, FENCE], ["A30000", "%s %s " % (owner, op)])
+        renew = lambda key, owner, op: ([key], ["N30000", "%s %s " % (owner, op)])
+        release = lambda key, owner, op: ([key], ["R", "%s %s " % (owner, op)])
+        inspect = lambda key, owner, op: ([key], ["I", "%s %s " % (owner, op)])
 
         def one(name, item):
             batch(name, *item)
@@ -156,8 +157,9 @@ def main():
         c.call("DEL", OTHER)
 
         # Errors of the whole call.
-        batch("call_error_unknown_kind", [LEASE], ["X", OWNER_A, "op-1"])
-        batch("call_error_shape", [LEASE], ["N", OWNER_A, "op-1"])
+        batch("call_error_unknown_kind", [LEASE], ["X", OWNER_A + " op-1 "])
+        batch("call_error_shape", [LEASE], ["N30000"])
+        batch("call_error_keys", [LEASE, LEASE], ["N30000", OWNER_A + " op-1 "])
         with open(os.path.join(OUT, "real_call_error_noscript.resp"), "wb") as f:
             f.write(c.call("EVALSHA", "0" * 40, 0, 1))
         c.call("ACL", "SETUSER", "narrow", "on", ">pw", "~other:*", "+@all")

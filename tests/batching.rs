@@ -233,17 +233,26 @@ async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_
     warm_up(&client).await;
     let base = script_calls(&server);
     proxy.set_mode(ProxyMode::DropReplies);
-    // Every slot taken by a call the server ran and whose reply never comes.
-    let slots = RedisBackend::CALLS_IN_FLIGHT;
+    // Every slot taken by a call the server ran and whose reply never comes: the first by
+    // one operation (nothing was in flight), each next one by as many operations as make
+    // a busy backend start another call.
     let mut requests = Vec::new();
     let mut tasks = Vec::new();
-    for i in 0..slots {
-        let req = request(&client, &format!("sent-{i}"), "op");
-        tasks.push(spawn_acquire(&client, &req));
-        requests.push(req);
-        until_script_calls(&server, base + i as u64 + 1).await;
+    for slot in 0..RedisBackend::CALLS_IN_FLIGHT {
+        let batch = if slot == 0 {
+            1
+        } else {
+            RedisBackend::OPERATIONS_FOR_ANOTHER_CALL
+        };
+        for i in 0..batch {
+            let req = request(&client, &format!("sent-{slot}-{i}"), "op");
+            tasks.push(spawn_acquire(&client, &req));
+            requests.push(req);
+        }
+        until_script_calls(&server, base + slot as u64 + 1).await;
     }
-    for i in 0..8 {
+    let sent = requests.len();
+    for i in 0..RedisBackend::OPERATIONS_FOR_ANOTHER_CALL {
         let req = request(&client, &format!("waiting-{i}"), "op");
         tasks.push(spawn_acquire(&client, &req));
         requests.push(req);
@@ -257,15 +266,64 @@ async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_
     for (n, (outcome, req)) in outcomes.iter().zip(&requests).enumerate() {
         let ran = exists(&server, &client.keys(req.purpose(), req.resource()));
         match outcome {
-            AcquireOutcome::Indeterminate { .. } if n < slots => {
+            AcquireOutcome::Indeterminate { .. } if n < sent => {
                 assert!(ran, "item {n}: sent, so it ran");
             }
-            AcquireOutcome::Unavailable { .. } if n >= slots => {
+            AcquireOutcome::Unavailable { .. } if n >= sent => {
                 assert!(!ran, "item {n}: Unavailable, yet its lease exists");
             }
             other => panic!("item {n}: {other:?}"),
         }
     }
+}
+
+/// While a call is in flight, a few more operations wait for its end rather than start a
+/// call of their own — so each call carries enough to be worth its fixed cost — and as
+/// many as `OPERATIONS_FOR_ANOTHER_CALL` leave at once in another call.
+#[tokio::test]
+async fn a_busy_backend_starts_another_call_only_for_enough_operations() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(3000));
+    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
+    warm_up(&client).await;
+    let base = script_calls(&server);
+    proxy.set_mode(ProxyMode::DropReplies);
+    let mut tasks = vec![spawn_acquire(&client, &request(&client, "first", "op"))];
+    until_script_calls(&server, base + 1).await;
+
+    let few = RedisBackend::OPERATIONS_FOR_ANOTHER_CALL - 1;
+    for i in 0..few {
+        tasks.push(spawn_acquire(
+            &client,
+            &request(&client, &format!("few-{i}"), "op"),
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        script_calls(&server),
+        base + 1,
+        "a few wait for the call in flight"
+    );
+    let started = Instant::now();
+    tasks.push(spawn_acquire(&client, &request(&client, "enough", "op")));
+    until_script_calls(&server, base + 2).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(2000),
+        "enough operations leave before the call in flight gives up on its reply"
+    );
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Indeterminate { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(
+        script_calls(&server),
+        base + 2,
+        "two calls carried them all"
+    );
 }
 
 /// An item whose key makes its own operation fail (here a key of the wrong type) gets that
@@ -362,18 +420,15 @@ async fn an_operation_dropped_while_it_waits_is_never_sent() {
     warm_up(&client).await;
     let base = script_calls(&server);
     proxy.set_mode(ProxyMode::DropReplies);
-    // Calls in flight whose replies never come: every slot busy for 1.5 s.
-    let mut busy = Vec::new();
-    for i in 0..RedisBackend::CALLS_IN_FLIGHT as u64 {
-        let (client, req) = (client.clone(), request(&client, &format!("busy-{i}"), "op"));
-        busy.push(tokio::spawn(async move { client.try_acquire(&req).await }));
-        until_script_calls(&server, base + i + 1).await;
-    }
+    // A call in flight whose reply never comes: the backend is busy for 1.5 s, and a lone
+    // operation waits for that call's end.
+    let busy = vec![spawn_acquire(&client, &request(&client, "busy", "op"))];
+    until_script_calls(&server, base + 1).await;
     let dropped = request(&client, "dropped", "op");
     let gave_up = tokio::time::timeout(Duration::from_millis(50), client.try_acquire(&dropped));
-    assert!(gave_up.await.is_err(), "it waited behind the busy calls");
+    assert!(gave_up.await.is_err(), "it waited behind the busy call");
     for task in busy {
-        let outcome = task.await.unwrap().unwrap();
+        let outcome = task.await.unwrap();
         assert!(matches!(outcome, AcquireOutcome::Indeterminate { .. }));
     }
     proxy.set_mode(ProxyMode::Pass);

@@ -506,14 +506,12 @@ fn item(value: &Value) {
     }
 }
 
-/// The first element of an array reply, as a status word.
+/// The first word of a one-line item reply: its status word.
 fn status_word(value: &Value) -> Option<&[u8]> {
-    match value {
-        Value::Array(items) => match items.first() {
-            Some(Value::BulkString(b)) => Some(b),
-            Some(Value::SimpleString(s)) => Some(s.as_bytes()),
-            _ => None,
-        },
-        _ => None,
-    }
+    let line: &[u8] = match value {
+        Value::BulkString(b) => b,
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return None,
+    };
+    line.split(|&b| b == b' ').next()
 }

@@ -4,10 +4,14 @@
 //! A caller submits one [`Item`] and waits for its own result. [`MAX_IN_FLIGHT`] call slots
 //! bound the script calls in flight; each taken slot is a flusher task that takes what
 //! waits, up to [`MAX_ITEMS`] at a time, sends it as one script call and hands every item
-//! its reply. A caller that finds a slot free starts a flusher, which lets the tasks woken
+//! its reply. A caller that finds no flusher running starts one, which lets the tasks woken
 //! with it queue their items first (one turn of the scheduler), so operations that arrive
-//! together leave together; one that arrives alone leaves at once. The busier the
-//! connection, the larger the calls — and the fewer of them Redis runs per operation.
+//! together leave together; one that arrives alone leaves at once. While a call is in
+//! flight, another starts only once [`ANOTHER_CALL`] items wait; fewer leave with the next
+//! call of a running flusher, which also lets the callers it just answered queue their next
+//! operations first. The busier the connection, the larger the calls — and the fewer of
+//! them Redis runs per operation (a script call's fixed cost is about that of four
+//! refusals).
 //!
 //! # Invariants
 //!
@@ -24,8 +28,9 @@
 //! 4. One item's error is that item's: the script runs each item under `pcall`, and a batch
 //!    refused as a whole for a reason that may concern only some of its keys (`NOPERM`) is
 //!    sent again item by item — it provably did not run.
-//! 5. An idle call is never held back: when a slot is free, the caller starts a flusher at
-//!    once, which sends the item after the tasks already runnable have run.
+//! 5. An idle call is never held back: when no flusher runs, the caller starts one at once,
+//!    which sends the item after the tasks already runnable have run. An item that finds a
+//!    flusher running waits at most until one of the calls in flight ends.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -47,6 +52,11 @@ pub(super) const MAX_IN_FLIGHT: usize = 4;
 /// the same time (one call of everything waiting would have each wait for the other), and
 /// bound how long one call keeps Redis busy.
 pub(super) const MAX_ITEMS: usize = 32;
+/// Items waiting that make a busy batcher start another call beside those in flight. Fewer
+/// wait for a running flusher's next call: one round trip at most, and each call carries
+/// enough operations to be worth its fixed cost to Redis (a script call's set-up and reply
+/// cost it about as much as four refusals).
+pub(super) const ANOTHER_CALL: usize = MAX_ITEMS / 4;
 
 /// One result of one item.
 pub(super) type ItemResult = Result<Value, SendFailure>;
@@ -201,7 +211,10 @@ impl Batcher {
             deadline,
             reply,
         });
-        let start = queue.flushers < MAX_IN_FLIGHT;
+        // An idle batcher sends at once; a busy one adds a call only for enough items to be
+        // worth one — the rest ride with the next call of a running flusher.
+        let start = queue.flushers == 0
+            || (queue.flushers < MAX_IN_FLIGHT && queue.waiting.len() >= ANOTHER_CALL);
         if start {
             queue.flushers += 1;
         }
@@ -386,6 +399,9 @@ async fn flush(backend: RedisBackend) {
         for (reply, result) in taken.replies.into_iter().zip(results) {
             let _ = reply.send(result);
         }
+        // The callers just answered often send their next operation at once (a renewal loop,
+        // a contender trying again): let them queue it before the next batch is taken.
+        tokio::task::yield_now().await;
     }
 }
 

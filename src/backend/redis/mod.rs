@@ -462,6 +462,12 @@ impl RedisBackend {
     /// next call; an operation that waits past its timeout is `NotSent`.
     pub const CALLS_IN_FLIGHT: usize = batch::MAX_IN_FLIGHT;
 
+    /// Operations waiting that make a backend with a call in flight start another one
+    /// (while fewer than [`CALLS_IN_FLIGHT`](Self::CALLS_IN_FLIGHT) are). Fewer wait for
+    /// the next call of one in flight — one round trip at most. An operation that finds no
+    /// call in flight leaves at once.
+    pub const OPERATIONS_FOR_ANOTHER_CALL: usize = batch::ANOTHER_CALL;
+
     /// Validates the configuration; connects on first use.
     ///
     /// # Errors
