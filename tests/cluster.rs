@@ -78,8 +78,8 @@ async fn a_lease_whose_slot_moves_renews_on_the_new_owner_and_tokens_keep_growin
 
     topology.move_slot(&keys.lease, to);
     assert_eq!(topology.owner_of(&keys.lease), to);
-    // The backend's map still names the old owner: the first try is refused with MOVED
-    // (NotSent), the map is fetched again and the retry runs on the new owner.
+    // The backend's map still names the old owner, which answers MOVED: the call follows it
+    // to the new owner (and the map is fetched again for later calls).
     let started = Instant::now();
     let renewed = held.renew().await;
     let took = started.elapsed();
@@ -101,6 +101,66 @@ async fn a_lease_whose_slot_moves_renews_on_the_new_owner_and_tokens_keep_growin
     // The fence moved with the lease: the next token is larger than both earlier ones.
     let next = acquired(&client, &request(&client, "moving", "next")).await;
     assert!(next.token() > held.token() && held.token() > first_token);
+    std::mem::forget(next);
+}
+
+/// During a slot migration the source answers `ASK` for the keys it already handed over:
+/// the backend follows it within the call (`ASKING` on the importing node), so a held
+/// lease renews, inspects and releases while the migration runs — nothing waits for its end.
+#[tokio::test]
+async fn a_lease_whose_slot_is_migrating_follows_ask_to_the_importing_node() {
+    let topology = ClusterTopology::start();
+    let client = topology.client(redis_settings());
+    let other = topology.client(redis_settings());
+    let mut held = acquired(&client, &request(&client, "migrating", "held")).await;
+    let keys = held.keys().clone();
+    let from = topology.owner_of(&keys.lease);
+    let to = (from + 1) % 3;
+    topology.begin_migration(&keys.lease, to);
+    let (source, target) = (&topology.nodes()[from], &topology.nodes()[to]);
+    let slot = topology.slot(&keys.lease).to_string();
+    assert_eq!(
+        topology.owner_of(&keys.lease),
+        from,
+        "the source still owns the slot"
+    );
+    assert_eq!(
+        source.query::<i64>(&["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        0
+    );
+    assert_eq!(target.asking_query::<i64>(&["EXISTS", &keys.lease]), 1);
+
+    let started = Instant::now();
+    let renewed = held.renew().await;
+    let took = started.elapsed();
+    let pttl: i64 = target.asking_query(&["PTTL", &keys.lease]);
+    FaultLine::new("cluster-slot-migrating", 1)
+        .with("outcome", renewed.as_str())
+        .with("renewed_on_importing_node", pttl > 29_000)
+        .ms("took_ms", took)
+        .print();
+    assert!(
+        matches!(renewed, RenewOutcome::Renewed { .. }),
+        "{renewed:?}"
+    );
+    assert!(pttl > 29_000, "renewed on the importing node: {pttl}");
+    let look = request(&other, "migrating", "look");
+    let seen = other
+        .inspect(look.purpose(), look.resource(), look.attempt())
+        .await;
+    assert!(
+        matches!(seen, InspectOutcome::HeldByOther { token, .. } if token == held.token()),
+        "{seen:?}"
+    );
+    assert_eq!(held.release().await, ReleaseOutcome::Released);
+    assert_eq!(target.asking_query::<i64>(&["EXISTS", &keys.lease]), 0);
+
+    // Once the slot has moved, the source answers MOVED, which the next acquisition follows
+    // to the new owner: a token larger than the migrated lease's.
+    topology.end_migration(&keys.lease, to);
+    let next = acquired(&client, &request(&client, "migrating", "next")).await;
+    assert!(next.token() > held.token());
+    assert!(target.query::<i64>(&["EXISTS", &keys.lease]) == 1);
     std::mem::forget(next);
 }
 

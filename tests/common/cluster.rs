@@ -66,6 +66,24 @@ impl ClusterNode {
         cmd.query(&mut conn)
     }
 
+    /// One command after `ASKING`, on one fresh connection: what a node importing a slot
+    /// holds for it (without `ASKING` it redirects with `MOVED`).
+    pub fn asking_query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let run = || -> redis::RedisResult<T> {
+            let mut conn =
+                redis::Client::open(self.url())?.get_connection_with_timeout(CONN_TIMEOUT)?;
+            conn.set_read_timeout(Some(CONN_TIMEOUT))?;
+            redis::cmd("ASKING").query::<()>(&mut conn)?;
+            let (name, rest) = args.split_first().expect("a command name");
+            let mut cmd = redis::cmd(name);
+            for arg in rest {
+                cmd.arg(*arg);
+            }
+            cmd.query(&mut conn)
+        };
+        run().unwrap_or_else(|e| panic!("ASKING {args:?} failed on port {}: {e}", self.port))
+    }
+
     /// Runs one command and converts the reply, panicking on any error.
     pub fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
         let value = self
@@ -303,6 +321,14 @@ impl ClusterTopology {
     /// `MIGRATING`, `MIGRATE`, `SETSLOT NODE` on every node), as `redis-cli --cluster
     /// reshard` does. Returns once every node names `to` as the owner.
     pub fn move_slot(&self, key: &str, to: usize) {
+        self.begin_migration(key, to);
+        self.end_migration(key, to);
+    }
+
+    /// The first half of `move_slot`: `key`'s slot is migrating to node `to`, and every key
+    /// in it is already there, while the source still owns the slot (it answers `ASK` for
+    /// the keys it no longer has).
+    pub fn begin_migration(&self, key: &str, to: usize) {
         let from = self.owner_of(key);
         assert_ne!(from, to, "the slot is already on node {to}");
         let slot = self.slot(key).to_string();
@@ -320,6 +346,14 @@ impl ClusterTopology {
             args.extend(keys.iter().map(String::as_str));
             source.query::<()>(&args);
         }
+    }
+
+    /// The second half of `move_slot`: every node names `to` as the owner of `key`'s slot.
+    pub fn end_migration(&self, key: &str, to: usize) {
+        let from = self.owner_of(key);
+        let slot = self.slot(key).to_string();
+        let (source, target) = (&self.nodes[from], &self.nodes[to]);
+        let target_id = target.id();
         for node in [target, source] {
             node.query::<()>(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
         }

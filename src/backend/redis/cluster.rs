@@ -1,19 +1,25 @@
 //! Redis Cluster: one connection per primary, chosen by the slot of the lease's hash tag.
 //!
 //! * The slot map comes from `CLUSTER SLOTS`, asked of every seed at once (the first
-//!   answer wins) on first use and again after a `MOVED` or `ASK` (the map is then
-//!   forgotten). A lease's keys share one `{…}` hash tag (`protocol::keys`), so every
-//!   script touches one slot.
+//!   answer wins) on first use and again after a `MOVED` (the map is then forgotten). A
+//!   lease's keys share one `{…}` hash tag (`protocol::keys`), so every script touches
+//!   one slot.
 //! * A connection to the owner of a slot is made on first use, with the first seed's
 //!   login (user, password, database 0, TLS) at the address the map names. Fetching the map
 //!   and connecting are bounded together by the caller's bound; every failure is `NotSent`.
 //! * The map is also forgotten when a node's connection is, or cannot be made (the node
 //!   may have failed over to a replica), and on `CLUSTERDOWN`: the next call asks the
 //!   seeds again. Only the configured seeds are asked, never nodes learnt from a map.
-//! * `MOVED` and `ASK` are `NotSent` (`classify`): the caller's retry — renew's attempts,
-//!   acquire's wait loop — runs the script again, on the owner the fresh map names. `ASK`
-//!   is not followed within a call (no `ASKING`): during a slot migration a call may be
-//!   refused until the migration ends.
+//! * A redirection is followed once within the call (`RedisBackend::follow`): the node
+//!   refused before running anything, so nothing runs twice. After `MOVED` the map is
+//!   forgotten (the next call fetches it) and the call goes to the node named. After `ASK`
+//!   (the slot is migrating and the source no longer has the keys) it goes to the
+//!   importing node after `ASKING`, in one write on that node's connection; the map stays,
+//!   as the source owns the slot until the migration ends. So a lease whose keys moved
+//!   renews, inspects and releases during the migration. A second redirection in one
+//!   call, or a `TRYAGAIN` (some of a call's keys moved, others not yet: an acquisition
+//!   whose fence counter moved before its lease key exists), is `NotSent` (`classify`),
+//!   for the caller to retry.
 //! * Every node connection is forgotten like the shared connection of the other
 //!   topologies: on an I/O error, a timeout, `READONLY`, `MASTERDOWN`.
 //! * Connecting to any node waits on the backend's one connect gate: while one node is
@@ -151,14 +157,30 @@ impl Cluster {
         let (host, port) =
             owner(&map, slot).ok_or_else(|| not_sent(format!("no node serves slot {slot}")))?;
         let (host, port) = (host.to_owned(), port);
+        self.node(&host, port, bound).await
+    }
+
+    /// The connection to the node at `host:port` (which an `ASK` named, say), if it is open.
+    pub(super) fn current_node(&self, host: &str, port: u16) -> Option<(u64, Connected)> {
+        self.state().nodes.get(&endpoint(host, port)).cloned()
+    }
+
+    /// A connection to the node at `host:port`, obtained by `bound`; the caller holds the
+    /// backend's connect gate. Every failure is `NotSent`.
+    pub(super) async fn node(
+        &self,
+        host: &str,
+        port: u16,
+        bound: Instant,
+    ) -> Result<(u64, Connected), SendFailure> {
         // After a fresh map the owner may be a node already connected to.
-        if let Some(current) = self.state().nodes.get(&endpoint(&host, port)).cloned() {
+        if let Some(current) = self.current_node(host, port) {
             return Ok(current);
         }
         let info =
             self.node_template
                 .clone()
-                .set_addr(node_addr(self.node_template.addr(), &host, port));
+                .set_addr(node_addr(self.node_template.addr(), host, port));
         let client = Client::open(info).map_err(|e| classify::connect_failure(&e))?;
         let connection = tokio::time::timeout_at(
             bound,
@@ -174,7 +196,7 @@ impl Cluster {
         let generation = state.generation;
         state
             .nodes
-            .insert(endpoint(&host, port), (generation, connected.clone()));
+            .insert(endpoint(host, port), (generation, connected.clone()));
         Ok((generation, connected))
     }
 
@@ -238,10 +260,10 @@ async fn ask(seed: &Seed, bound: Instant) -> Result<SlotMap, String> {
     parse_slots(value, &seed.host)
 }
 
-/// Whether `err` says the slot map is stale: a redirection (`MOVED`, `ASK`) or a cluster
+/// Whether `err` says the slot map is stale: a redirection (`MOVED`) or a cluster
 /// that is down (`CLUSTERDOWN`, as while a failed primary's replica takes over).
 pub(super) fn map_is_stale(err: &redis::RedisError) -> bool {
-    matches!(err.code(), Some("MOVED" | "ASK" | "CLUSTERDOWN"))
+    matches!(err.code(), Some("MOVED" | "CLUSTERDOWN"))
 }
 
 fn endpoint(host: &str, port: u16) -> String {

@@ -188,8 +188,11 @@ impl RedisConfig {
     /// are used for every node, at the address the slot map names. The connect timeout
     /// bounds fetching the slot map and connecting to one primary, together.
     ///
-    /// A `MOVED` or `ASK` reply is `NotSent`: the slot map is fetched again and the
-    /// caller's retry runs on the new owner. `ASK` is not followed within a call.
+    /// A `MOVED` or `ASK` reply is followed once within the call, on the node it names
+    /// (after `MOVED` the slot map is fetched again for later calls; after `ASK` — a slot
+    /// in migration — with `ASKING`). A redirection refuses before anything runs, so
+    /// nothing runs twice; a second one in the same call is `NotSent`, for the caller to
+    /// retry.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), leasehold::LeaseError> {
@@ -534,11 +537,44 @@ impl RedisBackend {
         deadline: Instant,
         key: &str,
     ) -> Result<(u64, Connected), SendFailure> {
+        if let Topology::Cluster(cluster) = &self.inner.topology {
+            return self
+                .gated(
+                    deadline,
+                    || cluster.current(key),
+                    |bound| cluster.connect(key, bound),
+                )
+                .await;
+        }
         let shared = &self.inner.shared;
-        let current = || match &self.inner.topology {
-            Topology::Cluster(cluster) => cluster.current(key),
-            _ => shared.current(),
-        };
+        self.gated(
+            deadline,
+            || shared.current(),
+            |bound| async move {
+                let moves_before = shared.moves();
+                let connected = self.inner.topology.connect(bound).await?;
+                let generation = shared.install(&connected, moves_before)?;
+                if let Topology::Sentinel(sentinels) = &self.inner.topology {
+                    sentinels.watch(shared);
+                }
+                Ok((generation, connected))
+            },
+        )
+        .await
+    }
+
+    /// The connection `current` names; otherwise one made by `connect` under the backend's
+    /// connect gate (one connection attempt at a time), bounded by the connect timeout and
+    /// `deadline`. Every failure is `NotSent`.
+    async fn gated<Connect>(
+        &self,
+        deadline: Instant,
+        current: impl Fn() -> Option<(u64, Connected)>,
+        connect: impl FnOnce(Instant) -> Connect,
+    ) -> Result<(u64, Connected), SendFailure>
+    where
+        Connect: Future<Output = Result<(u64, Connected), SendFailure>>,
+    {
         if let Some(current) = current() {
             return Ok(current);
         }
@@ -548,17 +584,7 @@ impl RedisBackend {
         if let Some(current) = current() {
             return Ok(current);
         }
-        let bound = deadline.min(Instant::now() + self.inner.connect_timeout);
-        if let Topology::Cluster(cluster) = &self.inner.topology {
-            return cluster.connect(key, bound).await;
-        }
-        let moves_before = shared.moves();
-        let connected = self.inner.topology.connect(bound).await?;
-        let generation = shared.install(&connected, moves_before)?;
-        if let Topology::Sentinel(sentinels) = &self.inner.topology {
-            sentinels.watch(shared);
-        }
-        Ok((generation, connected))
+        connect(deadline.min(Instant::now() + self.inner.connect_timeout)).await
     }
 
     /// Forgets connection `generation` (to `connected`'s node) if it is still current.
@@ -619,11 +645,25 @@ impl RedisBackend {
         items: &[batch::Item],
         deadlines: batch::Deadlines,
     ) -> Vec<batch::ItemResult> {
+        self.send_via(generation, connected, items, deadlines, None)
+            .await
+    }
+
+    /// `send`, on the node a redirection named when `via` says which.
+    async fn send_via(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        items: &[batch::Item],
+        deadlines: batch::Deadlines,
+        via: Option<Redirection>,
+    ) -> Vec<batch::ItemResult> {
+        let asking = via == Some(Redirection::Ask);
         let started = Instant::now();
         let id = self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let command = batch::command(id, items);
         let mut connection = connected.connection.clone();
-        let reply = eval(&mut connection, &command);
+        let reply = eval(&mut connection, &command, asking);
         tokio::pin!(reply);
         let reply = match tokio::time::timeout_at(deadlines.first, &mut reply).await {
             Ok(reply) => Ok(reply),
@@ -661,6 +701,13 @@ impl RedisBackend {
                     format!("no reply within {:?}", deadlines.last - started),
                 ))
             }
+            Ok(Err(e)) if via.is_none() && Redirection::of(&e).is_some() => {
+                self.forget_on(generation, connected, &e);
+                match self.follow(&e, items, deadlines).await {
+                    Some(results) => return results,
+                    None => classify::command_failure(&e),
+                }
+            }
             Ok(Err(e)) => {
                 self.forget_on(generation, connected, &e);
                 if items.len() > 1 && classify::may_concern_some_keys(&e) {
@@ -679,6 +726,40 @@ impl RedisBackend {
             }
         };
         vec![Err(failure); items.len()]
+    }
+
+    /// The call again on the Cluster node a redirection names — once: a call refused by a
+    /// redirection did not run. After `MOVED` (the slot has a new owner; the map was
+    /// forgotten) plainly; after `ASK` (the slot is migrating and the source no longer has
+    /// the keys) with `ASKING`, on the importing node. `None` when `e` names no node (or
+    /// not under Cluster): the caller reports the redirection as it is.
+    async fn follow(
+        &self,
+        e: &redis::RedisError,
+        items: &[batch::Item],
+        deadlines: batch::Deadlines,
+    ) -> Option<Vec<batch::ItemResult>> {
+        let Topology::Cluster(cluster) = &self.inner.topology else {
+            return None;
+        };
+        let via = Redirection::of(e)?;
+        let (addr, _slot) = e.redirect_node()?;
+        let (host, port) = addr.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let node = self
+            .gated(
+                deadlines.last,
+                || cluster.current_node(host, port),
+                |bound| cluster.node(host, port, bound),
+            )
+            .await;
+        Some(match node {
+            Ok((generation, connected)) => {
+                let again = self.send_via(generation, &connected, items, deadlines, Some(via));
+                Box::pin(again).await
+            }
+            Err(failure) => vec![Err(failure); items.len()],
+        })
     }
 
     /// Forgets what error `e` shows to be unusable: the connection (broken, or to a node
@@ -745,32 +826,66 @@ impl RedisBackend {
     }
 }
 
+/// A Cluster redirection, which `RedisBackend::follow` follows once within a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Redirection {
+    /// `MOVED`: the slot has a new owner.
+    Moved,
+    /// `ASK`: the slot is migrating, and the source no longer has the keys.
+    Ask,
+}
+
+impl Redirection {
+    fn of(e: &redis::RedisError) -> Option<Self> {
+        match e.code() {
+            Some("MOVED") => Some(Self::Moved),
+            Some("ASK") => Some(Self::Ask),
+            _ => None,
+        }
+    }
+}
+
 /// `command` (an `EVALSHA`), loading the script first if the server does not know it
-/// (`NOSCRIPT`: after `SCRIPT FLUSH`, or a restart without persistence).
+/// (`NOSCRIPT`: after `SCRIPT FLUSH`, or a restart without persistence); after `ASKING`
+/// when `asking` (a Cluster node named by an `ASK` redirection).
 async fn eval(
     connection: &mut MultiplexedConnection,
     command: &redis::Cmd,
+    asking: bool,
 ) -> redis::RedisResult<Value> {
-    let top_level = |value: Value| match value {
-        Value::ServerError(e) => Err(redis::RedisError::from(e)),
-        value => Ok(value),
-    };
-    match connection
-        .send_packed_command(command)
-        .await
-        .and_then(top_level)
-    {
+    match send_script(connection, command, asking).await {
         Err(e) if e.code() == Some("NOSCRIPT") => {
             scripts::BATCH
                 .prepare_invoke()
                 .load_async(connection)
                 .await?;
-            connection
-                .send_packed_command(command)
-                .await
-                .and_then(top_level)
+            send_script(connection, command, asking).await
         }
         result => result,
+    }
+}
+
+/// One send of `command`; a top-level error reply is an `Err`.
+async fn send_script(
+    connection: &mut MultiplexedConnection,
+    command: &redis::Cmd,
+    asking: bool,
+) -> redis::RedisResult<Value> {
+    let value = if asking {
+        // `ASKING` applies to the connection's next command: both go out in one write, so
+        // no other call on the multiplexed connection comes between them.
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").add_command(command.clone());
+        let mut values = connection.send_packed_commands(&pipe, 1, 1).await?;
+        values.pop().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Parse, "no reply after ASKING"))
+        })?
+    } else {
+        connection.send_packed_command(command).await?
+    };
+    match value {
+        Value::ServerError(e) => Err(redis::RedisError::from(e)),
+        value => Ok(value),
     }
 }
 
