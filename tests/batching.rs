@@ -179,6 +179,19 @@ async fn one_script_call_answers_every_operation_with_its_own_outcome() {
     std::mem::forget(held);
 }
 
+/// A warmed-up client through a proxy that, from now on, drops every reply: each script
+/// call runs and its caller never hears back. Returns the script calls run so far.
+async fn replies_dropped(timeout_ms: u64) -> (RedisServer, Proxy, LeaseClient, u64) {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(timeout_ms));
+    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
+    warm_up(&client).await;
+    let base = script_calls(&server);
+    proxy.set_mode(ProxyMode::DropReplies);
+    (server, proxy, client, base)
+}
+
 fn spawn_acquire(
     client: &LeaseClient,
     req: &LeaseRequest,
@@ -191,16 +204,10 @@ fn spawn_acquire(
 /// `Indeterminate` — and each of them ran.
 #[tokio::test]
 async fn a_shared_call_whose_reply_is_lost_leaves_each_operation_indeterminate_and_each_ran() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.addr());
-    let settings = redis_settings().with_command_timeout(Duration::from_millis(500));
-    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
-    warm_up(&client).await;
+    let (server, proxy, client, before) = replies_dropped(500).await;
     let reqs: Vec<_> = (0..8)
         .map(|i| request(&client, &format!("shared-{i}"), "op"))
         .collect();
-    let before = script_calls(&server);
-    proxy.set_mode(ProxyMode::DropReplies);
 
     // Queued in one go (this runtime runs one task at a time): they leave together.
     let outcomes = join_all(reqs.iter().map(|r| client.try_acquire(r))).await;
@@ -226,13 +233,7 @@ async fn a_shared_call_whose_reply_is_lost_leaves_each_operation_indeterminate_a
 /// of them ran. The ones in flight are `Indeterminate`, and ran.
 #[tokio::test]
 async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_not_run() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.addr());
-    let settings = redis_settings().with_command_timeout(Duration::from_millis(1000));
-    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
-    warm_up(&client).await;
-    let base = script_calls(&server);
-    proxy.set_mode(ProxyMode::DropReplies);
+    let (server, proxy, client, base) = replies_dropped(1000).await;
     // Every slot taken by a call the server ran and whose reply never comes: the first by
     // one operation (nothing was in flight), each next one by as many operations as make
     // a busy backend start another call.
@@ -282,13 +283,7 @@ async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_
 /// many as `OPERATIONS_FOR_ANOTHER_CALL` leave at once in another call.
 #[tokio::test]
 async fn a_busy_backend_starts_another_call_only_for_enough_operations() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.addr());
-    let settings = redis_settings().with_command_timeout(Duration::from_millis(3000));
-    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
-    warm_up(&client).await;
-    let base = script_calls(&server);
-    proxy.set_mode(ProxyMode::DropReplies);
+    let (server, _proxy, client, base) = replies_dropped(3000).await;
     let mut tasks = vec![spawn_acquire(&client, &request(&client, "first", "op"))];
     until_script_calls(&server, base + 1).await;
 
@@ -413,13 +408,7 @@ async fn an_acl_refusal_of_one_namespace_does_not_refuse_the_others_in_the_same_
 /// out; it is never sent.
 #[tokio::test]
 async fn an_operation_dropped_while_it_waits_is_never_sent() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.addr());
-    let settings = redis_settings().with_command_timeout(Duration::from_millis(1500));
-    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
-    warm_up(&client).await;
-    let base = script_calls(&server);
-    proxy.set_mode(ProxyMode::DropReplies);
+    let (server, proxy, client, base) = replies_dropped(1500).await;
     // A call in flight whose reply never comes: the backend is busy for 1.5 s, and a lone
     // operation waits for that call's end.
     let busy = vec![spawn_acquire(&client, &request(&client, "busy", "op"))];
