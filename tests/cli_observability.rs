@@ -94,6 +94,19 @@ fn metrics_endpoint_serves_prometheus_text_while_the_command_runs() {
         stderr.contains("\"lease_actor\""),
         "the lease's span is in the logs"
     );
+    // The command's own events (here `lease acquired`) are inside the lease's span.
+    let acquired: serde_json::Value = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| event["fields"]["message"] == "lease acquired")
+        .unwrap_or_else(|| panic!("no `lease acquired` event: {stderr}"));
+    let spans = acquired["spans"].as_array().cloned().unwrap_or_default();
+    assert!(
+        spans
+            .iter()
+            .any(|span| span["name"] == "lease_actor" && span["purpose"].is_string()),
+        "`lease acquired` outside the lease's span: {acquired}"
+    );
     assert!(!stderr.contains(RAW_ID), "raw resource id in the logs");
 }
 

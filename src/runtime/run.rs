@@ -10,6 +10,7 @@ use std::pin::Pin;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::lease::AcquireOutcome;
 use crate::protocol::LeaseRequest;
@@ -131,8 +132,10 @@ impl LeaseRuntime {
             .spawn_under_lease(
                 request,
                 FutureWorker::<T>(std::marker::PhantomData),
+                // Called in the lease actor's span: the work runs in it too, so its events
+                // carry the lease's purpose, digest, operation id and token.
                 move |ctx| FutureWorkerArgs {
-                    work: Box::pin(work(ctx)),
+                    work: Box::pin(work(ctx).instrument(tracing::Span::current())),
                     output: output_tx,
                 },
                 policy,
