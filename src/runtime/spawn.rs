@@ -152,6 +152,12 @@ impl LeaseRuntime {
     /// time; under [`CancelPolicy::Kill`] it is stopped when local validity ends. When the
     /// worker exits, the lease is released at once; [`LeaseJob::wait`] gives the report.
     ///
+    /// `args` is called inside the lease actor's tracing span (purpose, digest prefix,
+    /// operation id, token): capture `tracing::Span::current()` there to log under it. The
+    /// worker's own handlers run in ractor's actor span; leasehold builds ractor without
+    /// `message_span_propogation`, so [`LeaseCancelled`] does not carry the lease's span
+    /// unless the application turns that feature on.
+    ///
     /// # Errors
     /// [`RuntimeError::Invalid`] for a request whose TTL (after its replica wait, if any)
     /// leaves no room for renewals
