@@ -23,21 +23,26 @@
 -- them exactly; '%d' prints them whole.
 --
 -- Cost: a refusal is two reads (GET, PTTL), none when an earlier item of the call read the
--- key. An acquisition is three calls: GET, SET … GET on the counter (read and write in
+-- key; it creates no string but its reply, and that once per key and call. An acquisition is three calls: GET, SET … GET on the counter (read and write in
 -- one), SET … PX on the lease; a fourth only when the clock did not move past the counter.
 
 local function acquire(lease, fence, mine, ttl, now)
   local seen = read(lease)
   if seen then
     local held, pttl = seen[1], seen[2]
-    if string.sub(held, 1, #mine) == mine then
+    if string.find(held, mine, 1, true) == 1 then
       return string.format('REPLAYED %d %s', pttl, string.sub(held, #mine + 1))
     end
-    local owner = string.sub(mine, 1, string.find(mine, ' ', 1, true))
-    if string.sub(held, 1, #owner) == owner then
+    -- Contenders for one key often share a call: the holder's owner and the refusal are
+    -- worked out once per key and call, not once per contender.
+    if seen.contended == nil then
+      seen.holder = string.match(held, '^[^ ]+ ') or false
+      seen.contended = string.format('CONTENDED %d', pttl)
+    end
+    if seen.holder and string.find(mine, seen.holder, 1, true) == 1 then
       return string.format('CONFLICT %d', pttl)
     end
-    return string.format('CONTENDED %d', pttl)
+    return seen.contended
   end
 
   local token = now()

@@ -23,13 +23,15 @@
 -- Every item is checked to have its keys and arguments before any item runs: a batch with
 -- a malformed item runs nothing and answers one error.
 
-local width = {A = 2, N = 1, R = 1, I = 1}
+-- Kinds by their letter's byte (string.byte makes no string).
+local A, N, R, I = string.byte('ANRI', 1, 4)
+local width = {[A] = 2, [N] = 1, [R] = 1, [I] = 1}
 if #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR leasehold batch: items take two arguments each')
 end
 local k = 1
 for a = 2, #ARGV, 2 do
-  local keys = width[string.sub(ARGV[a], 1, 1)]
+  local keys = width[string.byte(ARGV[a])]
   if not keys then
     return redis.error_reply('ERR leasehold batch: unknown item kind at ARGV ' .. a)
   end
@@ -49,11 +51,11 @@ local function now()
 end
 
 local function run(kind, head, at, mine)
-  if kind == 'A' then
+  if kind == A then
     return acquire(KEYS[at], KEYS[at + 1], mine, string.sub(head, 2), now)
-  elseif kind == 'N' then
+  elseif kind == N then
     return renew(KEYS[at], mine, string.sub(head, 2))
-  elseif kind == 'R' then
+  elseif kind == R then
     return release(KEYS[at], mine)
   end
   return inspect(KEYS[at], mine)
@@ -63,7 +65,7 @@ local replies = {ARGV[1]}
 k = 1
 for a = 2, #ARGV, 2 do
   local head = ARGV[a]
-  local kind = string.sub(head, 1, 1)
+  local kind = string.byte(head)
   local ok, reply = pcall(run, kind, head, k, ARGV[a + 1])
   if not ok then
     -- Redis 7.0 raises a redis.call error as its text ('NOPERM …'), later versions as a

@@ -16,7 +16,7 @@ local function inspect(lease, mine)
   end
   local held, pttl = seen[1], seen[2]
   local token = string.match(held, '%d+$') or ''
-  if string.sub(held, 1, #mine) == mine then
+  if string.find(held, mine, 1, true) == 1 then
     return string.format('HELD_BY_ATTEMPT %d %s', pttl, token)
   end
   return string.format('HELD_BY_OTHER %d %s', pttl, token)

@@ -13,7 +13,8 @@
 
 local known = {}
 
--- The lease's {value, pttl}, or false when there is no lease key.
+-- The lease's {value, pttl}, or false when there is no lease key. (A prefix is tested with
+-- a plain string.find at 1, not by comparing a string.sub: no new string per item.)
 local function read(lease)
   local seen = known[lease]
   if seen == nil then
@@ -40,7 +41,7 @@ local function not_held(lease, mine)
   if not seen then
     return 'ABSENT'
   end
-  if string.sub(seen[1], 1, #mine) ~= mine then
+  if string.find(seen[1], mine, 1, true) ~= 1 then
     return 'NOT_OWNER'
   end
   return nil, seen

@@ -632,4 +632,19 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
         apart.iter().map(words).collect::<Vec<_>>(),
         together.iter().map(words).collect::<Vec<_>>()
     );
+
+    // A holder is the same owner only by its whole owner token: not a value without
+    // spaces, not an owner token that is a prefix of ours.
+    for held in ["foreign", "on op 5", "one-more op 5"] {
+        server.cmd(&["SET", &keys.lease, held, "PX", "30000"]);
+        let items = [("A30000", "one op ", ""), ("A30000", "one other ", "")];
+        let replies = call(&items);
+        assert!(
+            replies.iter().all(|r| r.starts_with("CONTENDED ")),
+            "{held}: {replies:?}"
+        );
+    }
+    server.cmd(&["SET", &keys.lease, "one op2 5", "PX", "30000"]);
+    let replies = call(&[("A30000", "one op ", ""), ("A30000", "two op ", "")]);
+    assert!(replies[0].starts_with("CONFLICT ") && replies[1].starts_with("CONTENDED "));
 }
