@@ -5,14 +5,15 @@
 //! cargo bench --bench micro -- --quick  # criterion's quick mode
 //! ```
 //!
-//! Reply decoding (`protocol::reply`, the Redis backend's `parse`) is crate-private and has
-//! no public entry point, so it is not measured here; its cost is inside the load
-//! benchmark's Redis cycles.
+//! Reply decoding is crate-private; it is reached through the hidden `fuzzing` feature that
+//! the crate's own dev-dependency turns on (`backend::redis::fuzzing`, the decoders
+//! unchanged), from the bytes Redis sends for one script call of sixteen refusals.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use leasehold::backend::redis::fuzzing as decode;
 use leasehold::{
     AcquireOutcome, Attempt, LeaseClient, LeaseRequest, LeaseSettings, MemoryBackend, OperationId,
     Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,
@@ -124,11 +125,31 @@ fn memory_backend(c: &mut Criterion) {
     assert_eq!(runtime.block_on(lease.release()), ReleaseOutcome::Released);
 }
 
+/// One script call's reply as Redis sends it (call id 7, sixteen refusals), from bytes to
+/// typed replies: what the backend does for every call, per item.
+fn reply_decoding(c: &mut Criterion) {
+    let mut wire = b"*17\r\n$1\r\n7\r\n".to_vec();
+    for _ in 0..16 {
+        wire.extend_from_slice(b"$15\r\nCONTENDED 29871\r\n");
+    }
+    let mut group = c.benchmark_group("reply");
+    group.bench_function("16 refusals: RESP bytes → typed replies", |b| {
+        b.iter(|| {
+            let value = redis::parse_redis_value(black_box(&wire)).expect("valid RESP");
+            let items = decode::batch(value, 7, 16).expect("16 items for call 7");
+            for item in items {
+                black_box(decode::acquire(item).expect("an acquire reply"));
+            }
+        });
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = pure, memory_backend
+    targets = pure, memory_backend, reply_decoding
 }
 criterion_main!(benches);
