@@ -49,9 +49,9 @@
 //! Both hold the lease in a ractor actor that renews it, tells the work once when it can no
 //! longer be vouched for, stops it (under [`CancelPolicy::Kill`](runtime::CancelPolicy)) when
 //! local validity ends, and releases it when the work ends.
-//! [`run_under_lease`](runtime::LeaseRuntime::run_under_lease) runs a plain future and
-//! returns its output; the future watches
-//! [`LeaseContext::cancelled`](runtime::LeaseContext::cancelled).
+//! [`run_under_lease`](runtime::LeaseRuntime::run_under_lease) runs a plain future, as a
+//! task the lease actor supervises (one actor per lease), and returns its output; the
+//! future watches [`LeaseContext::cancelled`](runtime::LeaseContext::cancelled).
 //! [`spawn_under_lease`](runtime::LeaseRuntime::spawn_under_lease) runs a worker actor,
 //! which receives a typed [`LeaseCancelled`](runtime::LeaseCancelled) message and can be
 //! part of a supervision tree.

@@ -143,6 +143,67 @@ async fn run_under_lease_future_is_dropped_at_validity_end_under_kill() {
     assert!(matches!(report.release, ReleaseOutcome::Unavailable { .. }));
 }
 
+/// A panicking future fails the job (the panic's text in the report), the lease is released
+/// after the future is gone, and nothing else is disturbed.
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_a_panicking_future_fails_the_job_and_releases() {
+    let (rt, backend) = runtime();
+    let held_while_dropped = Arc::new(std::sync::Mutex::new(None));
+    struct Guard(MemoryBackend, Arc<std::sync::Mutex<Option<usize>>>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            *self.1.lock().unwrap() = Some(self.0.held_leases());
+        }
+    }
+    let (seen, store) = (held_while_dropped.clone(), backend.clone());
+    let outcome = rt
+        .run_under_lease(
+            &request(&rt, Duration::ZERO),
+            CancelPolicy::Kill,
+            move |_ctx| async move {
+                let _guard = Guard(store, seen);
+                sleep(TTL).await;
+                if TTL > Duration::ZERO {
+                    panic!("boom at work");
+                }
+                "never"
+            },
+        )
+        .await
+        .unwrap();
+    let RunOutcome::Ran { output, report } = outcome else {
+        panic!("not acquired")
+    };
+    assert_eq!(output, None);
+    let JobEnd::Failed { error } = &report.end else {
+        panic!("expected a failed job, got {:?}", report.end)
+    };
+    assert!(error.contains("boom at work"), "{error}");
+    assert_eq!(report.release, ReleaseOutcome::Released);
+    assert_eq!(backend.held_leases(), 0);
+    assert_eq!(
+        *held_while_dropped.lock().unwrap(),
+        Some(1),
+        "the future was gone before the release"
+    );
+    // The runtime's slot was given back: another lease runs.
+    let again = rt
+        .run_under_lease(
+            &request(&rt, Duration::ZERO),
+            CancelPolicy::Kill,
+            |_| async { 7 },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        again,
+        RunOutcome::Ran {
+            output: Some(7),
+            ..
+        }
+    ));
+}
+
 #[tokio::test(start_paused = true)]
 async fn run_under_lease_not_acquired_does_not_call_the_closure() {
     let (rt, _) = runtime();

@@ -66,6 +66,8 @@ enum Command {
     Tick(u64),
     Status(RpcReplyPort<LeaseStatus>),
     Release,
+    /// The task running the work ended; the panic's message if it panicked.
+    TaskEnded(Option<String>),
 }
 
 impl LeaseActorMsg {
@@ -88,6 +90,7 @@ impl fmt::Debug for LeaseActorMsg {
             Command::Tick(_) => "LeaseActorMsg::Tick",
             Command::Status(_) => "LeaseActorMsg::Status",
             Command::Release => "LeaseActorMsg::Release",
+            Command::TaskEnded(_) => "LeaseActorMsg::TaskEnded",
         })
     }
 }
@@ -97,11 +100,49 @@ pub(crate) type SpawnFuture<M> =
 /// Spawns the worker linked under the given supervisor cell.
 pub(crate) type Spawner<M> = Box<dyn FnOnce(ActorCell) -> SpawnFuture<M> + Send>;
 
+/// Starts the task that runs the work (in `post_start`, in the lease's span); the task
+/// holds a [`TaskEnd`] that tells this actor when it ends.
+pub(crate) type TaskStarter =
+    Box<dyn FnOnce(ActorRef<LeaseActorMsg>) -> tokio::task::JoinHandle<()> + Send>;
+
 pub(crate) enum Worker<M> {
     /// Spawned in `post_start` as this actor's child.
     Spawn(Spawner<M>),
     /// An actor that already runs; it is told, not supervised.
     Attached(ActorRef<M>),
+    /// A future run as a task of its own, started in `post_start`: its cancellation is the
+    /// context's token, and it is stopped by aborting it (dropped at its next `.await`).
+    Task(TaskStarter),
+}
+
+/// Tells the lease actor, when dropped, that the task running the work ended: it returned,
+/// panicked ([`failed`](Self::failed) was called), or was aborted.
+pub(crate) struct TaskEnd {
+    actor: ActorRef<LeaseActorMsg>,
+    failure: Option<String>,
+}
+
+impl TaskEnd {
+    pub(crate) fn new(actor: ActorRef<LeaseActorMsg>) -> Self {
+        Self {
+            actor,
+            failure: None,
+        }
+    }
+
+    /// The work panicked with `message`.
+    pub(crate) fn failed(&mut self, message: String) {
+        self.failure = Some(message);
+    }
+}
+
+impl Drop for TaskEnd {
+    fn drop(&mut self) {
+        // The actor may be gone already (stopped from outside): nothing left to tell.
+        let _ = self
+            .actor
+            .send_message(LeaseActorMsg(Command::TaskEnded(self.failure.take())));
+    }
 }
 
 /// Start-up arguments of a [`LeaseActor`]; built by [`LeaseRuntime`](crate::runtime::LeaseRuntime).
@@ -139,8 +180,16 @@ impl Deadline {
 
 enum WorkerState<M> {
     Pending(Spawner<M>),
-    Child { worker: ActorRef<M>, alive: bool },
+    PendingTask(TaskStarter),
+    Child {
+        worker: ActorRef<M>,
+        alive: bool,
+    },
     Attached(ActorRef<M>),
+    Task {
+        task: tokio::task::JoinHandle<()>,
+        alive: bool,
+    },
     Starting,
 }
 
@@ -174,9 +223,9 @@ pub struct LeaseActorState<M> {
 impl<M> LeaseActorState<M> {
     fn worker_alive(&self) -> bool {
         match &self.worker {
-            WorkerState::Child { alive, .. } => *alive,
+            WorkerState::Child { alive, .. } | WorkerState::Task { alive, .. } => *alive,
             WorkerState::Attached(_) => true,
-            WorkerState::Pending(_) | WorkerState::Starting => false,
+            WorkerState::Pending(_) | WorkerState::PendingTask(_) | WorkerState::Starting => false,
         }
     }
 
@@ -280,14 +329,18 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         if state.policy != CancelPolicy::Kill || state.killed || !state.worker_alive() {
             return;
         }
-        if let WorkerState::Child { worker, .. } | WorkerState::Attached(worker) = &state.worker {
-            tracing::warn!(
-                token = state.handle.token().get(),
-                "worker still running at the end of local validity; stopping it"
-            );
-            worker.kill();
-            state.killed = true;
+        tracing::warn!(
+            token = state.handle.token().get(),
+            "worker still running at the end of local validity; stopping it"
+        );
+        match &state.worker {
+            WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => worker.kill(),
+            WorkerState::Task { task, .. } => task.abort(),
+            WorkerState::Pending(_) | WorkerState::PendingTask(_) | WorkerState::Starting => {
+                return;
+            }
         }
+        state.killed = true;
     }
 
     async fn renew(state: &mut LeaseActorState<M>) {
@@ -454,6 +507,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             worker: match worker {
                 Worker::Spawn(spawner) => WorkerState::Pending(spawner),
                 Worker::Attached(worker) => WorkerState::Attached(worker),
+                Worker::Task(starter) => WorkerState::PendingTask(starter),
             },
             policy,
             cancel,
@@ -549,6 +603,12 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                     return Err(Box::new(e));
                 }
             },
+            WorkerState::PendingTask(start) => {
+                state.worker = WorkerState::Task {
+                    task: start(myself.clone()),
+                    alive: true,
+                };
+            }
             other => state.worker = other,
         }
         if state.handle.state() != LeaseState::Active {
@@ -593,6 +653,21 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             Command::Status(reply) => {
                 state.publish();
                 let _ = reply.send(*state.status.borrow());
+            }
+            Command::TaskEnded(failure) => {
+                let WorkerState::Task { task, alive } = &mut state.worker else {
+                    return Ok(());
+                };
+                *alive = false;
+                // `TaskEnd` speaks while the task may still be dropping the work (an abort):
+                // the release waits for the task's very end, bounded (invariant 5).
+                let _ = tokio::time::timeout(KILL_WAIT, task).await;
+                let end = match failure {
+                    Some(error) => JobEnd::Failed { error },
+                    None => Self::end_for_exit(state),
+                };
+                Self::finish(state, end).await;
+                myself.stop(Some("work ended".to_owned()));
             }
             Command::Release => match &state.worker {
                 WorkerState::Attached(_) => {
@@ -648,13 +723,19 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
     ) -> Result<(), ActorProcessingErr> {
         if !state.finishing {
             // Stopped from outside while the worker ran: stop it first (invariant 5).
-            if let WorkerState::Child {
-                worker,
-                alive: true,
-            } = &state.worker
-            {
-                // Wait for it, bounded: the release must not overlap a running worker.
-                let _ = worker.kill_and_wait(Some(KILL_WAIT)).await;
+            // Wait for it, bounded: the release must not overlap a running worker.
+            match &mut state.worker {
+                WorkerState::Child {
+                    worker,
+                    alive: true,
+                } => {
+                    let _ = worker.kill_and_wait(Some(KILL_WAIT)).await;
+                }
+                WorkerState::Task { task, alive: true } => {
+                    task.abort();
+                    let _ = tokio::time::timeout(KILL_WAIT, task).await;
+                }
+                _ => {}
             }
             Self::finish(state, JobEnd::Aborted).await;
         }
@@ -666,12 +747,13 @@ impl<M> Drop for LeaseActorState<M> {
     fn drop(&mut self) {
         // Invariant 6: reached after a panic or kill too, where post_stop does not run.
         self.cancel.cancel();
-        if let WorkerState::Child {
-            worker,
-            alive: true,
-        } = &self.worker
-        {
-            worker.kill();
+        match &self.worker {
+            WorkerState::Child {
+                worker,
+                alive: true,
+            } => worker.kill(),
+            WorkerState::Task { task, alive: true } => task.abort(),
+            _ => {}
         }
         if let Some(tx) = self.report.take() {
             let _ = tx.send(LeaseReport {

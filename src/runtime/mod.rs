@@ -7,8 +7,8 @@
 //! * [`LeaseRuntime::supervise`] — keep a job running under a lease across losses (leader
 //!   election).
 //!
-//! In every case the worker hears of a lost or unknown lease exactly once, as a
-//! [`LeaseCancelled`] message and through [`LeaseContext::cancelled`]; under
+//! In every case the work hears of a lost or unknown lease exactly once — a worker actor as
+//! a [`LeaseCancelled`] message, any work through [`LeaseContext::cancelled`]; under
 //! [`CancelPolicy::Kill`] (the default) it is stopped when local validity ends; when it
 //! ends, the lease is released at once (owner-checked), and [`LeaseReport`] says how.
 

@@ -179,11 +179,9 @@ impl LeaseRuntime {
         W: Actor,
         W::Msg: From<LeaseCancelled>,
     {
-        self.client.settings().check_request(request)?;
-        let permit = self.permit()?;
-        let handle = match self.client.acquire(request).await? {
-            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => h,
-            other => return Ok(SpawnOutcome::NotAcquired(other)),
+        let (handle, permit) = match self.take(request).await? {
+            Ok(held) => held,
+            Err(other) => return Ok(SpawnOutcome::NotAcquired(other)),
         };
         let (worker_tx, worker_rx) = oneshot::channel();
         let spawner = move |supervisor: ActorCell, ctx: LeaseContext| {
@@ -262,6 +260,21 @@ impl LeaseRuntime {
             lease: started.lease,
             context: started.context,
             report: started.report,
+        })
+    }
+
+    /// What every entry point does first: the checks before any I/O (renewal room, the
+    /// runtime's lease limit), then the acquisition. The handle with its permit, or what the
+    /// acquisition answered instead.
+    pub(crate) async fn take(
+        &self,
+        request: &LeaseRequest,
+    ) -> Result<Result<(LeaseHandle, OwnedSemaphorePermit), AcquireOutcome>, RuntimeError> {
+        self.client.settings().check_request(request)?;
+        let permit = self.permit()?;
+        Ok(match self.client.acquire(request).await? {
+            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => Ok((h, permit)),
+            other => Err(other),
         })
     }
 
