@@ -362,17 +362,7 @@ async fn one_items_error_is_its_own() {
 #[tokio::test]
 async fn an_acl_refusal_of_one_namespace_does_not_refuse_the_others_in_the_same_call() {
     let server = RedisServer::start();
-    server.cmd(&[
-        "ACL",
-        "SETUSER",
-        "leaser",
-        "on",
-        ">s3cret",
-        "~leasehold:*",
-        "&leasehold:*",
-        "+@all",
-    ]);
-    let url = format!("redis://leaser:s3cret@127.0.0.1:{}", server.port());
+    let url = server.namespace_user_url();
     let backend = RedisBackend::new(RedisConfig::new(url)).unwrap();
     let allowed = LeaseClient::new(backend.clone(), redis_settings()).unwrap();
     let forbidden_settings = redis_settings().with_namespace(Namespace::new("other").unwrap());

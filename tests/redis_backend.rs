@@ -260,22 +260,9 @@ async fn out_of_memory_is_unavailable_and_nothing_is_written() {
 #[tokio::test]
 async fn acl_user_confined_to_the_namespace_can_lease_and_a_wrong_password_is_unavailable() {
     let server = RedisServer::start();
-    server.cmd(&[
-        "ACL",
-        "SETUSER",
-        "leaser",
-        "on",
-        ">s3cret",
-        "~leasehold:*",
-        "&leasehold:*",
-        "+@all",
-    ]);
+    let leaser = server.namespace_user_url();
     let port = server.port();
-    let ok = LeaseClient::redis(
-        &format!("redis://leaser:s3cret@127.0.0.1:{port}"),
-        redis_settings(),
-    )
-    .unwrap();
+    let ok = LeaseClient::redis(&leaser, redis_settings()).unwrap();
     let mut lease = acquired(&ok, &request(&ok, "r")).await;
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
 
@@ -292,7 +279,7 @@ async fn acl_user_confined_to_the_namespace_can_lease_and_a_wrong_password_is_un
     assert!(!format!("{bad:?}").contains("wrong"), "password in Debug");
 
     let other_ns = LeaseClient::redis(
-        &format!("redis://leaser:s3cret@127.0.0.1:{port}"),
+        &leaser,
         redis_settings().with_namespace(Namespace::new("other").unwrap()),
     )
     .unwrap();

@@ -160,6 +160,22 @@ impl RedisServer {
         self.port
     }
 
+    /// Creates the ACL user `leaser` (password `s3cret`), confined to the default
+    /// namespace's keys and channels (`leasehold:*`); returns its URL.
+    pub fn namespace_user_url(&self) -> String {
+        self.cmd(&[
+            "ACL",
+            "SETUSER",
+            "leaser",
+            "on",
+            ">s3cret",
+            "~leasehold:*",
+            "&leasehold:*",
+            "+@all",
+        ]);
+        format!("redis://leaser:s3cret@127.0.0.1:{}", self.port)
+    }
+
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
     }

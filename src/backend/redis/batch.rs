@@ -363,10 +363,11 @@ async fn flush(backend: RedisBackend) {
         held: true,
     };
     let batcher = &backend.inner.batcher;
-    // Calls woken by the same event (timers of one tick, say) queue up before the first
-    // batch is taken; an idle call loses nothing but this one turn of the scheduler.
-    tokio::task::yield_now().await;
     loop {
+        // Calls woken by the same event (timers of one tick, say), and the callers the last
+        // batch answered (a renewal loop, a contender trying again), queue up before a batch
+        // is taken; an idle call loses nothing but this one turn of the scheduler.
+        tokio::task::yield_now().await;
         let Some(bound) = batcher.latest_deadline() else {
             slot.held = false;
             return;
@@ -399,9 +400,6 @@ async fn flush(backend: RedisBackend) {
         for (reply, result) in taken.replies.into_iter().zip(results) {
             let _ = reply.send(result);
         }
-        // The callers just answered often send their next operation at once (a renewal loop,
-        // a contender trying again): let them queue it before the next batch is taken.
-        tokio::task::yield_now().await;
     }
 }
 

@@ -701,15 +701,13 @@ impl RedisBackend {
                     format!("no reply within {:?}", deadlines.last - started),
                 ))
             }
-            Ok(Err(e)) if via.is_none() && Redirection::of(&e).is_some() => {
-                self.forget_on(generation, connected, &e);
-                match self.follow(&e, items, deadlines).await {
-                    Some(results) => return results,
-                    None => classify::command_failure(&e),
-                }
-            }
             Ok(Err(e)) => {
                 self.forget_on(generation, connected, &e);
+                if via.is_none()
+                    && let Some(results) = self.follow(&e, items, deadlines).await
+                {
+                    return results;
+                }
                 if items.len() > 1 && classify::may_concern_some_keys(&e) {
                     // Refused before running (invariant 4 of `batch`): each item alone.
                     let alone = items.iter().map(|item| {
@@ -731,8 +729,8 @@ impl RedisBackend {
     /// The call again on the Cluster node a redirection names — once: a call refused by a
     /// redirection did not run. After `MOVED` (the slot has a new owner; the map was
     /// forgotten) plainly; after `ASK` (the slot is migrating and the source no longer has
-    /// the keys) with `ASKING`, on the importing node. `None` when `e` names no node (or
-    /// not under Cluster): the caller reports the redirection as it is.
+    /// the keys) with `ASKING`, on the importing node. `None` when `e` is no redirection,
+    /// names no node, or the backend is not a Cluster: the caller handles `e` as it is.
     async fn follow(
         &self,
         e: &redis::RedisError,
