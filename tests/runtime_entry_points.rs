@@ -32,6 +32,15 @@ fn request(rt: &LeaseRuntime, wait: Duration) -> LeaseRequest {
     .unwrap()
 }
 
+/// Runs its closure when dropped: what a future saw at the moment it was dropped.
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 fn keys(rt: &LeaseRuntime) -> LeaseKeys {
     rt.client()
         .keys(&Purpose::new("entry").unwrap(), &ResourceDigest::of("r"))
@@ -100,12 +109,6 @@ async fn run_under_lease_context_is_cancelled_on_loss() {
 async fn run_under_lease_future_is_dropped_at_validity_end_under_kill() {
     let (rt, backend) = runtime();
     let dropped_at = Arc::new(std::sync::Mutex::new(None));
-    struct Guard(Arc<std::sync::Mutex<Option<Instant>>>);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            *self.0.lock().unwrap() = Some(Instant::now());
-        }
-    }
     let flag = dropped_at.clone();
     let faults = backend.clone();
     let started = Instant::now();
@@ -114,7 +117,7 @@ async fn run_under_lease_future_is_dropped_at_validity_end_under_kill() {
             &request(&rt, Duration::ZERO),
             CancelPolicy::Kill,
             move |_ctx| async move {
-                let _guard = Guard(flag);
+                let _guard = OnDrop(move || *flag.lock().unwrap() = Some(Instant::now()));
                 // Renewals start failing; this work ignores the cancellation.
                 faults.set_fault(Some(MemoryFault::Unavailable));
                 sleep(TTL * 10).await;
@@ -149,19 +152,13 @@ async fn run_under_lease_future_is_dropped_at_validity_end_under_kill() {
 async fn run_under_lease_a_panicking_future_fails_the_job_and_releases() {
     let (rt, backend) = runtime();
     let held_while_dropped = Arc::new(std::sync::Mutex::new(None));
-    struct Guard(MemoryBackend, Arc<std::sync::Mutex<Option<usize>>>);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            *self.1.lock().unwrap() = Some(self.0.held_leases());
-        }
-    }
     let (seen, store) = (held_while_dropped.clone(), backend.clone());
     let outcome = rt
         .run_under_lease(
             &request(&rt, Duration::ZERO),
             CancelPolicy::Kill,
             move |_ctx| async move {
-                let _guard = Guard(store, seen);
+                let _guard = OnDrop(move || *seen.lock().unwrap() = Some(store.held_leases()));
                 sleep(TTL).await;
                 panic!("boom at work")
             },
