@@ -29,18 +29,18 @@
 local function acquire(lease, fence, mine, ttl, now)
   local seen = read(lease)
   if seen then
-    local held, pttl = seen[1], seen[2]
+    local held, left = seen[1], pttl(lease, seen)
     if string.find(held, mine, 1, true) == 1 then
-      return string.format('REPLAYED %d %s', pttl, string.sub(held, #mine + 1))
+      return string.format('REPLAYED %d %s', left, string.sub(held, #mine + 1))
     end
     -- Contenders for one key often share a call: the holder's owner and the refusal are
     -- worked out once per key and call, not once per contender.
     if seen.contended == nil then
       seen.holder = string.match(held, '^[^ ]+ ') or false
-      seen.contended = string.format('CONTENDED %d', pttl)
+      seen.contended = string.format('CONTENDED %d', left)
     end
     if seen.holder and string.find(mine, seen.holder, 1, true) == 1 then
-      return string.format('CONFLICT %d', pttl)
+      return string.format('CONFLICT %d', left)
     end
     return seen.contended
   end

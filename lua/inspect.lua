@@ -14,10 +14,10 @@ local function inspect(lease, mine)
   if not seen then
     return 'ABSENT'
   end
-  local held, pttl = seen[1], seen[2]
+  local held, left = seen[1], pttl(lease, seen)
   local token = string.match(held, '%d+$') or ''
   if string.find(held, mine, 1, true) == 1 then
-    return string.format('HELD_BY_ATTEMPT %d %s', pttl, token)
+    return string.format('HELD_BY_ATTEMPT %d %s', left, token)
   end
-  return string.format('HELD_BY_OTHER %d %s', pttl, token)
+  return string.format('HELD_BY_OTHER %d %s', left, token)
 end

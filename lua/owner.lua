@@ -13,20 +13,32 @@
 
 local known = {}
 
--- The lease's {value, pttl}, or false when there is no lease key. (A prefix is tested with
--- a plain string.find at 1, not by comparing a string.sub: no new string per item.)
+-- The lease's {value}, or false when there is no lease key. Its PTTL is read by pttl(),
+-- only by the items that answer with it: a renewal or a release never reads it. (A prefix
+-- is tested with a plain string.find at 1, not by comparing a string.sub: no new string
+-- per item.)
 local function read(lease)
   local seen = known[lease]
   if seen == nil then
     local held = redis.call('GET', lease)
     if held then
-      seen = {held, redis.call('PTTL', lease)}
+      seen = {held}
     else
       seen = false
     end
     known[lease] = seen
   end
   return seen
+end
+
+-- The PTTL of a lease read() found (seen), read once per call.
+local function pttl(lease, seen)
+  local left = seen[2]
+  if not left then
+    left = redis.call('PTTL', lease)
+    seen[2] = left
+  end
+  return left
 end
 
 -- Records what this call wrote: the lease's new value and PTTL, or false once deleted.

@@ -324,6 +324,45 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
     assert!(!text.contains(&secret), "owner token leaked: {text}");
 }
 
+/// What the script reads: a renewal and a release only the lease's value (the remaining
+/// time answers nothing they report); a refusal also the remaining time it reports.
+#[tokio::test]
+async fn renewals_and_releases_read_the_lease_value_only() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let other = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let mut lease = acquired(&client, &request(&client, "reads")).await;
+    server.reset_stats();
+
+    let renewed = lease.renew().await;
+    let released = lease.release().await;
+
+    assert!(
+        matches!(renewed, RenewOutcome::Renewed { .. }),
+        "{renewed:?}"
+    );
+    assert_eq!(released, ReleaseOutcome::Released);
+    let reads = |s: &RedisServer| (s.calls_of("get"), s.calls_of("pttl"));
+    assert_eq!(
+        reads(&server),
+        (2, 0),
+        "(GET, PTTL) for a renewal and a release"
+    );
+    assert_eq!((server.calls_of("pexpire"), server.calls_of("del")), (1, 1));
+
+    let held = acquired(&other, &request(&other, "reads")).await;
+    server.reset_stats();
+    let refused = client
+        .try_acquire(&request(&client, "reads"))
+        .await
+        .unwrap();
+    let AcquireOutcome::Contended { retry_after } = refused else {
+        panic!("expected contended, got {refused:?}")
+    };
+    assert!(retry_after > Duration::ZERO && retry_after <= held.ttl());
+    assert_eq!(reads(&server), (1, 1), "(GET, PTTL) for a refusal");
+}
+
 #[tokio::test]
 async fn raw_resource_ids_never_reach_redis() {
     let server = RedisServer::start();

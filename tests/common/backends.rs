@@ -326,14 +326,7 @@ impl Harness {
                 .sum(),
             Backend::Sentinel(topology) => {
                 let node = topology.primary();
-                let stats: String = node.query(&["INFO", "commandstats"]);
-                let publish = stats
-                    .lines()
-                    .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
-                    .and_then(|rest| rest.split(',').next())
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
-                node.command_calls() - publish
+                node.command_calls() - node.calls_of("publish")
             }
         }
     }

@@ -290,6 +290,18 @@ impl RedisServer {
         parse_command_calls(&info)
     }
 
+    /// How many times the server ran `command` (lower case, as `INFO commandstats` names
+    /// it: `evalsha`, `pttl`), scripts' `redis.call`s included.
+    pub fn calls_of(&self, command: &str) -> u64 {
+        let info: String = self.query(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// `CONFIG RESETSTAT`: zeroes `command_calls`.
     pub fn reset_stats(&self) {
         self.cmd(&["CONFIG", "RESETSTAT"]);
