@@ -22,14 +22,9 @@ fn exists(server: &RedisServer, keys: &LeaseKeys) -> bool {
     server.query::<i64>(&["EXISTS", &keys.lease]) == 1
 }
 
-/// Script calls the server ran (`EVALSHA`), from `INFO commandstats`.
+/// Script calls the server ran (`EVALSHA`).
 fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = server.query(&["INFO", "commandstats"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    server.calls_of("evalsha")
 }
 
 /// Waits until the server has run `calls` script calls in all.
@@ -319,6 +314,42 @@ async fn a_busy_backend_starts_another_call_only_for_enough_operations() {
         base + 2,
         "two calls carried them all"
     );
+}
+
+/// A lone operation leaves from its caller's own task. A caller that goes away while its
+/// call is in flight hands the call slot on: operations queued behind it leave at once, not
+/// at their deadline.
+#[tokio::test]
+async fn a_lone_callers_slot_passes_to_those_queued_behind_it_when_it_goes_away() {
+    let (server, _proxy, client, base) = replies_dropped(3000).await;
+    let lone = spawn_acquire(&client, &request(&client, "lone", "op"));
+    until_script_calls(&server, base + 1).await;
+    let behind: Vec<_> = (0..2)
+        .map(|i| spawn_acquire(&client, &request(&client, &format!("behind-{i}"), "op")))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        script_calls(&server),
+        base + 1,
+        "they wait for the call in flight"
+    );
+
+    let started = Instant::now();
+    lone.abort();
+    until_script_calls(&server, base + 2).await;
+
+    assert!(
+        started.elapsed() < Duration::from_millis(2000),
+        "the queued operations left once the lone caller went away"
+    );
+    for task in behind {
+        let outcome = task.await.unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Indeterminate { .. }),
+            "sent, reply dropped: {outcome:?}"
+        );
+    }
+    assert_eq!(script_calls(&server), base + 2, "one call carried both");
 }
 
 /// An item whose key makes its own operation fail (here a key of the wrong type) gets that

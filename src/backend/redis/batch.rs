@@ -4,9 +4,11 @@
 //! A caller submits one [`Item`] and waits for its own result. [`MAX_IN_FLIGHT`] call slots
 //! bound the script calls in flight; each taken slot is a flusher task that takes what
 //! waits, up to [`MAX_ITEMS`] at a time, sends it as one script call and hands every item
-//! its reply. A caller that finds no flusher running starts one, which lets the tasks woken
+//! its reply. A caller that finds no call slot taken takes one and lets the tasks woken
 //! with it queue their items first (one turn of the scheduler), so operations that arrive
-//! together leave together; one that arrives alone leaves at once. While a call is in
+//! together leave together: if others queued, it hands the slot to a flusher; if its item
+//! is still alone, it sends it from its own task, at once — no task to start and wake, the
+//! cost that dominates a lone round trip on a quiet machine. While a call is in
 //! flight, another starts only once [`ANOTHER_CALL`] items wait; fewer leave with the next
 //! call of a running flusher, which also lets the callers it just answered queue their next
 //! operations first. The busier the connection, the larger the calls — and the fewer of
@@ -21,16 +23,20 @@
 //!    item was taken reports its reply if it came, `MaybeSent` otherwise.
 //! 2. Every taken item gets exactly one result: its own reply, its own error, or the failure
 //!    of the whole call (no connection, timeout, a refusal before running).
-//! 3. There are never more than [`MAX_IN_FLIGHT`] call slots taken, each by one flusher, and
-//!    a slot is given back only after the queue was found empty under the lock; a flusher
-//!    that dies holding one (panic, abort) passes it to a new flusher if items wait. So no
-//!    waiting item is left without a flusher while the runtime runs.
+//! 3. There are never more than [`MAX_IN_FLIGHT`] call slots taken, each by one flusher or
+//!    by one caller sending its lone item, and a slot is given back only after the queue was
+//!    found empty under the lock; a holder that ends or dies holding one (a caller whose
+//!    call is done or dropped, a flusher that panicked or was aborted) passes it to a new
+//!    flusher if items wait. So no waiting item is left without a flusher while the runtime
+//!    runs. A caller sending its lone item answers no one else: dropping it never costs
+//!    another operation its reply.
 //! 4. One item's error is that item's: the script runs each item under `pcall`, and a batch
 //!    refused as a whole for a reason that may concern only some of its keys (`NOPERM`) is
 //!    sent again item by item — it provably did not run.
-//! 5. An idle call is never held back: when no flusher runs, the caller starts one at once,
-//!    which sends the item after the tasks already runnable have run. An item that finds a
-//!    flusher running waits at most until one of the calls in flight ends.
+//! 5. An idle call is never held back: when no call slot is taken, the caller sends its
+//!    item — alone, or with those queued meanwhile by a flusher it starts — after the tasks
+//!    already runnable have run. An item that finds a call in flight waits at most until
+//!    one of the calls in flight ends.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -194,8 +200,8 @@ impl Batcher {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `item`; returns its id and whether the caller must start a flusher (a slot
-    /// was free and is now taken for it).
+    /// Queues `item`; returns its id and whether the caller now holds a call slot (one was
+    /// free and is now taken for it): it must send or hand it to a flusher.
     fn push(
         &self,
         item: Item,
@@ -219,6 +225,16 @@ impl Batcher {
             queue.flushers += 1;
         }
         (id, start)
+    }
+
+    /// Takes item `id` out of the queue if it is the only one waiting, for its caller —
+    /// which holds a call slot — to send alone.
+    fn take_alone(&self, id: u64) -> Option<Item> {
+        let mut queue = self.lock();
+        if queue.waiting.len() != 1 || queue.waiting.front().is_none_or(|w| w.id != id) {
+            return None;
+        }
+        queue.waiting.pop_front().map(|w| w.item)
     }
 
     /// Takes item `id` back out if it is still waiting (invariant 1). `Some(connecting)`
@@ -311,6 +327,18 @@ pub(super) async fn submit(
         id: Some(id),
     };
     if start {
+        let mut slot = Slot {
+            backend,
+            held: true,
+        };
+        // Companions woken by the same event queue theirs first (invariant 5).
+        tokio::task::yield_now().await;
+        if let Some(item) = batcher.take_alone(id) {
+            queued.id = None;
+            // `slot` drops after the call: handed to a flusher if items queued meanwhile.
+            return alone(backend, &item, deadline).await;
+        }
+        slot.held = false;
         tokio::spawn(flush(backend.clone()));
     }
     let result = match tokio::time::timeout_at(deadline, &mut rx).await {
@@ -340,6 +368,18 @@ pub(super) async fn submit(
     };
     queued.id = None;
     result
+}
+
+/// Sends `item`, taken out of the queue by its caller holding a call slot, from the
+/// caller's task.
+async fn alone(backend: &RedisBackend, item: &Item, deadline: Instant) -> ItemResult {
+    let (generation, connected) = connect(backend, deadline).await?;
+    if deadline <= Instant::now() {
+        return Err(expired());
+    }
+    backend
+        .send_one(generation, &connected, item, deadline)
+        .await
 }
 
 /// Withdraws a waiting item whose caller went away (the cancel-safety promise of `submit`).
@@ -374,10 +414,8 @@ async fn flush(backend: RedisBackend) {
         };
         // The connection first: items keep waiting — withdrawable, provably unsent — until it
         // is there.
-        let connecting = Connecting::new(batcher);
         let arrived_later = batcher.next_id();
-        let connection = backend.connection(bound, "").await;
-        drop(connecting);
+        let connection = connect(&backend, bound).await;
         let (taken, results) = match connection {
             Ok((generation, connected)) => {
                 let taken = batcher.take(Instant::now(), u64::MAX);
@@ -401,6 +439,16 @@ async fn flush(backend: RedisBackend) {
             let _ = reply.send(result);
         }
     }
+}
+
+/// The connection, obtained by `bound` if there is none — counted meanwhile, so that a
+/// waiting item withdrawn then says why it was not sent.
+async fn connect(
+    backend: &RedisBackend,
+    bound: Instant,
+) -> Result<(u64, super::Connected), SendFailure> {
+    let _connecting = Connecting::new(&backend.inner.batcher);
+    backend.connection(bound, "").await
 }
 
 /// Counts a flusher as obtaining a connection while it lives.
