@@ -537,7 +537,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
-        self.on_post_start(myself, state).instrument(span).await
+        Box::pin(self.on_post_start(myself, state).instrument(span)).await
     }
 
     async fn handle(
@@ -547,9 +547,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
-        self.on_message(myself, message, state)
-            .instrument(span)
-            .await
+        Box::pin(self.on_message(myself, message, state).instrument(span)).await
     }
 
     /// Overridden: ractor's default stops a supervisor when any child stops, normal exits
@@ -561,9 +559,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
-        self.on_supervision(myself, event, state)
-            .instrument(span)
-            .await
+        Box::pin(self.on_supervision(myself, event, state).instrument(span)).await
     }
 
     /// Does not run after a panic or `kill` (ractor skips it); the state's `Drop` covers
@@ -574,7 +570,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
-        self.on_post_stop(myself, state).instrument(span).await
+        Box::pin(self.on_post_stop(myself, state).instrument(span)).await
     }
 }
 
