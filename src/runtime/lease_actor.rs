@@ -471,6 +471,9 @@ const KILL_WAIT: Duration = Duration::from_secs(1);
 /// Pause before retrying a renewal that provably did not reach Redis.
 const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_millis(100);
 
+// Each handler's future is boxed (one allocation per message): ractor allocates an actor's
+// message loop once, at the size of its largest state, so unboxed every held lease would
+// carry room for a release with retries — 1.3 KB — for its whole life.
 impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
     type Msg = LeaseActorMsg;
     type State = LeaseActorState<M>;
