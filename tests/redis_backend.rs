@@ -363,6 +363,34 @@ async fn renewals_and_releases_read_the_lease_value_only() {
     assert_eq!(reads(&server), (1, 1), "(GET, PTTL) for a refusal");
 }
 
+/// Release notices are coalesced: several releases published before the waiter looks again
+/// wake it once — one acquisition try answers them all.
+#[tokio::test]
+async fn release_notices_that_arrived_together_wake_the_waiter_once() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::new(RedisConfig::new(server.url())).unwrap();
+    let client = LeaseClient::new(backend.clone(), redis_settings()).unwrap();
+    let req = request(&client, "notices");
+    let keys = client.keys(req.purpose(), req.resource());
+    let mut notices = backend
+        .subscribe_releases(&keys, Duration::from_secs(2))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        server.cmd(&["PUBLISH", &keys.release_channel, "released"]);
+    }
+    // Published before PUBLISH answered: in the socket now, read while this task sleeps.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    assert!(notices.next().await, "woken by the releases");
+    let again = tokio::time::timeout(Duration::from_millis(200), notices.next()).await;
+    assert!(again.is_err(), "woken again by a release already answered");
+
+    server.cmd(&["PUBLISH", &keys.release_channel, "released"]);
+    let later = tokio::time::timeout(Duration::from_secs(5), notices.next()).await;
+    assert_eq!(later, Ok(true), "a later release wakes it again");
+}
+
 #[tokio::test]
 async fn raw_resource_ids_never_reach_redis() {
     let server = RedisServer::start();

@@ -351,7 +351,7 @@ impl LeaseBackend for MemoryBackend {
                 .entry(keys.release_channel.clone())
                 .or_default()
                 .push(tx);
-            ReleaseNotices::new(rx, None)
+            ReleaseNotices::from_channel(rx)
         })
     }
 }

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
 
 use crate::protocol::{
@@ -184,20 +185,26 @@ impl fmt::Display for FailureKind {
 ///
 /// Notices are coalesced: several releases before the next [`next`](Self::next) count once.
 /// Dropping it unsubscribes.
-#[derive(Debug)]
 pub struct ReleaseNotices {
-    rx: mpsc::Receiver<()>,
-    _task: Option<AbortOnDrop>,
+    /// Read in the waiter's own task: a notice wakes the waiter directly, with no task in
+    /// between to forward it.
+    notices: futures_util::stream::Fuse<Pin<Box<dyn Stream<Item = ()> + Send>>>,
 }
 
 impl ReleaseNotices {
-    /// Wraps a channel whose sender is fed by the backend. `task`, if any, is aborted when
-    /// the subscription is dropped.
-    pub(crate) fn new(rx: mpsc::Receiver<()>, task: Option<tokio::task::JoinHandle<()>>) -> Self {
+    /// Notices as the backend's stream yields them; the subscription ends with the stream.
+    pub(crate) fn new(notices: impl Stream<Item = ()> + Send + 'static) -> Self {
+        let notices: Pin<Box<dyn Stream<Item = ()> + Send>> = Box::pin(notices);
         Self {
-            rx,
-            _task: task.map(AbortOnDrop),
+            notices: notices.fuse(),
         }
+    }
+
+    /// Notices sent on a channel; the subscription ends when every sender is gone.
+    pub(crate) fn from_channel(rx: mpsc::Receiver<()>) -> Self {
+        Self::new(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|()| ((), rx))
+        }))
     }
 
     /// Waits for the next release notice. Returns `false` if the subscription ended (the
@@ -206,7 +213,20 @@ impl ReleaseNotices {
     /// # Cancel safety
     /// Cancel safe: a notice that arrives while no `next` is pending is kept for the next call.
     pub async fn next(&mut self) -> bool {
-        self.rx.recv().await.is_some()
+        if self.notices.next().await.is_none() {
+            return false;
+        }
+        // Coalesce the notices already there: one try answers them all.
+        while let Some(Some(())) = self.notices.next().now_or_never() {}
+        true
+    }
+}
+
+impl fmt::Debug for ReleaseNotices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseNotices")
+            .field("ended", &self.notices.is_done())
+            .finish()
     }
 }
 

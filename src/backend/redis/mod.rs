@@ -90,7 +90,7 @@ use futures_util::StreamExt as _;
 use redis::aio::MultiplexedConnection;
 use redis::io::tcp::TcpSettings;
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo as _, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
@@ -1025,31 +1025,22 @@ impl LeaseBackend for RedisBackend {
             // The primary may have moved while subscribing: look once before waiting.
             primary.mark_changed();
             let endpoint = current.endpoint().to_owned();
-            let (tx, rx) = mpsc::channel(1);
-            let task = tokio::spawn(async move {
-                let mut messages = pubsub.into_on_message();
+            // Releases are published on the new primary once it moved: the subscription
+            // ends then, so the caller polls (or subscribes again, on the new primary).
+            let moved = async move {
+                if !follow_primary {
+                    return std::future::pending().await;
+                }
                 loop {
-                    tokio::select! {
-                        message = messages.next() => {
-                            if message.is_none() {
-                                break;
-                            }
-                            if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
-                                break;
-                            }
-                        }
-                        changed = primary.changed(), if follow_primary => {
-                            // Releases are published on the new primary now: end, so the
-                            // caller polls (or subscribes again, on the new primary).
-                            let moved = primary.borrow_and_update().as_deref() != Some(&endpoint);
-                            if changed.is_err() || moved {
-                                break;
-                            }
-                        }
+                    let changed = primary.changed().await;
+                    let moved = primary.borrow_and_update().as_deref() != Some(&endpoint);
+                    if changed.is_err() || moved {
+                        return;
                     }
                 }
-            });
-            Ok(ReleaseNotices::new(rx, Some(task)))
+            };
+            let notices = pubsub.into_on_message().map(|_| ()).take_until(moved);
+            Ok(ReleaseNotices::new(notices))
         })
     }
 }
