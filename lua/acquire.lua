@@ -23,8 +23,9 @@
 -- them exactly; '%d' prints them whole.
 --
 -- Cost: a refusal is two reads (GET, PTTL), none when an earlier item of the call read the
--- key; it creates no string but its reply, and that once per key and call. An acquisition is three calls: GET, SET … GET on the counter (read and write in
--- one), SET … PX on the lease; a fourth only when the clock did not move past the counter.
+-- key; it creates no string but its reply, and that once per key and call. An acquisition
+-- is three calls: GET, SET … GET on the counter (read and write in one), SET … PX on the
+-- lease; a fourth only when the clock did not move past the counter.
 
 local function acquire(lease, fence, mine, ttl, now)
   local seen = read(lease)

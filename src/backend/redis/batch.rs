@@ -153,8 +153,6 @@ struct Queue {
     waiting: VecDeque<Waiting>,
     /// Flusher tasks running (invariant 3).
     flushers: usize,
-    /// Flushers obtaining a connection: why a withdrawn item was not sent.
-    connecting: usize,
     next_id: u64,
 }
 
@@ -237,14 +235,14 @@ impl Batcher {
         queue.waiting.pop_front().map(|w| w.item)
     }
 
-    /// Takes item `id` back out if it is still waiting (invariant 1). `Some(connecting)`
-    /// if it was: whether a flusher was obtaining a connection meanwhile (why it was not
-    /// sent); `None` if it was taken.
-    fn withdraw(&self, id: u64) -> Option<bool> {
+    /// Takes item `id` back out if it is still waiting (invariant 1); whether it was.
+    fn withdraw(&self, id: u64) -> bool {
         let mut queue = self.lock();
-        let at = queue.waiting.iter().position(|w| w.id == id)?;
+        let Some(at) = queue.waiting.iter().position(|w| w.id == id) else {
+            return false;
+        };
         queue.waiting.remove(at);
-        Some(queue.connecting > 0)
+        true
     }
 
     /// The latest deadline among the waiting items — or `None`, having given up this
@@ -336,7 +334,7 @@ pub(super) async fn submit(
         if let Some(item) = batcher.take_alone(id) {
             queued.id = None;
             // `slot` drops after the call: handed to a flusher if items queued meanwhile.
-            return alone(backend, &item, deadline).await;
+            return backend.alone(&item, deadline).await;
         }
         slot.held = false;
         tokio::spawn(flush(backend.clone()));
@@ -348,38 +346,27 @@ pub(super) async fn submit(
             FailureKind::ConnectionLost,
             "the call carrying this operation ended without a reply",
         ))),
-        Err(_) => match batcher.withdraw(id) {
-            Some(true) => Err(SendFailure::NotSent(FailureDetail::new(
+        Err(_) if batcher.withdraw(id) => Err(SendFailure::NotSent(if backend.obtaining() {
+            FailureDetail::new(
                 FailureKind::Connect,
                 format!("no connection to Redis within {timeout:?}"),
-            ))),
-            Some(false) => Err(SendFailure::NotSent(FailureDetail::new(
+            )
+        } else {
+            FailureDetail::new(
                 FailureKind::Timeout,
                 format!("not sent within {timeout:?}: earlier calls were still in flight"),
-            ))),
-            // Taken: the reply may have arrived just now.
-            None => rx.try_recv().unwrap_or_else(|_| {
-                Err(SendFailure::MaybeSent(FailureDetail::new(
-                    FailureKind::Timeout,
-                    format!("no reply within {timeout:?}"),
-                )))
-            }),
-        },
+            )
+        })),
+        // Taken: the reply may have arrived just now.
+        Err(_) => rx.try_recv().unwrap_or_else(|_| {
+            Err(SendFailure::MaybeSent(FailureDetail::new(
+                FailureKind::Timeout,
+                format!("no reply within {timeout:?}"),
+            )))
+        }),
     };
     queued.id = None;
     result
-}
-
-/// Sends `item`, taken out of the queue by its caller holding a call slot, from the
-/// caller's task.
-async fn alone(backend: &RedisBackend, item: &Item, deadline: Instant) -> ItemResult {
-    let (generation, connected) = connect(backend, deadline).await?;
-    if deadline <= Instant::now() {
-        return Err(expired());
-    }
-    backend
-        .send_one(generation, &connected, item, deadline)
-        .await
 }
 
 /// Withdraws a waiting item whose caller went away (the cancel-safety promise of `submit`).
@@ -415,7 +402,7 @@ async fn flush(backend: RedisBackend) {
         // The connection first: items keep waiting — withdrawable, provably unsent — until it
         // is there.
         let arrived_later = batcher.next_id();
-        let connection = connect(&backend, bound).await;
+        let connection = backend.connection(bound, "").await;
         let (taken, results) = match connection {
             Ok((generation, connected)) => {
                 let taken = batcher.take(Instant::now(), u64::MAX);
@@ -438,32 +425,6 @@ async fn flush(backend: RedisBackend) {
         for (reply, result) in taken.replies.into_iter().zip(results) {
             let _ = reply.send(result);
         }
-    }
-}
-
-/// The connection, obtained by `bound` if there is none — counted meanwhile, so that a
-/// waiting item withdrawn then says why it was not sent.
-async fn connect(
-    backend: &RedisBackend,
-    bound: Instant,
-) -> Result<(u64, super::Connected), SendFailure> {
-    let _connecting = Connecting::new(&backend.inner.batcher);
-    backend.connection(bound, "").await
-}
-
-/// Counts a flusher as obtaining a connection while it lives.
-struct Connecting<'a>(&'a Batcher);
-
-impl<'a> Connecting<'a> {
-    fn new(batcher: &'a Batcher) -> Self {
-        batcher.lock().connecting += 1;
-        Self(batcher)
-    }
-}
-
-impl Drop for Connecting<'_> {
-    fn drop(&mut self) {
-        self.0.lock().connecting -= 1;
     }
 }
 

@@ -82,7 +82,7 @@ mod scripts;
 mod sentinel;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -272,6 +272,9 @@ struct Inner {
     shared: Arc<Shared>,
     /// Serialises reconnects so a burst of calls after a break opens one connection.
     connecting: tokio::sync::Mutex<()>,
+    /// Callers obtaining a connection now (waiting for the gate or connecting): why an
+    /// operation that waited in the batcher's queue was not sent.
+    obtaining: AtomicUsize,
     /// Calls waiting to be sent together (standalone and Sentinel).
     batcher: batch::Batcher,
     /// Ids of script calls, echoed in their replies.
@@ -522,6 +525,7 @@ impl RedisBackend {
                 connect_timeout,
                 shared: Arc::new(Shared::new()),
                 connecting: tokio::sync::Mutex::new(()),
+                obtaining: AtomicUsize::new(0),
                 batcher: batch::Batcher::default(),
                 calls: AtomicU64::new(0),
                 replicated,
@@ -578,6 +582,7 @@ impl RedisBackend {
         if let Some(current) = current() {
             return Ok(current);
         }
+        let _obtaining = Obtaining::new(&self.inner.obtaining);
         let _gate = tokio::time::timeout_at(deadline, self.inner.connecting.lock())
             .await
             .map_err(|_| not_sent("timed out waiting for a connection"))?;
@@ -601,15 +606,25 @@ impl RedisBackend {
     async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
         let deadline = Instant::now() + timeout;
         if matches!(self.inner.topology, Topology::Cluster(_)) {
-            return self.alone(item, deadline).await;
+            return self.alone(&item, deadline).await;
         }
         batch::submit(self, item, deadline, timeout).await
     }
 
     /// Runs `item` in a script call of its own, from the caller's task, by `deadline`.
-    async fn alone(&self, item: batch::Item, deadline: Instant) -> batch::ItemResult {
+    async fn alone(&self, item: &batch::Item, deadline: Instant) -> batch::ItemResult {
         let (generation, connected) = self.connection(deadline, item.route()).await?;
-        self.send_one(generation, &connected, &item, deadline).await
+        if deadline <= Instant::now() {
+            // Connected just at the deadline: sending now would only time out, and cost
+            // the connection.
+            return Err(not_sent("not sent before the call's deadline"));
+        }
+        self.send_one(generation, &connected, item, deadline).await
+    }
+
+    /// Whether a caller is obtaining a connection now.
+    fn obtaining(&self) -> bool {
+        self.inner.obtaining.load(Ordering::Relaxed) > 0
     }
 
     /// `send` of one item.
@@ -821,6 +836,22 @@ impl RedisBackend {
         parse: fn(Value) -> Result<T, String>,
     ) -> BackendFuture<'a, T> {
         Box::pin(async move { parse(self.call(item, timeout).await?).map_err(malformed) })
+    }
+}
+
+/// Counts a caller as obtaining a connection while it lives.
+struct Obtaining<'a>(&'a AtomicUsize);
+
+impl<'a> Obtaining<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Obtaining<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
