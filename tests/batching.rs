@@ -352,6 +352,38 @@ async fn a_lone_callers_slot_passes_to_those_queued_behind_it_when_it_goes_away(
     assert_eq!(script_calls(&server), base + 2, "one call carried both");
 }
 
+/// Operations that waited in the queue while the connection was being made — and never
+/// came — say so: `Unavailable` for want of a connection, not for calls in flight, and
+/// nothing ran.
+#[tokio::test]
+async fn operations_waiting_for_a_connection_that_never_comes_say_so() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    // The connection's set-up is never answered.
+    proxy.set_mode(ProxyMode::DropRequests);
+    let settings = redis_settings().with_command_timeout(Duration::from_millis(300));
+    let client = LeaseClient::redis(&proxy.url(), settings).unwrap();
+    let reqs: Vec<_> = (0..2)
+        .map(|i| request(&client, &format!("unconnected-{i}"), "op"))
+        .collect();
+
+    // Queued in one go: they wait together for the one connection attempt.
+    let outcomes = join_all(reqs.iter().map(|r| client.try_acquire(r))).await;
+
+    proxy.set_mode(ProxyMode::Pass);
+    for (outcome, req) in outcomes.into_iter().zip(&reqs) {
+        let outcome = outcome.unwrap();
+        let AcquireOutcome::Unavailable { detail } = &outcome else {
+            panic!("expected unavailable, got {outcome:?}")
+        };
+        assert_eq!(detail.kind, FailureKind::Connect, "{detail}");
+        assert!(!exists(
+            &server,
+            &client.keys(req.purpose(), req.resource())
+        ));
+    }
+}
+
 /// An item whose key makes its own operation fail (here a key of the wrong type) gets that
 /// error; the other items of the same call are answered as if it were not there.
 #[tokio::test]
