@@ -15,592 +15,16 @@
 mod common;
 
 use std::fs;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::ExitStatusExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use common::RedisServer;
+use common::cli::*;
 use common::fault::FaultLine;
-use leasehold::{LeaseKeys, Namespace, Purpose, ResourceDigest};
-
-const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
-
-/// Upper bound for any leasehold invocation that is expected to end on its own.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Upper bound for a subprocess to reach a state the test waits for (command started…).
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a process that was killed may take to disappear (be reaped).
-const GONE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Poll interval of every wait loop.
-const POLL: Duration = Duration::from_millis(5);
-
-/// `LEASEHOLD_COMMAND_TIMEOUT` given to every child (see the module docs).
-const COMMAND_TIMEOUT: &str = "500ms";
-
-/// A shell fragment for commands that must hold the lease until the test says so: it waits
-/// for the file `$DONE` (bounded at 30 s, so a failed test leaves nothing running for long).
-const UNTIL_DONE: &str =
-    r#"n=0; while [ ! -e "$DONE" ] && [ "$n" -lt 600 ]; do sleep 0.05; n=$((n+1)); done"#;
-
-// ---------------------------------------------------------------------------------------
-// Harness
-// ---------------------------------------------------------------------------------------
-
-/// A temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-cli-{label}-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        TempDir(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `leasehold` with a clean `LEASEHOLD_*` environment, stdin closed, and no arguments yet.
-fn bare() -> Command {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("LEASEHOLD_") {
-            cmd.env_remove(&name);
-        }
-    }
-    cmd.env_remove("LEASEHOLD_REDIS_URL")
-        .env("LEASEHOLD_COMMAND_TIMEOUT", COMMAND_TIMEOUT)
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// `leasehold <sub> --redis <server>`.
-fn leasehold(sub: &str, server: &RedisServer) -> Command {
-    let mut cmd = bare();
-    cmd.args([sub, "--redis", &server.url()]);
-    cmd
-}
-
-/// `leasehold run --redis <server> --resource <resource>` (options and `-- command` follow).
-fn run_cmd(server: &RedisServer, resource: &str) -> Command {
-    let mut cmd = leasehold("run", server);
-    cmd.args(["--resource", resource]);
-    cmd
-}
-
-/// `leasehold inspect --redis <server> --resource <resource>`.
-fn inspect_cmd(server: &RedisServer, resource: &str) -> Command {
-    let mut cmd = leasehold("inspect", server);
-    cmd.args(["--resource", resource]);
-    cmd
-}
-
-/// An exit status for a `FAULT` line: the code, or `signal_<n>`.
-fn exit_text(done: &Finished) -> String {
-    match (done.status.code(), done.status.signal()) {
-        (Some(code), _) => code.to_string(),
-        (None, Some(signal)) => format!("signal_{signal}"),
-        (None, None) => "unknown".to_owned(),
-    }
-}
-
-/// How one leasehold invocation ended.
-#[derive(Debug)]
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    /// When `try_wait` first saw the exit.
-    ended_at: Instant,
-}
-
-impl Finished {
-    fn code(&self) -> Option<i32> {
-        self.status.code()
-    }
-
-    fn stderr_lines(&self) -> Vec<&str> {
-        self.stderr.lines().collect()
-    }
-
-    /// Panics with the whole output unless the exit status is `code`.
-    #[track_caller]
-    fn assert_code(&self, code: i32, what: &str) {
-        assert_eq!(
-            self.code(),
-            Some(code),
-            "{what}: expected exit {code}, got {:?} (signal {:?})\nstdout: {}\nstderr: {}",
-            self.status.code(),
-            self.status.signal(),
-            self.stdout,
-            self.stderr
-        );
-    }
-}
-
-/// A leasehold process the test started, with stdout/stderr going to files (never pipes: a
-/// command that outlives leasehold would keep a pipe open). On drop it SIGKILLs leasehold
-/// and every PID registered with `also_kill`, if still alive, so a failing test leaves
-/// nothing running.
-struct Running {
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-    also_kill: Vec<u32>,
-    finished: bool,
-}
-
-impl Running {
-    fn spawn(mut cmd: Command, dir: &TempDir, label: &str) -> Running {
-        let stdout = dir.path(&format!("{label}.stdout"));
-        let stderr = dir.path(&format!("{label}.stderr"));
-        let out = fs::File::create(&stdout).expect("create stdout file");
-        let err = fs::File::create(&stderr).expect("create stderr file");
-        let child = cmd
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"));
-        Running {
-            child,
-            stdout,
-            stderr,
-            also_kill: Vec::new(),
-            finished: false,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Kill `pid` too (by PID) if it is still alive when this is dropped.
-    fn also_kill(&mut self, pid: u32) {
-        self.also_kill.push(pid);
-    }
-
-    fn try_finish(&mut self) -> Option<Finished> {
-        let status = self.child.try_wait().expect("try_wait")?;
-        let ended_at = Instant::now();
-        self.finished = true;
-        Some(Finished {
-            status,
-            stdout: fs::read_to_string(&self.stdout).unwrap_or_default(),
-            stderr: fs::read_to_string(&self.stderr).unwrap_or_default(),
-            ended_at,
-        })
-    }
-
-    /// Output so far (for failure messages).
-    fn output_so_far(&self) -> String {
-        format!(
-            "stdout: {}\nstderr: {}",
-            fs::read_to_string(&self.stdout).unwrap_or_default(),
-            fs::read_to_string(&self.stderr).unwrap_or_default()
-        )
-    }
-
-    /// Waits for the exit; kills it and panics if it takes longer than `limit`.
-    #[track_caller]
-    fn finish_within(&mut self, limit: Duration, what: &str) -> Finished {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(done) = self.try_finish() {
-                return done;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                self.finished = true;
-                panic!(
-                    "{what}: leasehold (pid {}) still running after {limit:?}; killed\n{}",
-                    self.child.id(),
-                    self.output_so_far()
-                );
-            }
-            thread::sleep(POLL);
-        }
-    }
-
-    /// Polls `file` until it holds a complete line (written as `echo … > file` by the
-    /// command) and returns its trimmed content; panics if leasehold exits first.
-    #[track_caller]
-    fn wait_for_line(&mut self, file: &Path, what: &str) -> String {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(text) = fs::read_to_string(file)
-                && text.ends_with('\n')
-            {
-                return text.trim().to_owned();
-            }
-            if let Some(done) = self.try_finish() {
-                panic!("{what}: leasehold exited before the command wrote {file:?}: {done:?}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: the command did not write {file:?} within {READY_TIMEOUT:?}\n{}",
-                self.output_so_far()
-            );
-            thread::sleep(POLL);
-        }
-    }
-
-    /// Waits until the command wrote its PID to `pidfile`, and registers it for cleanup.
-    #[track_caller]
-    fn wait_for_command_pid(&mut self, pidfile: &Path) -> u32 {
-        let text = self.wait_for_line(pidfile, "command pid");
-        let pid: u32 = text
-            .parse()
-            .unwrap_or_else(|e| panic!("pidfile {pidfile:?} holds {text:?}: {e}"));
-        self.also_kill(pid);
-        pid
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if !self.finished {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        for &pid in &self.also_kill {
-            if is_alive(pid) && is_test_command(pid) {
-                send_signal(pid, "KILL");
-            }
-        }
-    }
-}
-
-/// Runs `cmd` to the end (bounded by `EXIT_TIMEOUT`).
-#[track_caller]
-fn finish(cmd: Command, dir: &TempDir, label: &str) -> Finished {
-    Running::spawn(cmd, dir, label).finish_within(EXIT_TIMEOUT, label)
-}
-
-/// `kill -<sig> <pid>`.
-fn send_signal(pid: u32, sig: &str) -> bool {
-    Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Whether `pid` is a live process. A zombie counts as gone: it runs nothing any more, and
-/// in a container whose PID 1 does not reap, an orphaned zombie is never removed.
-fn is_alive(pid: u32) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // `pid (comm) S …`: the state follows the last ')'.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
-    !matches!(state, Some('Z' | 'X') | None)
-}
-
-/// Whether `pid` still runs one of the commands these tests start (`sh`, or `sleep` after
-/// `exec`), so a PID reused by an unrelated process is never signalled.
-fn is_test_command(pid: u32) -> bool {
-    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-        matches!(argv0, b"sh" | b"sleep")
-    })
-}
-
-#[track_caller]
-fn assert_gone_soon(pid: u32, what: &str) {
-    let deadline = Instant::now() + GONE_TIMEOUT;
-    while is_alive(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: process {pid} still alive {GONE_TIMEOUT:?} after leasehold exited"
-        );
-        thread::sleep(POLL);
-    }
-}
-
-/// Whether `pid` has a handler installed for SIGTERM (`SigCgt` in `/proc/<pid>/status`).
-fn catches_sigterm(pid: u32) -> bool {
-    const SIGTERM_BIT: u64 = 1 << (15 - 1);
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & SIGTERM_BIT != 0)
-}
-
-fn all_keys(server: &RedisServer) -> Vec<String> {
-    let mut keys: Vec<String> = server.query(&["KEYS", "*"]);
-    keys.sort();
-    keys
-}
-
-/// Keys that are not fence counters: the lease keys.
-fn lease_keys(server: &RedisServer) -> Vec<String> {
-    all_keys(server)
-        .into_iter()
-        .filter(|k| !k.ends_with(":fence"))
-        .collect()
-}
-
-/// Polls until exactly one lease key exists, and returns it.
-#[track_caller]
-fn wait_for_lease_key(server: &RedisServer) -> String {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        let keys = lease_keys(server);
-        if let [key] = keys.as_slice() {
-            return key.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "expected one lease key, have {keys:?}"
-        );
-        thread::sleep(POLL);
-    }
-}
-
-/// `leasehold:lease:v2:<purpose>:{<group>}:<64 lowercase hex>`, the group being the digest's
-/// first four hex digits.
-fn is_lease_key(key: &str, purpose: &str) -> bool {
-    let Some(rest) = key.strip_prefix(&format!("leasehold:lease:v2:{purpose}:{{")) else {
-        return false;
-    };
-    let Some((group, hex)) = rest.split_once("}:") else {
-        return false;
-    };
-    group.len() == 4
-        && hex.len() == 64
-        && hex.starts_with(group)
-        && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// The keys leasehold uses for `resource` under the default namespace and purpose `run`.
-fn keys_of(resource: &str) -> LeaseKeys {
-    LeaseKeys::new(
-        &Namespace::default(),
-        &Purpose::new("run").expect("valid purpose"),
-        &ResourceDigest::of(resource.as_bytes()),
-    )
-}
-
-/// A shell command holding the lease until `release` (or drop): it writes its PID and the
-/// fencing token it was given, then waits for a file.
-struct Holder {
-    running: Running,
-    done: PathBuf,
-    token: u64,
-}
-
-impl Holder {
-    fn start(server: &RedisServer, dir: &TempDir, resource: &str, ttl: &str) -> Holder {
-        let done = dir.path("holder.done");
-        let token_file = dir.path("holder.token");
-        let pidfile = dir.path("holder.pid");
-        let mut cmd = run_cmd(server, resource);
-        cmd.args(["--ttl", ttl, "--", "sh", "-c"])
-            .arg(format!(
-                r#"echo $$ > "$PIDFILE"; echo "$LEASEHOLD_FENCING_TOKEN" > "$TOKEN"; {UNTIL_DONE}"#
-            ))
-            .env("DONE", &done)
-            .env("TOKEN", &token_file)
-            .env("PIDFILE", &pidfile);
-        let mut running = Running::spawn(cmd, dir, "holder");
-        running.wait_for_command_pid(&pidfile);
-        let text = running.wait_for_line(&token_file, "holder token");
-        let token = text
-            .parse()
-            .unwrap_or_else(|e| panic!("LEASEHOLD_FENCING_TOKEN {text:?} is not a u64: {e}"));
-        Holder {
-            running,
-            done,
-            token,
-        }
-    }
-
-    /// Lets the command end and returns how leasehold ended.
-    fn release(mut self) -> Finished {
-        fs::write(&self.done, "").expect("write done file");
-        self.running.finish_within(EXIT_TIMEOUT, "holder")
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = fs::write(&self.done, "");
-    }
-}
-
-/// A `MONITOR` connection recording every command the server executes.
-struct Monitor {
-    buffer: Arc<Mutex<Vec<u8>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Monitor {
-    fn start(server: &RedisServer) -> Monitor {
-        let mut stream = TcpStream::connect(server.addr()).expect("connect for MONITOR");
-        stream
-            .set_read_timeout(Some(Duration::from_millis(50)))
-            .expect("set_read_timeout");
-        stream
-            .write_all(b"*1\r\n$7\r\nMONITOR\r\n")
-            .expect("send MONITOR");
-        let mut reply = Vec::new();
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while !reply.starts_with(b"+OK\r\n") {
-            assert!(Instant::now() < deadline, "MONITOR not acknowledged");
-            let mut chunk = [0u8; 64];
-            match stream.read(&mut chunk) {
-                Ok(0) => panic!("MONITOR connection closed"),
-                Ok(n) => reply.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                Err(e) => panic!("MONITOR read: {e}"),
-            }
-        }
-        let buffer = Arc::new(Mutex::new(reply[5..].to_vec()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (buffer, stop) = (Arc::clone(&buffer), Arc::clone(&stop));
-            thread::spawn(move || {
-                let mut chunk = [0u8; 8192];
-                while !stop.load(Ordering::SeqCst) {
-                    match stream.read(&mut chunk) {
-                        Ok(0) => return,
-                        Ok(n) => buffer
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .extend_from_slice(&chunk[..n]),
-                        Err(e)
-                            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                        Err(_) => return,
-                    }
-                }
-            })
-        };
-        Monitor {
-            buffer,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.buffer.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-
-    /// Everything recorded up to a marker command sent now (so nothing before it is missed).
-    fn finish(mut self, server: &RedisServer) -> String {
-        let marker = format!("monitor-end-{}", std::process::id());
-        server.cmd(&["ECHO", &marker]);
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while !self.text().contains(&marker) {
-            assert!(Instant::now() < deadline, "MONITOR never showed the marker");
-            thread::sleep(POLL);
-        }
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.text()
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Every key with its type and value, as text.
-fn dump_redis(server: &RedisServer) -> String {
-    let mut out = String::new();
-    for key in all_keys(server) {
-        let kind: String = server.query(&["TYPE", &key]);
-        let value = match kind.as_str() {
-            "hash" => {
-                let fields: Vec<String> = server.query(&["HGETALL", &key]);
-                fields.join(" ")
-            }
-            "string" => server.query::<String>(&["GET", &key]),
-            other => panic!("unexpected key type {other} for {key}"),
-        };
-        out.push_str(&format!("{key} ({kind}): {value}\n"));
-    }
-    out
-}
-
-/// Threads spinning on every core until dropped (at most 10 s).
-struct CpuLoad {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl CpuLoad {
-    fn start() -> CpuLoad {
-        let cores = thread::available_parallelism().map_or(2, |n| n.get());
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..cores)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                thread::spawn(move || {
-                    let until = Instant::now() + Duration::from_secs(10);
-                    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-                        std::hint::spin_loop();
-                    }
-                })
-            })
-            .collect();
-        CpuLoad { stop, threads }
-    }
-}
-
-impl Drop for CpuLoad {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-/// A loopback port with nothing listening on it.
-fn closed_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
-}
+use leasehold::ResourceDigest;
 
 // ---------------------------------------------------------------------------------------
 // Tests
@@ -878,13 +302,60 @@ fn bad_input_exits_125_with_one_line_naming_the_option_and_touches_nothing_in_re
             None,
             "--replica-wait",
         ),
+        // Every duration is bounded at parse time: no overflow later, no panic.
+        (
+            "--resource x --grace 580000000000y -- true",
+            None,
+            "--grace",
+        ),
+        ("--resource x --grace 2h -- true", None, "--grace"),
+        (
+            "--resource x --kill-after 580000000000y -- true",
+            None,
+            "--kill-after",
+        ),
+        ("--resource x --wait 2h -- true", None, "--wait"),
+        (
+            "--resource x --renew-every 580000000000y -- true",
+            None,
+            "--renew-every",
+        ),
+        // The resource: empty, unreadable, or from an empty variable.
+        ("--resource= -- true", None, "--resource"),
+        (
+            "--resource-file /nonexistent/leasehold-id -- true",
+            None,
+            "--resource-file",
+        ),
+        (
+            "-- true",
+            Some(("LEASEHOLD_RESOURCE", "")),
+            "LEASEHOLD_RESOURCE",
+        ),
+        // A variable's bad value is named as the variable; the flag's as the flag.
+        (
+            "--resource x -- true",
+            Some(("LEASEHOLD_NAMESPACE", "Bad!")),
+            "LEASEHOLD_NAMESPACE",
+        ),
+        ("--resource x --namespace Bad! -- true", None, "--namespace"),
+        (
+            "--resource x -- true",
+            Some(("LEASEHOLD_REDIS_URL", "http://x")),
+            "LEASEHOLD_REDIS_URL",
+        ),
+        (
+            "--resource x -- true",
+            Some(("LEASEHOLD_RENEW_EVERY", "soon")),
+            "LEASEHOLD_RENEW_EVERY",
+        ),
     ];
     server.reset_stats();
     for (i, (args, env, names)) in cases.into_iter().enumerate() {
         let args: Vec<&str> = args.split(' ').collect();
         let mut cmd = bare();
         cmd.arg("run");
-        if !args.contains(&"--redis") {
+        if !args.contains(&"--redis") && env.is_none_or(|(var, _)| var != "LEASEHOLD_REDIS_URL") {
             cmd.args(["--redis", &url]);
         }
         cmd.args(&args).envs(env);
@@ -921,6 +392,8 @@ fn bad_input_exits_125_with_one_line_naming_the_option_and_touches_nothing_in_re
 fn names_option(line: &str, option: &str) -> bool {
     let normal = line.replace('_', "-").to_ascii_lowercase();
     match option {
+        // A variable is named first, as itself.
+        var if var.starts_with("LEASEHOLD_") => line.starts_with(&format!("leasehold: {var}")),
         "--" => normal.replace("--help", "").contains("--"),
         "--redis" => normal.contains("--redis") || normal.contains("redis url"),
         "--renew-every" => normal.contains("renew-every"),
@@ -1087,8 +560,9 @@ fn sigterm_to_leasehold_is_forwarded_to_the_command_and_the_lease_released() {
 fn sigterm_as_soon_as_the_command_has_started_is_forwarded_too() {
     // Once the command runs, a SIGTERM to leasehold must reach the command: if it killed
     // leasehold instead, the command would go on unsupervised after the lease expired. The
-    // command itself sends the signal to leasehold (its parent, `$PPID`) as its first act,
-    // the earliest moment an outside SIGTERM could arrive once the command has started.
+    // command itself sends the signal to leasehold (the parent of its parent, the keeper)
+    // as its first act, the earliest moment an outside SIGTERM could arrive once the
+    // command has started.
     const ROUNDS: usize = 20;
     let server = RedisServer::start();
     let dir = TempDir::new("sigterm-early");
@@ -1100,7 +574,7 @@ fn sigterm_as_soon_as_the_command_has_started_is_forwarded_too() {
         let mut cmd = run_cmd(&server, &format!("early-{round}"));
         cmd.args(["--ttl", "2s", "--", "sh", "-c"])
             .arg(
-                r#"trap "exit 7" TERM; echo $$ > "$1"; kill -TERM "$PPID"
+                r#"trap "exit 7" TERM; echo $$ > "$1"; kill -TERM "$(cut -d' ' -f4 /proc/$PPID/stat)"
                    n=0; while [ "$n" -lt 200 ]; do sleep 0.05; n=$((n+1)); done; exit 99"#,
             )
             .arg("sh")
@@ -1184,7 +658,7 @@ fn run_help_lists_every_exit_status_and_option() {
         .stdout
         .split(|c: char| c.is_whitespace() || c == '/')
         .collect();
-    for status in ["75", "124", "125", "126", "127"] {
+    for status in ["75", "124", "125", "126", "127", "128+N"] {
         assert!(
             words.contains(&status),
             "--help does not mention exit status {status}:\n{}",
@@ -1200,6 +674,11 @@ fn run_help_lists_every_exit_status_and_option() {
         "--wait",
         "--renew-every",
         "--grace",
+        "--kill-after",
+        "--wait-for-descendants",
+        "--resource-file",
+        "LEASEHOLD_NAMESPACE",
+        "LEASEHOLD_RESOURCE",
         "--replicas",
         "--replica-wait",
         "--require-replicas",

@@ -136,4 +136,19 @@ impl LeaseContext {
     pub fn status(&self) -> LeaseStatus {
         *self.status.borrow()
     }
+
+    /// Waits until the status changes — a renewal moved [`stop_by`](Self::stop_by), the
+    /// lease was cancelled, or the handle's state changed — and says whether it did:
+    /// `false` once the lease actor is gone and nothing will change again. Each change is
+    /// seen once per context (clones share nothing of this); several changes between two
+    /// calls are seen as one, so read [`status`](Self::status) after it returns.
+    ///
+    /// For work that hands its deadline to something outside the process (a child
+    /// process, a remote executor) and must move it with every renewal.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a change not yet waited for stays pending for the next call.
+    pub async fn changed(&mut self) -> bool {
+        self.status.changed().await.is_ok()
+    }
 }

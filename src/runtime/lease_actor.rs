@@ -308,6 +308,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         let delay = state.first_failure_at.map(|at| at.elapsed());
         telemetry::cancellation(state.handle.purpose(), reason.as_str(), delay);
         state.cancelled = Some(message.clone());
+        // Published before the token fires, so work woken by it reads the reason.
+        state.publish();
         state.cancel.cancel();
         if state.worker_alive() {
             let target = match &state.worker {
@@ -319,7 +321,6 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                 let _ = worker.send_message(M::from(message));
             }
         }
-        state.publish();
         if remaining.is_zero() {
             Self::stop_worker_if_due(state);
         }

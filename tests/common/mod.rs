@@ -19,6 +19,8 @@ pub mod workers;
 pub use proxy::{Proxy, ProxyMode};
 pub use redis_server::RedisServer;
 pub mod backends;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod cluster;
 pub mod fault;
 pub mod leases;

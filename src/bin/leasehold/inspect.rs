@@ -3,7 +3,7 @@
 use clap::Args;
 use leasehold::InspectOutcome;
 
-use crate::{Common, fail, option_error, status};
+use crate::{Common, fail, status};
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
@@ -16,16 +16,19 @@ pub(crate) struct InspectArgs {
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
-    let client = match args.common.client(|s| s) {
+    let client = match args.common.client(None) {
         Ok(c) => c,
-        Err(e) => return fail(option_error(&e)),
+        Err(message) => return fail(message),
+    };
+    let resource = match args.common.resource() {
+        Ok(r) => r,
+        Err(message) => return fail(message),
     };
     // A fresh attempt never holds the lease, so a holder shows as held by another.
     let attempt = match client.new_attempt("inspect") {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
-    let resource = args.common.resource();
     let outcome = client
         .inspect(args.common.purpose(), &resource, &attempt)
         .await;

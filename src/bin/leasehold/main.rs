@@ -1,17 +1,23 @@
 //! `leasehold`: run a command under a Redis lease (a distributed `flock`), or inspect one.
 //!
-//! Exit statuses are the table in [`EXIT_STATUS_HELP`]; every failure of leasehold itself
-//! (bad arguments included) is 125 with one line on stderr, before anything reaches Redis.
+//! Exit statuses are the tables in [`RUN_EXIT_STATUS_HELP`] and [`INSPECT_EXIT_STATUS_HELP`];
+//! every failure of leasehold itself (bad arguments included) is 125 with one line on
+//! stderr, before anything reaches Redis.
 
+mod config;
 mod inspect;
+mod keeper;
+mod replicas;
 mod run;
+mod signals;
+mod supervise;
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use leasehold::protocol::limits::{self, DurationBounds};
-use leasehold::{LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose, ResourceDigest};
+use clap::{Parser, Subcommand};
+
+pub(crate) use config::Common;
 
 /// Exit statuses, modelled on `timeout(1)` and `flock(1)`.
 pub(crate) mod status {
@@ -29,25 +35,50 @@ pub(crate) mod status {
     pub const ABSENT: u8 = 1;
 }
 
-const EXIT_STATUS_HELP: &str = "\
-Exit status of `run`:
+const RUN_EXIT_STATUS_HELP: &str = "\
+Exit status:
   the command's   it ran to the end under the lease (128+N if killed by signal N)
   75              not acquired within --wait (held by someone else)
-  124             the lease was lost or became unknown while the command ran; it was
-                  stopped (or ended while leasehold could not vouch for the lease)
+  124             the lease was lost or became unknown while the command (or, with
+                  --wait-for-descendants, a process it left behind) ran; every process
+                  of the command was stopped (or it ended while leasehold could not vouch
+                  for the lease)
   125             leasehold itself failed: invalid arguments, Redis unavailable,
                   acquisition never confirmed, or (--require-replicas) fewer replicas
                   acknowledged the lease than --replicas; the command was not run
   126 / 127       the command cannot be executed / was not found
-Exit status of `inspect`: 0 held, 1 absent, 125 error.
+  128+N           signal N (HUP, INT, QUIT, TERM, USR1, USR2, ALRM) reached leasehold
+                  before the command started: it was not run, and whatever was acquired
+                  was released
 
-Environment: LEASEHOLD_REDIS_URL (default for --redis); LEASEHOLD_COMMAND_TIMEOUT,
-LEASEHOLD_CONNECT_TIMEOUT, LEASEHOLD_DRIFT_BUDGET, LEASEHOLD_SAFETY_MARGIN (humantime).
-The command gets LEASEHOLD_FENCING_TOKEN: pass it to every write the lease protects.";
+Signals: HUP, INT, QUIT, TERM, USR1, USR2 and ALRM sent to leasehold are forwarded to the
+command's process group (to every process it left behind, once it exited).
+
+Processes: the command runs under a keeper process that is a child subreaper, so every
+process it starts (backgrounded, double-forked, setsid) stays in its tree. When the
+command exits, the processes it left behind are stopped (SIGTERM, SIGKILL after --grace)
+before the lease is released, unless --wait-for-descendants. When the lease is lost,
+every one of them gets SIGTERM, then SIGKILL. Nothing of the command outlives the lease's
+local validity, nor leasehold itself (SIGKILL, OOM killer, crash).
+
+Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
+LEASEHOLD_RESOURCE, LEASEHOLD_RENEW_EVERY; LEASEHOLD_COMMAND_TIMEOUT,
+LEASEHOLD_CONNECT_TIMEOUT, LEASEHOLD_DRIFT_BUDGET, LEASEHOLD_RETRY_AFTER_FALLBACK,
+LEASEHOLD_SAFETY_MARGIN (humantime durations). The command gets LEASEHOLD_FENCING_TOKEN:
+pass it to every write the lease protects.";
+
+const INSPECT_EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0     the resource is held
+  1     the resource is not held
+  125   leasehold itself failed: invalid arguments, Redis unavailable
+
+Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
+LEASEHOLD_RESOURCE; LEASEHOLD_COMMAND_TIMEOUT, LEASEHOLD_CONNECT_TIMEOUT.";
 
 /// Run a command under a Redis lease, or inspect one.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version, after_help = EXIT_STATUS_HELP)]
+#[command(name = "leasehold", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -74,6 +105,8 @@ fn parse_level(text: &str) -> Result<tracing::Level, String> {
 fn init_logging(format: LogFormat, level: tracing::Level) {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in a log file or journal.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_max_level(level);
     // A second initialisation cannot happen here; ignore the error rather than abort.
     let _ = match format {
@@ -87,124 +120,14 @@ enum Command {
     /// Acquire the lease, run COMMAND under it, renew while it runs, release when it exits.
     ///
     /// If the lease is lost or becomes unknown (or a renewal cannot be confirmed before
-    /// local validity ends), the command's process group gets SIGTERM, then SIGKILL at the
-    /// end of --grace, which never extends past local validity; leasehold exits 124.
-    /// SIGINT and SIGTERM sent to leasehold are forwarded to the command.
-    #[command(after_help = EXIT_STATUS_HELP)]
+    /// local validity ends), every process of the command gets SIGTERM, then SIGKILL at
+    /// the end of --grace, which never extends past local validity; leasehold exits 124.
+    #[command(after_help = RUN_EXIT_STATUS_HELP)]
     Run(run::RunArgs),
     /// Print whether the resource is held, the remaining TTL and the current fencing token
-    /// (never an owner token). Exit 0 held, 1 absent, 125 error.
-    #[command(after_help = EXIT_STATUS_HELP)]
+    /// (never an owner token).
+    #[command(after_help = INSPECT_EXIT_STATUS_HELP)]
     Inspect(inspect::InspectArgs),
-}
-
-/// Options shared by every subcommand.
-#[derive(Debug, Args)]
-pub(crate) struct Common {
-    /// Redis URL: redis://[user:password@]host:port[/db], rediss://… for TLS.
-    #[arg(
-        long,
-        env = "LEASEHOLD_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    redis: String,
-    /// Key prefix isolating tenants or applications: [a-z0-9][a-z0-9._:-]{0,63}.
-    #[arg(long, default_value = Namespace::DEFAULT, value_parser = parse_namespace)]
-    namespace: Namespace,
-    /// What the lease is for: [a-z0-9][a-z0-9._-]{0,63}.
-    #[arg(long, default_value = "run", value_parser = parse_purpose)]
-    purpose: Purpose,
-    /// The resource: a raw id, hashed here (SHA-256); it never reaches Redis or the output.
-    #[arg(long, value_name = "ID")]
-    resource: String,
-}
-
-impl Common {
-    /// The client, from `--redis`, `--namespace` and the `LEASEHOLD_*` environment.
-    pub(crate) fn client(
-        &self,
-        settings: impl FnOnce(LeaseSettings) -> LeaseSettings,
-    ) -> Result<LeaseClient, LeaseError> {
-        let base = LeaseSettings::from_env()?.with_namespace(self.namespace.clone());
-        LeaseClient::redis(&self.redis, settings(base))
-    }
-
-    pub(crate) fn purpose(&self) -> &Purpose {
-        &self.purpose
-    }
-
-    pub(crate) fn resource(&self) -> ResourceDigest {
-        ResourceDigest::of(self.resource.as_bytes())
-    }
-}
-
-fn parse_namespace(text: &str) -> Result<Namespace, String> {
-    Namespace::new(text).map_err(|e| e.to_string())
-}
-
-fn parse_purpose(text: &str) -> Result<Purpose, String> {
-    Purpose::new(text).map_err(|e| e.to_string())
-}
-
-/// A humantime duration within `bounds`, with the library's error text.
-pub(crate) fn parse_bounded(bounds: DurationBounds, text: &str) -> Result<Duration, String> {
-    bounds.parse(text).map_err(|e| e.to_string())
-}
-
-pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::TTL, text)
-}
-
-pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::WAIT_TIMEOUT, text)
-}
-
-pub(crate) fn parse_replica_wait(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::REPLICA_WAIT, text)
-}
-
-/// A replica count in `1 ..= MAX_REPLICAS`, with the library's error text.
-pub(crate) fn parse_replicas(text: &str) -> Result<u32, String> {
-    let value: u32 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a whole number of replicas"))?;
-    if (1..=limits::MAX_REPLICAS).contains(&value) {
-        Ok(value)
-    } else {
-        Err(LeaseError::InvalidReplicas {
-            value,
-            max: limits::MAX_REPLICAS,
-        }
-        .to_string())
-    }
-}
-
-/// Any humantime duration (its relations are checked by the library).
-pub(crate) fn parse_any(text: &str) -> Result<Duration, String> {
-    limits::parse_duration("duration", text).map_err(|e| e.to_string())
-}
-
-/// A library error in the words of the command line: which option (or environment
-/// variable) it is about, then the library's text.
-pub(crate) fn option_error(e: &LeaseError) -> String {
-    let source = match e {
-        LeaseError::InvalidDuration { param, .. } => match *param {
-            "ttl" => "--ttl".to_owned(),
-            "wait_timeout" => "--wait".to_owned(),
-            "renew_every" => "--renew-every".to_owned(),
-            "replica_wait" => "--replica-wait".to_owned(),
-            other => format!("LEASEHOLD_{}", other.to_ascii_uppercase()),
-        },
-        LeaseError::InvalidReplicas { .. } => "--replicas".to_owned(),
-        LeaseError::InvalidRedisUrl { .. } => "--redis".to_owned(),
-        LeaseError::InvalidNamespace { .. } => "--namespace".to_owned(),
-        LeaseError::InvalidPurpose { .. } => "--purpose".to_owned(),
-        LeaseError::InvalidOperationId { .. } => "--operation-id".to_owned(),
-        _ => return e.to_string(),
-    };
-    format!("{source}: {e}")
 }
 
 /// Prints one line on stderr and returns 125.
@@ -246,6 +169,15 @@ fn main() -> ExitCode {
             return ExitCode::from(fail(one_line(&e.render().to_string())));
         }
     };
+    // The keeper is forked while leasehold has one thread (before logging and the async
+    // runtime start any).
+    let keeper = match &cli.command {
+        Command::Run(args) => match run_keeper(args) {
+            Ok(keeper) => Some(keeper),
+            Err(e) => return ExitCode::from(fail(format!("cannot start the process keeper: {e}"))),
+        },
+        Command::Inspect(_) => None,
+    };
     init_logging(cli.log_format, cli.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -256,10 +188,30 @@ fn main() -> ExitCode {
         Err(e) => return ExitCode::from(fail(format!("cannot start the async runtime: {e}"))),
     };
     let code = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Inspect(args) => inspect::inspect(args).await,
+        match (cli.command, keeper) {
+            (Command::Run(args), Some(keeper)) => run::run(args, keeper).await,
+            (Command::Run(_), None) => fail("internal error: no process keeper"),
+            (Command::Inspect(args), _) => inspect::inspect(args).await,
         }
     });
     ExitCode::from(code)
+}
+
+/// Forks the keeper for `leasehold run` (see [`keeper`]).
+fn run_keeper(args: &run::RunArgs) -> std::io::Result<keeper::Keeper> {
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "no command given",
+        ));
+    };
+    keeper::Keeper::fork(keeper::Spec {
+        program: program.clone(),
+        args: rest.to_vec(),
+        policy: keeper::Policy {
+            grace: args.grace.map(keeper::nanos),
+            kill_after: args.kill_after.map(keeper::nanos),
+            leftovers: args.leftovers(),
+        },
+    })
 }

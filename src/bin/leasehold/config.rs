@@ -1,0 +1,244 @@
+//! The command line's configuration: options shared by the subcommands, their parsers, and
+//! the one rule for `LEASEHOLD_*` variables — the CLI reads the variables the library reads
+//! ([`LeaseSettings::from_lookup`]), with the same meaning; a flag overrides its variable;
+//! an error names where the bad value came from (`--namespace` or `LEASEHOLD_NAMESPACE=…`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use leasehold::lease::{ENV_VARS, REDIS_URL_ENV};
+use leasehold::protocol::limits::{self, DurationBounds};
+use leasehold::{LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose, ResourceDigest};
+
+/// The raw resource id's variable, so the id need not show in `ps`.
+const RESOURCE_ENV: &str = "LEASEHOLD_RESOURCE";
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// `--grace`: SIGTERM to SIGKILL. Bounded so that no arithmetic on it can overflow; it never
+/// extends past local validity anyway, which is at most the longest TTL.
+const GRACE: DurationBounds = DurationBounds {
+    param: "grace",
+    min: Duration::ZERO,
+    max: limits::TTL.max,
+};
+
+/// `--kill-after`: a forwarded signal to SIGKILL.
+const KILL_AFTER: DurationBounds = DurationBounds {
+    param: "kill_after",
+    min: Duration::ZERO,
+    max: limits::TTL.max,
+};
+
+/// `--renew-every` at parse time; its relation to the TTL is checked with the request.
+const RENEW_EVERY: DurationBounds = DurationBounds {
+    param: "renew_every",
+    min: Duration::from_millis(10),
+    max: limits::TTL.max,
+};
+
+/// Options shared by every subcommand.
+#[derive(Debug, Args)]
+pub(crate) struct Common {
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss://… for TLS
+    /// [env: LEASEHOLD_REDIS_URL] [default: redis://127.0.0.1:6379].
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Key prefix isolating tenants or applications: [a-z0-9][a-z0-9._:-]{0,63}
+    /// [env: LEASEHOLD_NAMESPACE] [default: leasehold].
+    #[arg(long, value_parser = parse_namespace)]
+    namespace: Option<Namespace>,
+    /// What the lease is for: [a-z0-9][a-z0-9._-]{0,63}.
+    #[arg(long, default_value = "run", value_parser = parse_purpose)]
+    purpose: Purpose,
+    /// The resource: a raw id, hashed here (SHA-256); it never reaches Redis or the output
+    /// [env: LEASEHOLD_RESOURCE].
+    #[arg(long, value_name = "ID", conflicts_with = "resource_file")]
+    resource: Option<String>,
+    /// Read the resource id from this file (one trailing newline is dropped), so it does
+    /// not show in `ps`.
+    #[arg(long, value_name = "PATH")]
+    resource_file: Option<PathBuf>,
+}
+
+/// A flag's value, for [`Common::client`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sourced<T> {
+    flag: &'static str,
+    value: T,
+}
+
+impl<T> Sourced<T> {
+    pub(crate) fn flag(flag: &'static str, value: T) -> Self {
+        Sourced { flag, value }
+    }
+}
+
+impl Common {
+    /// The client: settings from the `LEASEHOLD_*` variables, overridden by `--namespace`
+    /// and `renew_every` when given, and Redis at `--redis` or `$LEASEHOLD_REDIS_URL`.
+    ///
+    /// # Errors
+    /// One line naming the flag or the variable (with its value) that is wrong.
+    pub(crate) fn client(
+        &self,
+        renew_every: Option<Sourced<Duration>>,
+    ) -> Result<LeaseClient, String> {
+        let overridden = |var: &str| {
+            (var == "LEASEHOLD_NAMESPACE" && self.namespace.is_some())
+                || (var == "LEASEHOLD_RENEW_EVERY" && renew_every.is_some())
+        };
+        let mut settings =
+            LeaseSettings::from_lookup(|var| (!overridden(var)).then(|| raw_env(var)).flatten())
+                .map_err(|e| variable_error(&e))?;
+        if let Some(namespace) = &self.namespace {
+            settings = settings.with_namespace(namespace.clone());
+        }
+        if let Some(every) = renew_every {
+            settings = settings.with_renew_every(every.value);
+            settings
+                .validate()
+                .map_err(|e| format!("{}: {e}", every.flag))?;
+        }
+        let (url, source) = match (&self.redis, env(REDIS_URL_ENV)) {
+            (Some(url), _) => (url.clone(), "--redis".to_owned()),
+            // The URL may carry a password: the variable is named, its value is not shown.
+            (None, Some(url)) => (url, REDIS_URL_ENV.to_owned()),
+            (None, None) => (
+                DEFAULT_REDIS_URL.to_owned(),
+                "the default --redis".to_owned(),
+            ),
+        };
+        LeaseClient::redis(&url, settings).map_err(|e| format!("{source}: {e}"))
+    }
+
+    pub(crate) fn purpose(&self) -> &Purpose {
+        &self.purpose
+    }
+
+    /// The resource's digest, from `--resource`, `--resource-file` or `$LEASEHOLD_RESOURCE`.
+    ///
+    /// # Errors
+    /// None given, an unreadable file, or an empty id; the id itself is never echoed.
+    pub(crate) fn resource(&self) -> Result<ResourceDigest, String> {
+        let (raw, source) = match (&self.resource, &self.resource_file, raw_env(RESOURCE_ENV)) {
+            (Some(raw), _, _) => (raw.clone().into_bytes(), "--resource".to_owned()),
+            (None, Some(path), _) => {
+                let mut bytes = std::fs::read(path)
+                    .map_err(|e| format!("--resource-file {}: {e}", path.display()))?;
+                if bytes.last() == Some(&b'\n') {
+                    bytes.pop();
+                }
+                (bytes, format!("--resource-file {}", path.display()))
+            }
+            (None, None, Some(raw)) => (raw.into_bytes(), RESOURCE_ENV.to_owned()),
+            // Set but empty: refused below, not mistaken for "not given".
+            (None, None, None) => {
+                return Err(format!(
+                    "no resource: give --resource ID, --resource-file PATH or {RESOURCE_ENV}"
+                ));
+            }
+        };
+        if raw.is_empty() {
+            return Err(format!("{source}: the resource id is empty"));
+        }
+        Ok(ResourceDigest::of(&raw))
+    }
+}
+
+/// A variable's value as the library's settings read it.
+fn raw_env(var: &str) -> Option<String> {
+    std::env::var(var).ok()
+}
+
+/// A variable's value, a set but empty one counting as unset (as the library does for
+/// `LEASEHOLD_REDIS_URL`).
+fn env(var: &str) -> Option<String> {
+    raw_env(var).filter(|v| !v.is_empty())
+}
+
+/// A settings error from the variables, naming the variable and its value.
+fn variable_error(e: &LeaseError) -> String {
+    let param = match e {
+        LeaseError::InvalidNamespace { .. } => Some("namespace"),
+        LeaseError::InvalidDuration { param, .. } => Some(*param),
+        _ => None,
+    };
+    let var = param.and_then(|p| ENV_VARS.iter().find(|(_, field)| *field == p));
+    match var {
+        Some((var, _)) => format!("{var}={:?}: {e}", raw_env(var).unwrap_or_default()),
+        None => e.to_string(),
+    }
+}
+
+/// A library error in the words of the command line: which option it is about, then the
+/// library's text.
+pub(crate) fn option_error(e: &LeaseError) -> String {
+    let source = match e {
+        LeaseError::InvalidDuration { param, .. } => match *param {
+            "ttl" => "--ttl".to_owned(),
+            "wait_timeout" => "--wait".to_owned(),
+            "renew_every" => "--renew-every (or LEASEHOLD_RENEW_EVERY)".to_owned(),
+            "replica_wait" => "--replica-wait".to_owned(),
+            other => format!("LEASEHOLD_{}", other.to_ascii_uppercase()),
+        },
+        LeaseError::InvalidReplicas { .. } => "--replicas".to_owned(),
+        LeaseError::InvalidOperationId { .. } => "--operation-id".to_owned(),
+        _ => return e.to_string(),
+    };
+    format!("{source}: {e}")
+}
+
+fn parse_namespace(text: &str) -> Result<Namespace, String> {
+    Namespace::new(text).map_err(|e| e.to_string())
+}
+
+fn parse_purpose(text: &str) -> Result<Purpose, String> {
+    Purpose::new(text).map_err(|e| e.to_string())
+}
+
+/// A humantime duration within `bounds`, with the library's error text.
+fn parse_bounded(bounds: DurationBounds, text: &str) -> Result<Duration, String> {
+    bounds.parse(text).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
+    parse_bounded(limits::TTL, text)
+}
+
+pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
+    parse_bounded(limits::WAIT_TIMEOUT, text)
+}
+
+pub(crate) fn parse_replica_wait(text: &str) -> Result<Duration, String> {
+    parse_bounded(limits::REPLICA_WAIT, text)
+}
+
+pub(crate) fn parse_grace(text: &str) -> Result<Duration, String> {
+    parse_bounded(GRACE, text)
+}
+
+pub(crate) fn parse_kill_after(text: &str) -> Result<Duration, String> {
+    parse_bounded(KILL_AFTER, text)
+}
+
+pub(crate) fn parse_renew_every(text: &str) -> Result<Duration, String> {
+    parse_bounded(RENEW_EVERY, text)
+}
+
+/// A replica count in `1 ..= MAX_REPLICAS`, with the library's error text.
+pub(crate) fn parse_replicas(text: &str) -> Result<u32, String> {
+    let value: u32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number of replicas"))?;
+    if (1..=limits::MAX_REPLICAS).contains(&value) {
+        Ok(value)
+    } else {
+        Err(LeaseError::InvalidReplicas {
+            value,
+            max: limits::MAX_REPLICAS,
+        }
+        .to_string())
+    }
+}

@@ -1,0 +1,251 @@
+//! The keeper: the process between leasehold and the command that makes sure nothing of
+//! the command runs outside the lease.
+//!
+//! ```text
+//! leasehold (lease, renewals, signals)  ──orders──▶  keeper (subreaper)  ──▶  command …
+//!                                       ◀──events──                            └─ descendants
+//! ```
+//!
+//! leasehold forks the keeper before it starts its async runtime. The keeper is a child
+//! subreaper, so every descendant of the command — backgrounded, double-forked, `setsid` —
+//! stays in its tree; it starts the command when told (with a parent-death SIGKILL), reaps
+//! the tree, and reports when the command exited and when nothing of it is left, which is
+//! when leasehold releases the lease. It holds the lease's local validity end as a
+//! deadline and SIGKILLs the whole tree there on its own, so a leasehold that is paused or
+//! starved cannot let the command outlive the lease; and when leasehold dies — SIGKILL,
+//! OOM killer, crash — the orders pipe closes and the keeper SIGKILLs the tree at once.
+//!
+//! Outside Linux there is no subreaper, parent-death signal or `/proc`: the keeper still
+//! enforces the deadline and kills on leasehold's death, but only through the command's
+//! process group, which a `setsid` descendant leaves.
+
+mod machine;
+mod process;
+mod tree;
+mod wire;
+
+#[cfg(test)]
+mod machine_tests;
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::unix::pipe;
+use tokio::time::Instant;
+
+pub(crate) use machine::{Leftovers, Policy};
+pub(crate) use process::Spec;
+pub(crate) use wire::{Event, Order, Signal};
+
+use machine::Nanos;
+use wire::FRAME;
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock both processes read.
+fn mono_now() -> Nanos {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts);
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// `at` (tokio's clock, which is `CLOCK_MONOTONIC` outside paused tests) on the keeper's
+/// clock. The monotonic clock is read first, so the result errs early, never late.
+fn to_nanos(at: Instant) -> Nanos {
+    let mono = mono_now();
+    let now = Instant::now();
+    if at >= now {
+        mono.saturating_add(nanos(at - now))
+    } else {
+        mono.saturating_sub(nanos(now - at))
+    }
+}
+
+/// A duration in whole nanoseconds, saturating.
+pub(crate) fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Descendants orphaned anywhere below this process are re-parented to it, not to init.
+fn set_child_subreaper() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
+}
+
+/// The keeper process, as leasehold holds it before its async runtime starts.
+#[derive(Debug)]
+pub(crate) struct Keeper {
+    pid: libc::pid_t,
+    orders: OwnedFd,
+    events: OwnedFd,
+}
+
+impl Keeper {
+    /// Forks the keeper. Call it while the process has one thread: the child goes on to run
+    /// plain Rust, which a fork of a multi-threaded process could not safely do.
+    ///
+    /// leasehold becomes a child subreaper too: should the keeper ever die, the command's
+    /// orphans come to leasehold, which kills them ([`KeeperLink::kill_orphans`]).
+    pub(crate) fn fork(spec: Spec) -> io::Result<Keeper> {
+        let (orders_read, orders_write) = process::pipe(false)?;
+        let (events_read, events_write) = process::pipe(false)?;
+        set_child_subreaper();
+        // SAFETY: single-threaded (the caller's promise); the child never returns from here.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => {
+                drop((orders_write, events_read));
+                process::run(spec, orders_read, events_write)
+            }
+            pid => Ok(Keeper {
+                pid,
+                orders: orders_write,
+                events: events_read,
+            }),
+        }
+    }
+
+    /// Talks to the keeper from the async runtime (call inside it).
+    pub(crate) fn connect(self) -> io::Result<KeeperLink> {
+        Ok(KeeperLink {
+            pid: self.pid,
+            orders: Some(pipe::Sender::from_owned_fd(self.orders)?),
+            events: pipe::Receiver::from_owned_fd(self.events)?,
+            closed: false,
+        })
+    }
+}
+
+/// leasehold's side of the keeper, inside the async runtime.
+#[derive(Debug)]
+pub(crate) struct KeeperLink {
+    pid: libc::pid_t,
+    orders: Option<pipe::Sender>,
+    events: pipe::Receiver,
+    /// The events pipe ended.
+    closed: bool,
+}
+
+impl KeeperLink {
+    /// Sends an order. An error means the keeper is gone, which [`next_event`] reports.
+    ///
+    /// [`next_event`]: Self::next_event
+    pub(crate) async fn send(&mut self, order: Order) {
+        if let Some(orders) = &mut self.orders {
+            let _ = orders.write_all(&order.encode()).await;
+        }
+    }
+
+    /// Start the command; nothing of it may run past `deadline`.
+    pub(crate) async fn start(&mut self, token: u64, deadline: Instant) {
+        self.send(Order::Start {
+            token,
+            deadline: to_nanos(deadline),
+        })
+        .await;
+    }
+
+    /// The local validity end moved.
+    pub(crate) async fn deadline(&mut self, at: Instant) {
+        self.send(Order::Deadline(to_nanos(at))).await;
+    }
+
+    /// The next event; `None` once the keeper is gone (after `Gone`, or if it died).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a frame is read whole or not at all (frames are written atomically and
+    /// the pipe is read exactly one frame at a time).
+    pub(crate) async fn next_event(&mut self) -> Option<Event> {
+        if self.closed {
+            return std::future::pending().await;
+        }
+        let mut frame = [0u8; FRAME];
+        loop {
+            match self.events.read_exact(&mut frame).await {
+                Ok(_) => {
+                    if let Some(event) = Event::decode(&frame) {
+                        return Some(event);
+                    }
+                }
+                Err(_) => {
+                    self.closed = true;
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Closes the orders pipe: the keeper SIGKILLs whatever of the command is left, or, if
+    /// it never started the command, exits.
+    pub(crate) fn close(&mut self) {
+        self.orders = None;
+    }
+
+    /// SIGKILLs every process re-parented to leasehold (the keeper died and its tree came
+    /// here), until none is left or `limit` passed; returns how many were found.
+    pub(crate) async fn kill_orphans(&self, limit: Duration) -> usize {
+        let me = std::process::id();
+        let until = Instant::now() + limit;
+        let mut found = 0;
+        loop {
+            reap_any();
+            let round = tree::descendants(me)
+                .into_iter()
+                .filter(|&pid| libc::pid_t::try_from(pid).ok() != Some(self.pid))
+                .collect::<Vec<_>>();
+            if round.is_empty() || Instant::now() >= until {
+                return found;
+            }
+            found = found.max(round.len());
+            for pid in round {
+                if let Ok(pid) = libc::pid_t::try_from(pid) {
+                    // SAFETY: kill(2) on one of our own descendants.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Closes the orders pipe and waits for the keeper to exit (it exits once nothing of
+    /// the command is left); SIGKILLs it after `limit`.
+    pub(crate) async fn finish(mut self, limit: Duration) {
+        self.close();
+        let until = Instant::now() + limit;
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid on our own child, writing a local.
+            let pid = unsafe { libc::waitpid(self.pid, &raw mut status, libc::WNOHANG) };
+            if pid != 0 {
+                return;
+            }
+            if Instant::now() >= until {
+                // SAFETY: kill(2) on our own child.
+                unsafe {
+                    libc::kill(self.pid, libc::SIGKILL);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Reaps any exited child of leasehold (orphans re-parented to it) without waiting.
+fn reap_any() {
+    let mut status = 0;
+    // SAFETY: waitpid writing a local.
+    while unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) } > 0 {}
+}

@@ -1,0 +1,455 @@
+//! `leasehold run` never lets the command run outside its lease, whatever the process tree
+//! does and whatever happens to leasehold: real processes, real `redis-server`.
+//!
+//! Each test prints one `measured:` line with the figure it bounds (run with
+//! `--nocapture` to read them). Bounds are upper bounds with a wide margin for a loaded
+//! machine; the timing-sensitive ones run with every core kept busy.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use common::cli::*;
+use leasehold::{LeaseKeys, LeaseSettings, Purpose, ResourceDigest};
+
+/// How long a process may take to disappear after the event that must end it.
+const STOP_LIMIT: Duration = Duration::from_secs(1);
+
+/// Polls until `pid` is gone; the time it took, or `None` after `limit`.
+fn time_until_gone(pid: u32, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while is_alive(pid) {
+        if start.elapsed() > limit {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    Some(start.elapsed())
+}
+
+/// Asserts every pid is gone within `limit` of now; returns the longest wait.
+#[track_caller]
+fn assert_all_gone_within(pids: &[(u32, &str)], limit: Duration, after: &str) -> Duration {
+    let start = Instant::now();
+    for &(pid, what) in pids {
+        let left = limit.saturating_sub(start.elapsed());
+        assert!(
+            time_until_gone(pid, left).is_some(),
+            "{what} (pid {pid}) still runs {limit:?} after {after}"
+        );
+    }
+    start.elapsed()
+}
+
+/// Reads a pid the command wrote to `file`, registering it for cleanup.
+#[track_caller]
+fn pid_in(run: &mut Running, file: &Path, what: &str) -> u32 {
+    let text = run.wait_for_line(file, what);
+    let pid = text
+        .parse()
+        .unwrap_or_else(|e| panic!("{what}: {file:?} holds {text:?}: {e}"));
+    run.also_kill(pid);
+    pid
+}
+
+/// A shell script that starts a backgrounded `sleep` and a `setsid` one (a session of its
+/// own, out of the command's process group), writes their pids and its own, then runs
+/// `tail`.
+fn tree_script(dir: &TempDir, tail: &str) -> String {
+    format!(
+        r#"echo $$ > "{main}"; sleep 300 & echo $! > "{bg}"; setsid sleep 300 & echo $! > "{daemon}"; {tail}"#,
+        main = dir.path("main.pid").display(),
+        bg = dir.path("bg.pid").display(),
+        daemon = dir.path("daemon.pid").display(),
+    )
+}
+
+/// The three pids `tree_script` writes.
+fn tree_pids(run: &mut Running, dir: &TempDir) -> [(u32, &'static str); 3] {
+    [
+        (pid_in(run, &dir.path("main.pid"), "command"), "the command"),
+        (
+            pid_in(run, &dir.path("bg.pid"), "bg"),
+            "a backgrounded child",
+        ),
+        (
+            pid_in(run, &dir.path("daemon.pid"), "daemon"),
+            "a setsid descendant",
+        ),
+    ]
+}
+
+#[test]
+fn sigkill_of_leasehold_ends_every_process_of_the_command_before_anyone_else_can_hold() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("sigkill");
+    let _load = CpuLoad::start();
+    let mut cmd = run_cmd(&server, "sigkilled");
+    cmd.args([
+        "--ttl",
+        "3s",
+        "--",
+        "sh",
+        "-c",
+        &tree_script(&dir, "sleep 300"),
+    ]);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let pids = tree_pids(&mut run, &dir);
+    let key = wait_for_lease_key(&server);
+    assert!(send_signal(run.pid(), "KILL"), "kill -KILL leasehold");
+    let took = assert_all_gone_within(&pids, STOP_LIMIT, "leasehold was SIGKILLed");
+    // Nobody else can hold yet: the lease only expires at its TTL.
+    let ttl_left: i64 = server.query(&["PTTL", &key]);
+    assert!(
+        ttl_left > 0,
+        "the lease expired before the command's processes were gone"
+    );
+    println!(
+        "measured: SIGKILL of leasehold → all 3 processes gone in {took:?} ({ttl_left} ms of TTL left)"
+    );
+    let _ = run.finish_within(EXIT_TIMEOUT, "killed leasehold");
+}
+
+#[test]
+fn a_killed_keeper_takes_the_command_with_it_and_leasehold_says_so() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("keeper-killed");
+    let mut cmd = run_cmd(&server, "keeper-killed");
+    cmd.args([
+        "--ttl",
+        "3s",
+        "--",
+        "sh",
+        "-c",
+        &tree_script(&dir, "sleep 300"),
+    ]);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let pids = tree_pids(&mut run, &dir);
+    wait_for_lease_key(&server);
+    let stat = fs::read_to_string(format!("/proc/{}/stat", pids[0].0)).expect("command stat");
+    let keeper: u32 = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .expect("the command's parent");
+    assert_ne!(
+        keeper,
+        run.pid(),
+        "the command's parent is the keeper, not leasehold"
+    );
+    assert!(send_signal(keeper, "KILL"), "kill -KILL keeper");
+    let took = assert_all_gone_within(&pids, STOP_LIMIT, "the keeper was SIGKILLed");
+    let done = run.finish_within(EXIT_TIMEOUT, "run after its keeper died");
+    done.assert_code(125, "run after its keeper died");
+    assert!(
+        done.stderr.contains("keeper died"),
+        "stderr: {}",
+        done.stderr
+    );
+    assert!(lease_keys(&server).is_empty(), "the lease is still held");
+    println!("measured: SIGKILL of the keeper → all 3 processes gone in {took:?}");
+}
+
+#[test]
+fn processes_the_command_left_behind_are_stopped_before_the_lease_is_released() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("left-behind");
+    let mut cmd = run_cmd(&server, "left-behind");
+    cmd.args([
+        "--ttl",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        &tree_script(&dir, "exit 3"),
+    ]);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let pids = tree_pids(&mut run, &dir);
+    let done = run.finish_within(EXIT_TIMEOUT, "run whose command left processes");
+    // Everything was gone when leasehold exited: the release came after.
+    for (pid, what) in pids {
+        assert!(!is_alive(pid), "{what} (pid {pid}) outlived leasehold");
+    }
+    done.assert_code(3, "the command's own status");
+    assert_eq!(
+        done.stderr_lines().len(),
+        1,
+        "one line about the processes left behind: {}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("left 2 process(es) behind"),
+        "{}",
+        done.stderr
+    );
+    assert!(lease_keys(&server).is_empty(), "the lease is still held");
+}
+
+#[test]
+fn wait_for_descendants_keeps_the_lease_renewed_until_the_last_one_ends() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("wait-descendants");
+    let done_file = dir.path("done");
+    let child = dir.path("child.pid");
+    let mut cmd = run_cmd(&server, "wait-descendants");
+    // The command exits at once; a setsid grandchild works on until the test says so,
+    // longer than the TTL, so the lease must be renewed meanwhile.
+    cmd.args(["--ttl", "1s", "--wait-for-descendants", "--", "sh", "-c"])
+        .arg(format!(
+            r#"setsid sh -c 'echo $$ > "{child}"; {UNTIL_DONE}' & exit 4"#,
+            child = child.display()
+        ))
+        .env("DONE", &done_file);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let grandchild = pid_in(&mut run, &child, "grandchild");
+    let key = wait_for_lease_key(&server);
+    let token: String = server.query(&["GET", &key]);
+    thread::sleep(Duration::from_millis(2500));
+    assert!(is_alive(grandchild), "the grandchild was stopped");
+    assert_eq!(
+        server.query::<String>(&["GET", &key]),
+        token,
+        "the lease changed hands while the grandchild ran"
+    );
+    fs::write(&done_file, "").expect("write done file");
+    let finished = run.finish_within(EXIT_TIMEOUT, "run waiting for descendants");
+    finished.assert_code(4, "the command's own status");
+    assert!(
+        finished.stderr.contains("holding the lease until they end"),
+        "{}",
+        finished.stderr
+    );
+    assert!(lease_keys(&server).is_empty(), "the lease is still held");
+}
+
+#[test]
+fn a_lost_lease_stops_every_descendant_whatever_its_group() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("lost-tree");
+    let _load = CpuLoad::start();
+    let mut cmd = run_cmd(&server, "lost-tree");
+    // The setsid descendant ignores SIGTERM: only the SIGKILL at the end of --grace ends it.
+    let script = format!(
+        r#"echo $$ > "{main}"; sleep 300 & echo $! > "{bg}"; setsid sh -c 'trap "" TERM; while :; do sleep 0.05; done' & echo $! > "{daemon}"; sleep 300"#,
+        main = dir.path("main.pid").display(),
+        bg = dir.path("bg.pid").display(),
+        daemon = dir.path("daemon.pid").display(),
+    );
+    cmd.args(["--ttl", "3s", "--grace", "200ms", "--", "sh", "-c", &script]);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let pids = tree_pids(&mut run, &dir);
+    let key = wait_for_lease_key(&server);
+    let deleted_at = Instant::now();
+    let _: i64 = server.query(&["DEL", &key]);
+    // Lost at the next renewal (every second), then SIGKILL 200 ms after SIGTERM.
+    let took = assert_all_gone_within(&pids, Duration::from_secs(3), "the lease key was deleted");
+    let done = run.finish_within(EXIT_TIMEOUT, "run after the lease was lost");
+    done.assert_code(124, "run after the lease was lost");
+    println!(
+        "measured: lease deleted → every process gone {:?} later (renewal every 1 s, grace 200 ms; {took:?} of waiting)",
+        deleted_at.elapsed().min(took + Duration::from_secs(3))
+    );
+}
+
+#[test]
+fn leasehold_paused_past_validity_cannot_keep_its_command_running() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("paused-tree");
+    let mut cmd = run_cmd(&server, "paused-tree");
+    cmd.args([
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &tree_script(&dir, "sleep 300"),
+    ]);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let pids = tree_pids(&mut run, &dir);
+    let key = wait_for_lease_key(&server);
+    let stopped_at = Instant::now();
+    assert!(send_signal(run.pid(), "STOP"), "kill -STOP leasehold");
+    // While leasehold is stopped, the keeper kills at local validity's end, before the TTL
+    // in Redis runs out and someone else can acquire.
+    let took = assert_all_gone_within(&pids, Duration::from_secs(3), "leasehold was stopped");
+    let pttl: i64 = server.query(&["PTTL", &key]);
+    assert!(send_signal(run.pid(), "CONT"), "kill -CONT leasehold");
+    let done = run.finish_within(EXIT_TIMEOUT, "run after SIGCONT");
+    done.assert_code(124, "run paused past its validity");
+    assert!(pttl != -1, "the lease key lost its expiry");
+    println!(
+        "measured: leasehold stopped → command tree killed after {:?} (TTL 1 s; {pttl} ms of TTL left then)",
+        took.min(stopped_at.elapsed())
+    );
+}
+
+#[test]
+fn every_forwarded_signal_reaches_the_command() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("forwarded");
+    let signals = ["HUP", "INT", "QUIT", "TERM", "USR1", "USR2", "ALRM"];
+    let mut runs: Vec<_> = signals
+        .iter()
+        .enumerate()
+        .map(|(i, sig)| {
+            let pidfile = dir.path(&format!("{sig}.pid"));
+            let mut cmd = run_cmd(&server, &format!("forwarded-{sig}"));
+            cmd.args(["--ttl", "2s", "--", "sh", "-c"])
+                .arg(format!(
+                    r#"trap 'exit {code}' {sig}; echo $$ > "$1"; while :; do sleep 0.05; done"#,
+                    code = 10 + i
+                ))
+                .arg("sh")
+                .arg(&pidfile);
+            let mut run = Running::spawn(cmd, &dir, sig);
+            run.wait_for_command_pid(&pidfile);
+            (sig, 10 + i, run)
+        })
+        .collect();
+    for (sig, code, run) in &mut runs {
+        assert!(send_signal(run.pid(), sig), "kill -{sig} leasehold");
+        let done = run.finish_within(Duration::from_secs(10), sig);
+        done.assert_code(
+            i32::try_from(*code).expect("small"),
+            &format!("SIG{sig} forwarded"),
+        );
+    }
+    assert!(lease_keys(&server).is_empty(), "a lease is still held");
+}
+
+#[test]
+fn kill_after_sigkills_a_command_that_ignores_the_forwarded_signal() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("kill-after");
+    let pidfile = dir.path("cmd.pid");
+    let mut cmd = run_cmd(&server, "kill-after");
+    cmd.args(["--ttl", "3s", "--kill-after", "300ms", "--", "sh", "-c"])
+        .arg(r#"trap '' TERM; echo $$ > "$1"; while :; do sleep 0.05; done"#)
+        .arg("sh")
+        .arg(&pidfile);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let pid = run.wait_for_command_pid(&pidfile);
+    assert!(send_signal(run.pid(), "TERM"), "kill -TERM leasehold");
+    let sent = Instant::now();
+    let done = run.finish_within(Duration::from_secs(10), "run with --kill-after");
+    done.assert_code(128 + 9, "killed by SIGKILL");
+    assert!(!is_alive(pid));
+    println!(
+        "measured: --kill-after 300ms → exit {:?} after SIGTERM",
+        sent.elapsed()
+    );
+}
+
+#[test]
+fn a_signal_while_waiting_for_a_held_lease_exits_at_once_holding_nothing() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("signal-waiting");
+    let holder = Holder::start(&server, &dir, "busy", "30s");
+    let marker = dir.path("ran");
+    let mut cmd = run_cmd(&server, "busy");
+    cmd.args(["--wait", "30s", "--", "sh", "-c", r#"echo > "$1""#, "sh"])
+        .arg(&marker);
+    let mut run = Running::spawn(cmd, &dir, "waiter");
+    // Give it time to be waiting (nothing observable distinguishes it from starting up;
+    // a signal during start-up must give the same result).
+    thread::sleep(Duration::from_millis(300));
+    assert!(send_signal(run.pid(), "INT"), "kill -INT leasehold");
+    let sent = Instant::now();
+    let done = run.finish_within(Duration::from_secs(10), "waiter after SIGINT");
+    done.assert_code(130, "waiter after SIGINT");
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert!(!marker.exists(), "the command ran");
+    assert!(
+        done.stderr.contains("SIGINT before the command started"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(holder.release().code(), Some(0));
+    assert!(lease_keys(&server).is_empty(), "a lease is still held");
+}
+
+#[test]
+fn a_signal_during_the_replica_wait_releases_the_lease_at_once() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("signal-replicas");
+    let marker = dir.path("ran");
+    let mut cmd = run_cmd(&server, "replica-wait");
+    // A standalone server has no replica: WAIT blocks for the whole --replica-wait.
+    cmd.args([
+        "--replicas",
+        "1",
+        "--replica-wait",
+        "8s",
+        "--",
+        "sh",
+        "-c",
+        r#"echo > "$1""#,
+        "sh",
+    ])
+    .arg(&marker);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    wait_for_lease_key(&server);
+    assert!(send_signal(run.pid(), "TERM"), "kill -TERM leasehold");
+    let sent = Instant::now();
+    let done = run.finish_within(Duration::from_secs(10), "run after SIGTERM in the wait");
+    let took = sent.elapsed();
+    done.assert_code(143, "run after SIGTERM in the replica wait");
+    assert!(
+        took < Duration::from_secs(3),
+        "took {took:?} of an 8 s wait"
+    );
+    assert!(!marker.exists(), "the command ran");
+    assert!(lease_keys(&server).is_empty(), "the lease is still held");
+    println!(
+        "measured: SIGTERM during an 8 s replica wait → exit 143, lease released, in {took:?}"
+    );
+}
+
+#[test]
+fn leasehold_namespace_is_honoured_as_the_library_honours_it() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("namespace-env");
+    let mut cmd = run_cmd(&server, "shared-job");
+    cmd.env("LEASEHOLD_NAMESPACE", "tenant-a")
+        .args(["--ttl", "2s", "--", "sh", "-c", "sleep 0.3"]);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let key = wait_for_lease_key(&server);
+    let settings = LeaseSettings::from_lookup(|var| {
+        (var == "LEASEHOLD_NAMESPACE").then(|| "tenant-a".to_owned())
+    })
+    .expect("settings");
+    let library = LeaseKeys::new(
+        &settings.namespace,
+        &Purpose::new("run").expect("purpose"),
+        &ResourceDigest::of(b"shared-job"),
+    );
+    assert_eq!(
+        key, library.lease,
+        "the CLI and the library take different keys"
+    );
+    run.finish_within(EXIT_TIMEOUT, "run").assert_code(0, "run");
+    // The flag overrides the variable.
+    let mut cmd = run_cmd(&server, "shared-job");
+    cmd.env("LEASEHOLD_NAMESPACE", "tenant-a").args([
+        "--namespace",
+        "tenant-b",
+        "--ttl",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.3",
+    ]);
+    let mut run = Running::spawn(cmd, &dir, "flag");
+    let key = wait_for_lease_key(&server);
+    assert!(key.starts_with("tenant-b:"), "{key}");
+    run.finish_within(EXIT_TIMEOUT, "run").assert_code(0, "run");
+}
