@@ -4,6 +4,8 @@
 //! every failure of leasehold itself (bad arguments included) is 125 with one line on
 //! stderr, before anything reaches Redis.
 
+#[cfg(test)]
+mod cli_tests;
 mod config;
 mod inspect;
 mod keeper;

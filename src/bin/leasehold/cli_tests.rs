@@ -1,0 +1,78 @@
+//! Properties of the command line: any argument vector parses or fails without a panic,
+//! and whatever parses is within the bounds the arithmetic after it relies on.
+
+use std::time::Duration;
+
+use clap::Parser as _;
+use proptest::prelude::*;
+
+use crate::{Cli, Command};
+
+/// Duration texts around the bounds, with units humantime knows and junk it does not.
+fn duration_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (
+            0u64..u64::MAX,
+            prop::sample::select(vec!["ns", "ms", "s", "m", "h", "d", "w", "y", ""])
+        )
+            .prop_map(|(n, unit)| format!("{n}{unit}")),
+        (0u64..7200, Just("s")).prop_map(|(n, unit)| format!("{n}{unit}")),
+        "[0-9a-z .-]{0,12}",
+    ]
+}
+
+fn run_args(option: &str, value: &str) -> Vec<String> {
+    [
+        "leasehold",
+        "run",
+        "--resource",
+        "r",
+        option,
+        value,
+        "--",
+        "true",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+proptest! {
+    #[test]
+    fn every_duration_option_is_bounded_at_parse_time(
+        option in prop::sample::select(vec![
+            "--ttl", "--wait", "--renew-every", "--grace", "--kill-after", "--replica-wait",
+        ]),
+        value in duration_text(),
+    ) {
+        let mut args = run_args(option, &value);
+        if option == "--replica-wait" {
+            args.splice(4..4, ["--replicas".to_owned(), "1".to_owned()]);
+        }
+        if let Ok(Cli { command: Command::Run(run), .. }) = Cli::try_parse_from(&args) {
+            let hour = Duration::from_secs(3600);
+            for d in [run.grace, run.kill_after].into_iter().flatten() {
+                prop_assert!(d <= hour, "{option} {value} parsed to {d:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn any_argument_vector_parses_or_fails_without_panicking(
+        words in prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(vec![
+                    "run", "inspect", "--", "--resource", "--resource-file", "--namespace",
+                    "--purpose", "--ttl", "--wait", "--grace", "--kill-after", "--replicas",
+                    "--replica-wait", "--require-replicas", "--wait-for-descendants",
+                    "--operation-id", "--metrics-addr", "--log-format", "--log-level", "--json",
+                    "--redis", "-h", "--version",
+                ]).prop_map(str::to_owned),
+                "[ -~]{0,16}",
+            ],
+            0..12,
+        ),
+    ) {
+        let args = std::iter::once("leasehold".to_owned()).chain(words);
+        let _ = Cli::try_parse_from(args);
+    }
+}
