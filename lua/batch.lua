@@ -77,6 +77,12 @@ for a = 2, #ARGV, 2 do
     else
       reply = {err = 'ERR leasehold batch: ' .. tostring(reply)}
     end
+    -- Redis 7.0 words an ACL refusal inside a script as a plain error; later versions say
+    -- NOPERM. Each item is refused before it writes its lease key (release publishes
+    -- before it deletes), so the refusal is said as NOPERM: the client reads it as not run.
+    if string.find(reply.err, "can't run this command", 1, true) then
+      reply.err = 'NOPERM ' .. string.gsub(reply.err, '^%u+ ', '', 1)
+    end
   end
   replies[#replies + 1] = reply
   k = k + width[kind]

@@ -712,11 +712,17 @@ fn acquired_event(done: &Finished) -> serde_json::Value {
     events[0].clone()
 }
 
-/// The stderr lines that are not JSON log events: leasehold's own `leasehold: …` lines.
-fn plain_lines(done: &Finished) -> Vec<&str> {
+/// leasehold's own lines for the operator — under `--log-format json`, the events of
+/// target `leasehold` — as their messages.
+fn plain_lines(done: &Finished) -> Vec<String> {
     done.stderr_lines()
         .into_iter()
-        .filter(|line| serde_json::from_str::<serde_json::Value>(line).is_err())
+        .filter_map(|line| {
+            let event = serde_json::from_str::<serde_json::Value>(line).ok()?;
+            (event["target"] == "leasehold")
+                .then(|| event["fields"]["message"].as_str().map(str::to_owned))
+                .flatten()
+        })
         .collect()
 }
 

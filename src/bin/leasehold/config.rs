@@ -11,6 +11,8 @@ use leasehold::lease::{ENV_VARS, REDIS_URL_ENV};
 use leasehold::protocol::limits::{self, DurationBounds};
 use leasehold::{LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose, ResourceDigest};
 
+use crate::diagnose::Server;
+
 /// The raw resource id's variable, so the id need not show in `ps`.
 const RESOURCE_ENV: &str = "LEASEHOLD_RESOURCE";
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -61,6 +63,15 @@ pub(crate) struct Common {
     resource_file: Option<PathBuf>,
 }
 
+/// Where Redis is and the settings to use with it.
+pub(crate) struct Target {
+    pub(crate) url: String,
+    /// Where the URL came from, for errors about it.
+    pub(crate) source: String,
+    pub(crate) server: Server,
+    pub(crate) settings: LeaseSettings,
+}
+
 /// A flag's value, for [`Common::client`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sourced<T> {
@@ -83,7 +94,18 @@ impl Common {
     pub(crate) fn client(
         &self,
         renew_every: Option<Sourced<Duration>>,
-    ) -> Result<LeaseClient, String> {
+    ) -> Result<(LeaseClient, Server), String> {
+        let target = self.target(renew_every)?;
+        let client = LeaseClient::redis(&target.url, target.settings)
+            .map_err(|e| format!("{}: {e}", target.source))?;
+        Ok((client, target.server))
+    }
+
+    /// Where and how to reach Redis, checked, before anything is built on it.
+    ///
+    /// # Errors
+    /// As [`client`](Self::client), for the settings.
+    pub(crate) fn target(&self, renew_every: Option<Sourced<Duration>>) -> Result<Target, String> {
         let overridden = |var: &str| {
             (var == "LEASEHOLD_NAMESPACE" && self.namespace.is_some())
                 || (var == "LEASEHOLD_RENEW_EVERY" && renew_every.is_some())
@@ -109,7 +131,12 @@ impl Common {
                 "the default --redis".to_owned(),
             ),
         };
-        LeaseClient::redis(&url, settings).map_err(|e| format!("{source}: {e}"))
+        Ok(Target {
+            server: Server::of_url(&url),
+            url,
+            source,
+            settings,
+        })
     }
 
     pub(crate) fn purpose(&self) -> &Purpose {
@@ -241,4 +268,13 @@ pub(crate) fn parse_replicas(text: &str) -> Result<u32, String> {
         }
         .to_string())
     }
+}
+
+/// `host:port`, a name resolved now (the first address it resolves to).
+pub(crate) fn parse_socket_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs as _;
+    text.to_socket_addrs()
+        .map_err(|e| format!("{text:?} is not a host:port ({e})"))?
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
 }

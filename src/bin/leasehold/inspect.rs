@@ -16,7 +16,7 @@ pub(crate) struct InspectArgs {
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
-    let client = match args.common.client(None) {
+    let (client, server) = match args.common.client(None) {
         Ok(c) => c,
         Err(message) => return fail(message),
     };
@@ -36,11 +36,9 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         InspectOutcome::HeldByAttempt { remaining, token }
         | InspectOutcome::HeldByOther { remaining, token } => Some((remaining, token)),
         InspectOutcome::Absent => None,
-        InspectOutcome::Unavailable { detail } => {
-            return fail(format!("redis unavailable: {detail}"));
-        }
+        InspectOutcome::Unavailable { detail } => return fail(server.explain(&detail)),
         InspectOutcome::Indeterminate { detail } => {
-            return fail(format!("no readable reply from redis: {detail}"));
+            return fail(format!("no readable reply: {}", server.explain(&detail)));
         }
     };
     if args.json {

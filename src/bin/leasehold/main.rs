@@ -4,13 +4,23 @@
 //! every failure of leasehold itself (bad arguments included) is 125 with one line on
 //! stderr, before anything reaches Redis.
 
+/// One line for the operator on stderr (see [`say`]): `say!("… {x} …")`.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::say::warn(format_args!($($arg)*))
+    };
+}
+
 #[cfg(test)]
 mod cli_tests;
 mod config;
+mod diagnose;
+mod doctor;
 mod inspect;
 mod keeper;
 mod replicas;
 mod run;
+mod say;
 mod signals;
 mod supervise;
 
@@ -78,6 +88,13 @@ Exit status:
 Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
 LEASEHOLD_RESOURCE; LEASEHOLD_COMMAND_TIMEOUT, LEASEHOLD_CONNECT_TIMEOUT.";
 
+const DOCTOR_EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0     leases work for this user (warnings, if any, say what a setting risks)
+  125   they do not (each FAIL line says why), or invalid arguments
+
+Each finding is one line on stdout: ok, warn or FAIL, then what it means.";
+
 /// Run a command under a Redis lease, or inspect one.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version)]
@@ -130,11 +147,16 @@ enum Command {
     /// (never an owner token).
     #[command(after_help = INSPECT_EXIT_STATUS_HELP)]
     Inspect(inspect::InspectArgs),
+    /// Check that Redis can hold leases for this user (connect, version, ACL: scripts,
+    /// keys, PUBLISH, SUBSCRIBE) and say what its eviction, persistence and replicas mean
+    /// for a held lease. It takes and releases a throwaway lease (purpose `doctor`).
+    #[command(after_help = DOCTOR_EXIT_STATUS_HELP)]
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Prints one line on stderr and returns 125.
 pub(crate) fn fail(message: impl std::fmt::Display) -> u8 {
-    eprintln!("leasehold: {message}");
+    say::line(say::Level::Error, message);
     status::FAILED
 }
 
@@ -168,9 +190,15 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            if asks_for_json_logs(std::env::args()) {
+                say::json_lines();
+            }
             return ExitCode::from(fail(one_line(&e.render().to_string())));
         }
     };
+    if cli.log_format == LogFormat::Json {
+        say::json_lines();
+    }
     // The keeper is forked while leasehold has one thread (before logging and the async
     // runtime start any).
     let keeper = match &cli.command {
@@ -178,7 +206,7 @@ fn main() -> ExitCode {
             Ok(keeper) => Some(keeper),
             Err(e) => return ExitCode::from(fail(format!("cannot start the process keeper: {e}"))),
         },
-        Command::Inspect(_) => None,
+        Command::Inspect(_) | Command::Doctor(_) => None,
     };
     init_logging(cli.log_format, cli.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -194,6 +222,7 @@ fn main() -> ExitCode {
             (Command::Run(args), Some(keeper)) => run::run(args, keeper).await,
             (Command::Run(_), None) => fail("internal error: no process keeper"),
             (Command::Inspect(args), _) => inspect::inspect(args).await,
+            (Command::Doctor(args), _) => doctor::doctor(args).await,
         }
     });
     ExitCode::from(code)
@@ -216,4 +245,14 @@ fn run_keeper(args: &run::RunArgs) -> std::io::Result<keeper::Keeper> {
             leftovers: args.leftovers(),
         },
     })
+}
+
+/// Whether the raw arguments ask for JSON logs, for an error the parser raised before it
+/// could say so.
+fn asks_for_json_logs(args: impl Iterator<Item = String>) -> bool {
+    let args: Vec<String> = args.collect();
+    args.iter().any(|a| a == "--log-format=json")
+        || args
+            .windows(2)
+            .any(|pair| pair[0] == "--log-format" && pair[1] == "json")
 }

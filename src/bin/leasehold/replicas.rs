@@ -84,8 +84,8 @@ pub(crate) fn report_acquired(
     if policy.required {
         return Some(shortfall);
     }
-    eprintln!(
-        "leasehold: {shortfall}; running the command anyway (a failover now can lose the \
+    say!(
+        "{shortfall}; running the command anyway (a failover now can lose the \
          lease; --require-replicas refuses)"
     );
     None

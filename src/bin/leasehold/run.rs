@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use clap::Args;
 use leasehold::runtime::{CancelPolicy, LeaseContext, LeaseRuntime, RunOutcome, RuntimeError};
-use leasehold::{AcquireOutcome, LeaseClient, LeaseRequest, OperationId};
+use leasehold::{AcquireOutcome, LeaseClient, LeaseRequest, OperationId, ReleaseOutcome};
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::config::{self, Sourced};
+use crate::diagnose::Server;
 use crate::keeper::{Keeper, Leftovers, Signal};
 use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, report_acquired};
 use crate::signals::Signals;
@@ -75,9 +77,16 @@ pub(crate) struct RunArgs {
     /// Operation id of this run [default: run-<pid>]; printable ASCII, no spaces, ≤ 128 bytes.
     #[arg(long, value_name = "ID")]
     operation_id: Option<String>,
+    /// Exit status when the lease is held by someone else (flock's -E) [default: 75].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8))]
+    conflict_exit_code: Option<u8>,
+    /// Say nothing on stderr when the lease is held by someone else: for a fleet's cron
+    /// jobs, whose losing hosts would otherwise mail the operator every night.
+    #[arg(long)]
+    quiet: bool,
     /// Serve Prometheus metrics (text format) on this address while the command runs,
-    /// e.g. 127.0.0.1:9464.
-    #[arg(long, value_name = "ADDR")]
+    /// e.g. 127.0.0.1:9464 or localhost:9464.
+    #[arg(long, value_name = "HOST:PORT", value_parser = config::parse_socket_addr)]
     metrics_addr: Option<std::net::SocketAddr>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -94,6 +103,10 @@ impl RunArgs {
     }
 }
 
+/// What the work under the lease hands out once the lease is held: its context, the lease
+/// actor's span, and the sender whose drop ends the work (and so releases the lease).
+type Held = (LeaseContext, tracing::Span, oneshot::Sender<()>);
+
 /// How long leasehold waits for the keeper to exit once its work is over (it exits as soon
 /// as nothing of the command is left; this only bounds a process stuck in the kernel).
 const KEEPER_EXIT_LIMIT: Duration = Duration::from_secs(10);
@@ -101,13 +114,14 @@ const KEEPER_EXIT_LIMIT: Duration = Duration::from_secs(10);
 /// Everything `run` needs before it talks to Redis, checked.
 struct Plan {
     client: LeaseClient,
+    server: Server,
     request: LeaseRequest,
     replicas: Option<ReplicaPolicy>,
 }
 
 fn plan(args: &RunArgs) -> Result<Plan, String> {
     let renew_every = args.renew_every.map(|d| Sourced::flag("--renew-every", d));
-    let client = args.common.client(renew_every)?;
+    let (client, server) = args.common.client(renew_every)?;
     let operation = args
         .operation_id
         .clone()
@@ -133,6 +147,7 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
     let request = builder.build().map_err(|e| config::option_error(&e))?;
     Ok(Plan {
         client,
+        server,
         request,
         replicas,
     })
@@ -168,28 +183,38 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
     }
     let Plan {
         client,
+        server,
         request,
         replicas,
     } = plan;
+    let contention = Contention {
+        exit_code: args.conflict_exit_code,
+        quiet: args.quiet,
+    };
     let runtime = LeaseRuntime::new(client.clone()).with_max_leases(1);
     // The work under the lease hands its context out and ends when told (by dropping
     // `done`): the command is supervised here, in one task with the signals and the keeper.
-    let (held_tx, mut held_rx) = oneshot::channel::<(LeaseContext, oneshot::Sender<()>)>();
+    // The lease actor's span comes along, so leasehold's events about the command carry
+    // the lease's purpose, digest, operation id and token.
+    let (held_tx, mut held_rx) = oneshot::channel::<Held>();
     let work = runtime.run_under_lease(&request, CancelPolicy::Kill, move |ctx| async move {
         let (done_tx, done_rx) = oneshot::channel::<()>();
-        if held_tx.send((ctx, done_tx)).is_ok() {
+        if held_tx
+            .send((ctx, tracing::Span::current(), done_tx))
+            .is_ok()
+        {
             let _ = done_rx.await;
         }
     });
     let mut work: Work<'_> = Box::pin(work);
 
     // Acquire.
-    let (mut ctx, done) = tokio::select! {
+    let (mut ctx, span, done) = tokio::select! {
         biased;
-        outcome = work.as_mut() => return not_run(outcome, &client, &request).await,
+        outcome = work.as_mut() => return not_run(outcome, &client, &server, &request, contention).await,
         held = &mut held_rx => match held {
             Ok(held) => held,
-            Err(_) => return not_run(work.await, &client, &request).await,
+            Err(_) => return not_run(work.await, &client, &server, &request, contention).await,
         },
         Some(signal) = signals.recv() => {
             // Whatever the acquisition did (it may have landed), the attempt's release
@@ -198,8 +223,7 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
             let release = client
                 .release_attempt(request.purpose(), request.resource(), request.attempt())
                 .await;
-            eprintln!(
-                "leasehold: {} before the command started; release: {}",
+            say!("{} before the command started; release: {}",
                 signal.name(),
                 release.as_str()
             );
@@ -208,7 +232,7 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
     };
 
     // Check replicas, and a signal that came with the lease.
-    let refusal = report_acquired(&ctx, replicas);
+    let refusal = span.in_scope(|| report_acquired(&ctx, replicas));
     let early_signal = signals.try_recv();
     if refusal.is_some() || early_signal.is_some() {
         drop(done);
@@ -218,8 +242,8 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         };
         return match (early_signal, refusal) {
             (Some(signal), _) => {
-                eprintln!(
-                    "leasehold: {} before the command started; release: {release}",
+                say!(
+                    "{} before the command started; release: {release}",
                     signal.name()
                 );
                 signal_status(signal)
@@ -242,20 +266,48 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         &mut work,
         &mut work_done,
     )
+    .instrument(span)
     .await;
     drop(done);
     let outcome = match work_done {
         Some(outcome) => outcome,
         None => work.await,
     };
+    if let Ok(RunOutcome::Ran { report, .. }) = &outcome {
+        report_release(&report.release, &server);
+    }
     exit_status(end, outcome, args.leftovers(), &args.command)
 }
 
+/// One line when the lease was not given back cleanly: it stays held until its TTL ends,
+/// so the next holder waits that long.
+fn report_release(release: &ReleaseOutcome, server: &Server) {
+    let detail = match release {
+        ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner => {
+            return;
+        }
+        ReleaseOutcome::Unavailable { detail } | ReleaseOutcome::Indeterminate { detail } => detail,
+    };
+    say!(
+        "the lease was not released ({}); it stays held until its TTL ends",
+        server.explain(detail)
+    );
+}
+
 /// The run ended without the command: not acquired, or the lease ended before it started.
+/// What to do when someone else holds the lease (`--conflict-exit-code`, `--quiet`).
+#[derive(Debug, Clone, Copy)]
+struct Contention {
+    exit_code: Option<u8>,
+    quiet: bool,
+}
+
 async fn not_run(
     outcome: Result<RunOutcome<()>, RuntimeError>,
     client: &LeaseClient,
+    server: &Server,
     request: &LeaseRequest,
+    contention: Contention,
 ) -> u8 {
     match outcome {
         Err(RuntimeError::Invalid(e)) => fail(config::option_error(&e)),
@@ -263,20 +315,23 @@ async fn not_run(
         Ok(RunOutcome::NotAcquired(outcome)) => match outcome {
             AcquireOutcome::Contended { retry_after }
             | AcquireOutcome::OwnerOperationConflict { retry_after } => {
-                eprintln!(
-                    "leasehold: the lease is held by someone else (it ends in {} unless renewed)",
-                    humantime::format_duration(retry_after)
-                );
-                status::NOT_ACQUIRED
+                if !contention.quiet {
+                    say!(
+                        "the lease is held by someone else (it ends in {} unless renewed)",
+                        humantime::format_duration(retry_after)
+                    );
+                }
+                contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
             }
-            AcquireOutcome::Unavailable { detail } => fail(format!("redis unavailable: {detail}")),
+            AcquireOutcome::Unavailable { detail } => fail(server.explain(&detail)),
             AcquireOutcome::Indeterminate { attempt, detail } => {
                 // The acquisition may have landed: give it back rather than leave it held.
                 let release = client
                     .release_attempt(request.purpose(), request.resource(), &attempt)
                     .await;
                 fail(format!(
-                    "acquisition never confirmed ({detail}); release: {}",
+                    "acquisition never confirmed ({}); release: {}",
+                    server.explain(&detail),
                     release.as_str()
                 ))
             }
@@ -315,7 +370,7 @@ fn exit_status(
             let program = command
                 .first()
                 .map_or_else(String::new, |p| p.to_string_lossy().into_owned());
-            eprintln!("leasehold: cannot run the command: {program}: {e}");
+            say!("cannot run the command: {program}: {e}");
             if e.kind() == std::io::ErrorKind::NotFound {
                 status::NOT_FOUND
             } else {
@@ -335,7 +390,7 @@ fn exit_status(
             match status {
                 Some(status) if !cut_short => {
                     if lost_before_gone {
-                        eprintln!("leasehold: the lease was lost after the command exited");
+                        say!("the lease was lost after the command exited");
                     }
                     exit_code(status)
                 }
@@ -347,7 +402,7 @@ fn exit_status(
                             || "could not be vouched for".to_owned(),
                             |c| format!("{} (token {})", c.reason, c.token),
                         );
-                    eprintln!("leasehold: lease {reason}; the command was stopped");
+                    say!("lease {reason}; the command was stopped");
                     status::LEASE_LOST
                 }
             }

@@ -75,8 +75,7 @@ pub(crate) async fn supervise(
                 Some(Event::LeftBehind { .. }) => {}
                 Some(Event::DeadlinePassed) => {
                     lost = true;
-                    eprintln!(
-                        "leasehold: local validity ended before the command did; \
+                    say!("local validity ended before the command did; \
                          SIGKILL sent to every process of the command"
                     );
                 }
@@ -99,8 +98,7 @@ pub(crate) async fn supervise(
                 if let Some(grace) = grace {
                     left = left.min(grace);
                 }
-                eprintln!(
-                    "leasehold: lease {}; sending SIGTERM to every process of the command, \
+                say!("lease {}; sending SIGTERM to every process of the command, \
                      SIGKILL within {}",
                     ctx.cancel_reason().map_or("ended".to_owned(), |r| r.to_string()),
                     humantime::format_duration(round_ms(left))
@@ -132,12 +130,12 @@ async fn forward(keeper: &mut KeeperLink, signal: Signal) {
 
 fn left_behind(count: u32, leftovers: Leftovers) {
     match leftovers {
-        Leftovers::Stop => eprintln!(
-            "leasehold: the command exited and left {count} process(es) behind; stopping \
+        Leftovers::Stop => say!(
+            "the command exited and left {count} process(es) behind; stopping \
              them (SIGTERM, then SIGKILL after --grace) before the lease is released"
         ),
-        Leftovers::Wait => eprintln!(
-            "leasehold: the command exited and left {count} process(es) behind; holding \
+        Leftovers::Wait => say!(
+            "the command exited and left {count} process(es) behind; holding \
              the lease until they end (--wait-for-descendants)"
         ),
     }

@@ -1,0 +1,227 @@
+//! `leasehold doctor`: can this Redis hold leases for this user, and what do its settings
+//! mean for a held lease? Each finding is one line; the exit status says whether leases
+//! can work at all.
+
+use std::time::Duration;
+
+use clap::Args;
+use leasehold::{
+    AcquireOutcome, LeaseBackend as _, LeaseClient, LeaseRequest, Purpose, RedisBackend,
+    RedisConfig, ReleaseOutcome, RenewOutcome, ResourceDigest,
+};
+
+use crate::config::Common;
+use crate::diagnose::Server;
+use crate::{fail, status};
+
+/// The oldest Redis leasehold's scripts run on (`SET … GET` came in 6.2).
+const MIN_VERSION: (u32, u32) = (6, 2);
+
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+/// One line of the report.
+enum Finding {
+    Ok(String),
+    Warn(String),
+    Fail(String),
+}
+
+impl Finding {
+    fn print(&self) {
+        match self {
+            Finding::Ok(text) => println!("ok    {text}"),
+            Finding::Warn(text) => println!("warn  {text}"),
+            Finding::Fail(text) => println!("FAIL  {text}"),
+        }
+    }
+}
+
+pub(crate) async fn doctor(args: DoctorArgs) -> u8 {
+    let target = match args.common.target(None) {
+        Ok(t) => t,
+        Err(message) => return fail(message),
+    };
+    let backend = match RedisBackend::new(
+        RedisConfig::new(&target.url).connect_timeout(target.settings.connect_timeout),
+    ) {
+        Ok(b) => b,
+        Err(e) => return fail(format!("{}: {e}", target.source)),
+    };
+    let client = match LeaseClient::new(backend.clone(), target.settings.clone()) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let mut findings = vec![probe_cycle(&client, &target.server).await];
+    if !matches!(findings[0], Finding::Fail(_)) {
+        findings.push(probe_notices(&backend, &client, &target.server).await);
+        findings.extend(server_settings(&target.url, &target.server).await);
+    }
+    for finding in &findings {
+        finding.print();
+    }
+    if findings.iter().any(|f| matches!(f, Finding::Fail(_))) {
+        status::FAILED
+    } else {
+        0
+    }
+}
+
+/// A throwaway lease (purpose `doctor`, a random resource): acquire, renew, release.
+fn probe_request(client: &LeaseClient) -> Result<LeaseRequest, String> {
+    let purpose = Purpose::new("doctor").map_err(|e| e.to_string())?;
+    let nonce: u64 = rand::random();
+    let resource = ResourceDigest::of(format!("leasehold-doctor-{nonce}").as_bytes());
+    let attempt = client
+        .new_attempt(&format!("doctor-{}", std::process::id()))
+        .map_err(|e| e.to_string())?;
+    LeaseRequest::builder(purpose, resource, attempt)
+        .ttl(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+async fn probe_cycle(client: &LeaseClient, server: &Server) -> Finding {
+    let request = match probe_request(client) {
+        Ok(r) => r,
+        Err(e) => return Finding::Fail(e),
+    };
+    let namespace = &client.settings().namespace;
+    let mut lease = match client.acquire(&request).await {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        Ok(
+            AcquireOutcome::Unavailable { detail } | AcquireOutcome::Indeterminate { detail, .. },
+        ) => {
+            return Finding::Fail(format!("acquire: {}", server.explain(&detail)));
+        }
+        Ok(other) => return Finding::Fail(format!("acquire of a fresh lease answered {other:?}")),
+        Err(e) => return Finding::Fail(e.to_string()),
+    };
+    let renewed = lease.renew().await;
+    let released = lease.release().await;
+    match (renewed, released) {
+        (RenewOutcome::Renewed { .. }, ReleaseOutcome::Released) => Finding::Ok(format!(
+            "acquire, renew and release work for this user at {} (scripts by EVALSHA, keys \
+             {namespace}:lease:v2:*, PUBLISH on their :released channels)",
+            server.addr()
+        )),
+        (RenewOutcome::Renewed { .. }, other) => Finding::Fail(format!(
+            "release: {}; leases would stay held until their TTL ends",
+            match &other {
+                ReleaseOutcome::Unavailable { detail }
+                | ReleaseOutcome::Indeterminate { detail } => server.explain(detail),
+                _ => other.as_str().to_owned(),
+            }
+        )),
+        (other, _) => Finding::Fail(format!("renew: {other:?}")),
+    }
+}
+
+async fn probe_notices(backend: &RedisBackend, client: &LeaseClient, server: &Server) -> Finding {
+    let request = match probe_request(client) {
+        Ok(r) => r,
+        Err(e) => return Finding::Fail(e),
+    };
+    let keys = client.keys(request.purpose(), request.resource());
+    match backend
+        .subscribe_releases(&keys, client.settings().command_timeout)
+        .await
+    {
+        Ok(_) => Finding::Ok(
+            "SUBSCRIBE works: a waiting acquirer wakes the moment a lease is released".to_owned(),
+        ),
+        Err(failure) => Finding::Warn(format!(
+            "SUBSCRIBE on release channels failed ({}): waiting acquirers poll instead of \
+             waking at a release",
+            server.explain(failure.detail())
+        )),
+    }
+}
+
+/// Version, eviction, persistence and replicas, from `INFO`.
+async fn server_settings(url: &str, server: &Server) -> Vec<Finding> {
+    // The library already installed a TLS provider for a rediss:// URL.
+    let info = async {
+        let client = redis::Client::open(url)?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("INFO")
+            .arg("everything")
+            .query_async::<String>(&mut conn)
+            .await
+    };
+    let info = match tokio::time::timeout(Duration::from_secs(5), info).await {
+        Ok(Ok(info)) => info,
+        Ok(Err(e)) => {
+            return vec![Finding::Warn(format!(
+                "INFO refused or failed at {} ({e}): version, eviction and persistence not checked",
+                server.addr()
+            ))];
+        }
+        Err(_) => {
+            return vec![Finding::Warn(
+                "INFO did not answer within 5s: not checked".to_owned(),
+            )];
+        }
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let mut findings = Vec::new();
+    if let Some(version) = field("redis_version") {
+        let mut parts = version.split('.').filter_map(|p| p.parse::<u32>().ok());
+        let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        findings.push(if found >= MIN_VERSION {
+            Finding::Ok(format!("Redis {version} (leasehold needs 6.2 or later)"))
+        } else {
+            Finding::Fail(format!(
+                "Redis {version}: leasehold needs 6.2 or later (SET … GET)"
+            ))
+        });
+    }
+    let maxmemory = field("maxmemory")
+        .and_then(|m| m.parse::<u64>().ok())
+        .unwrap_or(0);
+    match field("maxmemory_policy") {
+        _ if maxmemory == 0 => {
+            findings.push(Finding::Ok("no maxmemory: nothing is evicted".to_owned()))
+        }
+        Some("noeviction") => findings.push(Finding::Ok(
+            "maxmemory-policy noeviction: a held lease is never evicted".to_owned(),
+        )),
+        Some(policy) => findings.push(Finding::Warn(format!(
+            "maxmemory-policy {policy} may evict a held lease under memory pressure: its holder \
+             learns it at the next renewal, and another process may acquire in between; set \
+             noeviction"
+        ))),
+        None => {}
+    }
+    match field("aof_enabled") {
+        Some("1") => findings.push(Finding::Ok(
+            "AOF on: a restart keeps held leases (as of the last fsync)".to_owned(),
+        )),
+        Some(_) => findings.push(Finding::Warn(
+            "AOF off: a restart forgets held leases; holders learn it at their next renewal, \
+             and another process may acquire in between (fencing tokens still increase: they \
+             come from the server clock)"
+                .to_owned(),
+        )),
+        None => {}
+    }
+    if let Some(replicas) = field("connected_slaves") {
+        findings.push(Finding::Ok(format!(
+            "role {}, {replicas} replica(s) connected{}",
+            field("role").unwrap_or("unknown"),
+            if replicas == "0" {
+                ""
+            } else {
+                ": --replicas N makes an acquisition wait for them"
+            }
+        )));
+    }
+    findings
+}
