@@ -1,0 +1,96 @@
+//! The README and `--help` say the same thing about the CLI, and what the README shows
+//! works as shown.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::cli::*;
+
+const README: &str = include_str!("../README.md");
+
+/// The statuses a table or list names: numbers, `128+N`, and the command's own.
+fn statuses<'a>(cells: impl Iterator<Item = &'a str>) -> BTreeSet<String> {
+    cells
+        .flat_map(|cell| cell.split('/'))
+        .map(str::trim)
+        .map(|cell| {
+            if cell.starts_with("the command") {
+                "the command's own".to_owned()
+            } else {
+                cell.to_owned()
+            }
+        })
+        .collect()
+}
+
+/// The first cells of the README's exit status table for `run`.
+fn readme_statuses() -> BTreeSet<String> {
+    let table = README
+        .split_once("| exit status | meaning |")
+        .map(|(_, rest)| rest)
+        .expect("README has an exit status table");
+    statuses(
+        table
+            .lines()
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .filter_map(|line| line.split('|').nth(1)),
+    )
+}
+
+/// The statuses `leasehold <sub> --help` lists under "Exit status:".
+fn help_statuses(sub: &str) -> BTreeSet<String> {
+    let dir = TempDir::new("help-statuses");
+    let mut cmd = bare();
+    cmd.args([sub, "--help"]);
+    let help = finish(cmd, &dir, sub);
+    help.assert_code(0, "--help");
+    let block = help
+        .stdout
+        .split_once("Exit status:")
+        .map(|(_, rest)| rest.to_owned())
+        .unwrap_or_else(|| panic!("{sub} --help has no exit status list:\n{}", help.stdout));
+    // Entries are indented two spaces; their continuation lines more.
+    statuses(
+        block
+            .lines()
+            // The rest of the "Exit status:" line.
+            .skip(1)
+            .take_while(|line| !line.trim().is_empty())
+            .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+            .map(|line| {
+                let entry = line.trim();
+                // The status is what comes before two spaces in a row.
+                entry.split("  ").next().unwrap_or(entry)
+            }),
+    )
+}
+
+#[test]
+fn the_readme_and_run_help_list_the_same_exit_statuses() {
+    let readme = readme_statuses();
+    let help = help_statuses("run");
+    assert_eq!(readme, help, "README vs run --help");
+    for status in ["the command's own", "75", "124", "125", "126", "127", "128+N"] {
+        assert!(readme.contains(status), "{status} missing from {readme:?}");
+    }
+}
+
+#[test]
+fn inspect_and_doctor_help_list_their_own_statuses() {
+    let expected = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
+    assert_eq!(help_statuses("inspect"), expected(&["0", "1", "125"]));
+    assert_eq!(help_statuses("doctor"), expected(&["0", "125"]));
+}
+
+#[test]
+fn the_readme_crontab_entry_is_one_line_cron_accepts() {
+    let entry = README
+        .lines()
+        .find(|line| line.starts_with("0 2 * * * "))
+        .expect("the README has a crontab entry");
+    assert!(!entry.ends_with('\\'), "cron does not continue lines: {entry}");
+    assert!(!entry.contains('%'), "cron turns % into a newline: {entry}");
+    assert!(entry.contains("leasehold run "), "{entry}");
+}
