@@ -72,7 +72,15 @@ fn the_readme_and_run_help_list_the_same_exit_statuses() {
     let readme = readme_statuses();
     let help = help_statuses("run");
     assert_eq!(readme, help, "README vs run --help");
-    for status in ["the command's own", "75", "124", "125", "126", "127", "128+N"] {
+    for status in [
+        "the command's own",
+        "75",
+        "124",
+        "125",
+        "126",
+        "127",
+        "128+N",
+    ] {
         assert!(readme.contains(status), "{status} missing from {readme:?}");
     }
 }
@@ -90,7 +98,10 @@ fn the_readme_crontab_entry_is_one_line_cron_accepts() {
         .lines()
         .find(|line| line.starts_with("0 2 * * * "))
         .expect("the README has a crontab entry");
-    assert!(!entry.ends_with('\\'), "cron does not continue lines: {entry}");
+    assert!(
+        !entry.ends_with('\\'),
+        "cron does not continue lines: {entry}"
+    );
     assert!(!entry.contains('%'), "cron turns % into a newline: {entry}");
     assert!(entry.contains("leasehold run "), "{entry}");
 }

@@ -354,8 +354,9 @@ fn a_signal_while_waiting_for_a_held_lease_exits_at_once_holding_nothing() {
     cmd.args(["--wait", "30s", "--", "sh", "-c", r#"echo > "$1""#, "sh"])
         .arg(&marker);
     let mut run = Running::spawn(cmd, &dir, "waiter");
-    // Give it time to be waiting (nothing observable distinguishes it from starting up;
-    // a signal during start-up must give the same result).
+    wait_until_catching(run.pid(), 2);
+    // Handlers come just before the acquisition: give it time to be waiting (a signal a
+    // moment earlier must give the same result).
     thread::sleep(Duration::from_millis(300));
     assert!(send_signal(run.pid(), "INT"), "kill -INT leasehold");
     let sent = Instant::now();

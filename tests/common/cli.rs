@@ -338,7 +338,12 @@ pub fn assert_gone_soon(pid: u32, what: &str) {
 
 /// Whether `pid` has a handler installed for SIGTERM (`SigCgt` in `/proc/<pid>/status`).
 pub fn catches_sigterm(pid: u32) -> bool {
-    const SIGTERM_BIT: u64 = 1 << (15 - 1);
+    catches_signal(pid, 15)
+}
+
+/// Whether `pid` has a handler installed for signal number `signo`.
+pub fn catches_signal(pid: u32, signo: u32) -> bool {
+    let bit = 1u64 << (signo - 1);
     let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
         return false;
     };
@@ -346,7 +351,21 @@ pub fn catches_sigterm(pid: u32) -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("SigCgt:"))
         .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & SIGTERM_BIT != 0)
+        .is_some_and(|mask| mask & bit != 0)
+}
+
+/// Waits until leasehold `pid` handles signal `signo` (it installs its handlers before it
+/// sends anything to Redis; before then a signal ends it like any process).
+#[track_caller]
+pub fn wait_until_catching(pid: u32, signo: u32) {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while !catches_signal(pid, signo) {
+        assert!(
+            Instant::now() < deadline,
+            "leasehold never handled signal {signo}"
+        );
+        thread::sleep(POLL);
+    }
 }
 
 pub fn all_keys(server: &RedisServer) -> Vec<String> {

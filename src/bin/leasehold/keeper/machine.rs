@@ -145,7 +145,11 @@ impl Keeper {
                 if deadline <= now {
                     // Validity already over: the command must not start at all.
                     self.phase = Phase::Done;
-                    actions.extend([Action::Report(Event::DeadlinePassed), Action::Exit]);
+                    actions.extend([
+                        Action::Report(Event::DeadlinePassed),
+                        Action::Report(Event::Gone),
+                        Action::Exit,
+                    ]);
                 } else {
                     actions.push(Action::Spawn { token });
                 }

@@ -68,7 +68,7 @@ const ROWS: &[Row] = &[
             },
             5,
         )],
-        actions: &[Report(Event::DeadlinePassed), Exit],
+        actions: &[Report(Event::DeadlinePassed), Report(Event::Gone), Exit],
         wakeup: None,
     },
     Row {
