@@ -9,8 +9,8 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::thread;
 use std::time::Duration;
 
-use common::RedisServer;
 use common::cli::*;
+use common::{Proxy, ProxyMode, RedisServer};
 
 /// Runs `leasehold run --redis <url> --resource msg -- true` and returns how it ended.
 fn run_against(url: &str, dir: &TempDir, label: &str) -> Finished {
@@ -44,6 +44,22 @@ fn a_closed_port_is_connection_refused_at_host_and_port() {
     let port = closed_port();
     let done = run_against(&format!("redis://127.0.0.1:{port}"), &dir, "refused");
     assert_one_line(&done, &format!("127.0.0.1:{port}"), "connection refused");
+}
+
+#[test]
+fn a_server_that_never_answers_is_a_connect_timeout_at_host_and_port() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("timeout");
+    let proxy = Proxy::start(server.addr());
+    proxy.set_mode(ProxyMode::BlackHole);
+    let addr = proxy.addr().to_string();
+    let done = run_against(&format!("redis://{addr}"), &dir, "timeout");
+    assert_one_line(&done, &addr, "timed out");
+    assert!(
+        done.stderr.contains("LEASEHOLD_CONNECT_TIMEOUT"),
+        "{}",
+        done.stderr
+    );
 }
 
 #[test]
