@@ -56,31 +56,41 @@ fn pid_in(run: &mut Running, file: &Path, what: &str) -> u32 {
     pid
 }
 
-/// A shell script that starts a backgrounded `sleep` and a `setsid` one (a session of its
-/// own, out of the command's process group), writes their pids and its own, then runs
-/// `tail`.
-fn tree_script(dir: &TempDir, tail: &str) -> String {
-    format!(
-        r#"echo $$ > "{main}"; sleep 300 & echo $! > "{bg}"; setsid sleep 300 & echo $! > "{daemon}"; {tail}"#,
+/// Starts `leasehold run <args> -- sh -c <script>` where the script starts a backgrounded
+/// `sleep` and a `setsid` one (a session of its own, out of the command's process group),
+/// writes their pids and its own, then runs `tail`. Returns leasehold and the three pids.
+fn start_tree(
+    server: &RedisServer,
+    dir: &TempDir,
+    args: &[&str],
+    tail: &str,
+) -> (Running, [(u32, &'static str); 3]) {
+    let script = format!(
+        r#"echo $$ > "{main}"; sleep 300 & echo $! > "{bg}"; setsid {daemon_cmd} & echo $! > "{daemon}"; {tail}"#,
         main = dir.path("main.pid").display(),
         bg = dir.path("bg.pid").display(),
         daemon = dir.path("daemon.pid").display(),
-    )
-}
-
-/// The three pids `tree_script` writes.
-fn tree_pids(run: &mut Running, dir: &TempDir) -> [(u32, &'static str); 3] {
-    [
-        (pid_in(run, &dir.path("main.pid"), "command"), "the command"),
+        // The setsid descendant ignores SIGTERM: only SIGKILL ends it.
+        daemon_cmd = r#"sh -c 'trap "" TERM; while :; do sleep 0.05; done'"#,
+    );
+    let mut cmd = run_cmd(server, "tree");
+    cmd.args(args).args(["--", "sh", "-c", &script]);
+    let mut run = Running::spawn(cmd, dir, "run");
+    let pids = [
         (
-            pid_in(run, &dir.path("bg.pid"), "bg"),
+            pid_in(&mut run, &dir.path("main.pid"), "command"),
+            "the command",
+        ),
+        (
+            pid_in(&mut run, &dir.path("bg.pid"), "bg"),
             "a backgrounded child",
         ),
         (
-            pid_in(run, &dir.path("daemon.pid"), "daemon"),
-            "a setsid descendant",
+            pid_in(&mut run, &dir.path("daemon.pid"), "daemon"),
+            "a setsid descendant ignoring SIGTERM",
         ),
-    ]
+    ];
+    (run, pids)
 }
 
 #[test]
@@ -88,17 +98,7 @@ fn sigkill_of_leasehold_ends_every_process_of_the_command_before_anyone_else_can
     let server = RedisServer::start();
     let dir = TempDir::new("sigkill");
     let _load = CpuLoad::start();
-    let mut cmd = run_cmd(&server, "sigkilled");
-    cmd.args([
-        "--ttl",
-        "3s",
-        "--",
-        "sh",
-        "-c",
-        &tree_script(&dir, "sleep 300"),
-    ]);
-    let mut run = Running::spawn(cmd, &dir, "run");
-    let pids = tree_pids(&mut run, &dir);
+    let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "3s"], "sleep 300");
     let key = wait_for_lease_key(&server);
     assert!(send_signal(run.pid(), "KILL"), "kill -KILL leasehold");
     let took = assert_all_gone_within(&pids, STOP_LIMIT, "leasehold was SIGKILLed");
@@ -118,17 +118,7 @@ fn sigkill_of_leasehold_ends_every_process_of_the_command_before_anyone_else_can
 fn a_killed_keeper_takes_the_command_with_it_and_leasehold_says_so() {
     let server = RedisServer::start();
     let dir = TempDir::new("keeper-killed");
-    let mut cmd = run_cmd(&server, "keeper-killed");
-    cmd.args([
-        "--ttl",
-        "3s",
-        "--",
-        "sh",
-        "-c",
-        &tree_script(&dir, "sleep 300"),
-    ]);
-    let mut run = Running::spawn(cmd, &dir, "run");
-    let pids = tree_pids(&mut run, &dir);
+    let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "3s"], "sleep 300");
     wait_for_lease_key(&server);
     let stat = fs::read_to_string(format!("/proc/{}/stat", pids[0].0)).expect("command stat");
     let keeper: u32 = stat
@@ -158,17 +148,12 @@ fn a_killed_keeper_takes_the_command_with_it_and_leasehold_says_so() {
 fn processes_the_command_left_behind_are_stopped_before_the_lease_is_released() {
     let server = RedisServer::start();
     let dir = TempDir::new("left-behind");
-    let mut cmd = run_cmd(&server, "left-behind");
-    cmd.args([
-        "--ttl",
-        "2s",
-        "--",
-        "sh",
-        "-c",
-        &tree_script(&dir, "exit 3"),
-    ]);
-    let mut run = Running::spawn(cmd, &dir, "run");
-    let pids = tree_pids(&mut run, &dir);
+    let (mut run, pids) = start_tree(
+        &server,
+        &dir,
+        &["--ttl", "2s", "--grace", "100ms"],
+        "exit 3",
+    );
     let done = run.finish_within(EXIT_TIMEOUT, "run whose command left processes");
     // Everything was gone when leasehold exited: the release came after.
     for (pid, what) in pids {
@@ -231,17 +216,12 @@ fn a_lost_lease_stops_every_descendant_whatever_its_group() {
     let server = RedisServer::start();
     let dir = TempDir::new("lost-tree");
     let _load = CpuLoad::start();
-    let mut cmd = run_cmd(&server, "lost-tree");
-    // The setsid descendant ignores SIGTERM: only the SIGKILL at the end of --grace ends it.
-    let script = format!(
-        r#"echo $$ > "{main}"; sleep 300 & echo $! > "{bg}"; setsid sh -c 'trap "" TERM; while :; do sleep 0.05; done' & echo $! > "{daemon}"; sleep 300"#,
-        main = dir.path("main.pid").display(),
-        bg = dir.path("bg.pid").display(),
-        daemon = dir.path("daemon.pid").display(),
+    let (mut run, pids) = start_tree(
+        &server,
+        &dir,
+        &["--ttl", "3s", "--grace", "200ms"],
+        "sleep 300",
     );
-    cmd.args(["--ttl", "3s", "--grace", "200ms", "--", "sh", "-c", &script]);
-    let mut run = Running::spawn(cmd, &dir, "run");
-    let pids = tree_pids(&mut run, &dir);
     let key = wait_for_lease_key(&server);
     let deleted_at = Instant::now();
     let _: i64 = server.query(&["DEL", &key]);
@@ -259,17 +239,7 @@ fn a_lost_lease_stops_every_descendant_whatever_its_group() {
 fn leasehold_paused_past_validity_cannot_keep_its_command_running() {
     let server = RedisServer::start();
     let dir = TempDir::new("paused-tree");
-    let mut cmd = run_cmd(&server, "paused-tree");
-    cmd.args([
-        "--ttl",
-        "1s",
-        "--",
-        "sh",
-        "-c",
-        &tree_script(&dir, "sleep 300"),
-    ]);
-    let mut run = Running::spawn(cmd, &dir, "run");
-    let pids = tree_pids(&mut run, &dir);
+    let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "1s"], "sleep 300");
     let key = wait_for_lease_key(&server);
     let stopped_at = Instant::now();
     assert!(send_signal(run.pid(), "STOP"), "kill -STOP leasehold");
@@ -326,4 +296,50 @@ fn leasehold_namespace_is_honoured_as_the_library_honours_it() {
     let key = wait_for_lease_key(&server);
     assert!(key.starts_with("tenant-b:"), "{key}");
     run.finish_within(EXIT_TIMEOUT, "run").assert_code(0, "run");
+}
+
+/// The keeper's pid: the parent of the command `command`.
+fn keeper_of(command: u32) -> u32 {
+    let stat = fs::read_to_string(format!("/proc/{command}/stat")).expect("command stat");
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .expect("the command's parent")
+}
+
+#[test]
+fn a_stopped_keeper_cannot_keep_the_command_running_past_validity() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("keeper-stopped");
+    let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "1s"], "sleep 300");
+    let keeper = keeper_of(pids[0].0);
+    assert!(send_signal(keeper, "STOP"), "kill -STOP keeper");
+    // leasehold cannot renew for ever with nobody answering... it can: the lease is fine.
+    // Take the lease away; the keeper never hears of it, leasehold kills the tree itself
+    // when local validity ends.
+    let key = wait_for_lease_key(&server);
+    let _: i64 = server.query(&["DEL", &key]);
+    let took = assert_all_gone_within(&pids, Duration::from_secs(3), "the keeper was stopped");
+    // Resumed, the keeper finds the tree gone and says so; leasehold then exits 124.
+    assert!(send_signal(keeper, "CONT"), "kill -CONT keeper");
+    let done = run.finish_within(EXIT_TIMEOUT, "run after its keeper resumed");
+    done.assert_code(124, "run whose keeper was stopped");
+    println!("measured: keeper stopped, lease deleted → tree killed by leasehold in {took:?}");
+}
+
+#[test]
+fn ctrl_z_stops_leasehold_but_never_the_keeper_so_the_deadline_still_holds() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("ctrl-z");
+    let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "1s"], "sleep 300");
+    let keeper = keeper_of(pids[0].0);
+    wait_for_lease_key(&server);
+    // What a terminal's ^Z does to leasehold's process group (the command has its own).
+    assert!(send_signal(run.pid(), "TSTP"), "kill -TSTP leasehold");
+    assert!(send_signal(keeper, "TSTP"), "kill -TSTP keeper");
+    let took = assert_all_gone_within(&pids, Duration::from_secs(3), "^Z");
+    assert!(send_signal(run.pid(), "CONT"), "kill -CONT leasehold");
+    let done = run.finish_within(EXIT_TIMEOUT, "run after fg");
+    done.assert_code(124, "run suspended past its validity");
+    println!("measured: ^Z → the keeper killed the tree at the deadline, {took:?} later (TTL 1 s)");
 }

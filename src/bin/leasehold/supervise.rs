@@ -87,7 +87,7 @@ pub(crate) async fn supervise(
                     };
                 }
                 None => {
-                    let killed = keeper.kill_orphans(ORPHAN_KILL_LIMIT).await;
+                    let killed = keeper.kill_tree(ORPHAN_KILL_LIMIT).await;
                     return CommandEnd::KeeperDied { killed };
                 }
             },
@@ -114,10 +114,13 @@ pub(crate) async fn supervise(
             }
             Some(signal) = signals.recv() => forward(keeper, signal).await,
             outcome = work.as_mut(), if work_done.is_none() => {
-                // The lease actor ended the work: local validity is over.
+                // The lease actor ended the work: local validity is over. The keeper kills
+                // the tree when its orders end (it did at its own deadline already, unless
+                // it was stopped); leasehold kills what it finds too.
                 *work_done = Some(outcome);
                 lost = true;
                 keeper.close();
+                keeper.kill_tree(Duration::ZERO).await;
             }
         }
     }

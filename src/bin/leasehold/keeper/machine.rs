@@ -246,10 +246,12 @@ impl Keeper {
             return;
         }
         let due = |at: Option<Nanos>| at.is_some_and(|at| now >= at);
-        if due(self.deadline) {
-            actions.push(Action::Report(Event::DeadlinePassed));
+        // A planned SIGKILL (end of grace, which never passes the deadline, or kill-after)
+        // comes first: only a deadline nobody planned for is reported.
+        if due(self.kill_at) || due(self.kill_after_at) {
             self.kill(now, actions);
-        } else if due(self.kill_at) || due(self.kill_after_at) {
+        } else if due(self.deadline) {
+            actions.push(Action::Report(Event::DeadlinePassed));
             self.kill(now, actions);
         }
     }

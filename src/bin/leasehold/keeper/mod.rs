@@ -42,6 +42,11 @@ pub(crate) use wire::{Event, Order, Signal};
 use machine::Nanos;
 use wire::FRAME;
 
+/// Serialises the tests of this binary that start child processes: the keeper loop under
+/// test reaps every child of the test process.
+#[cfg(test)]
+pub(crate) static TEST_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `CLOCK_MONOTONIC` now, in nanoseconds: the clock both processes read.
 fn mono_now() -> Nanos {
     let mut ts = libc::timespec {
@@ -96,7 +101,7 @@ impl Keeper {
     /// plain Rust, which a fork of a multi-threaded process could not safely do.
     ///
     /// leasehold becomes a child subreaper too: should the keeper ever die, the command's
-    /// orphans come to leasehold, which kills them ([`KeeperLink::kill_orphans`]).
+    /// orphans come to leasehold, which kills them ([`KeeperLink::kill_tree`]).
     pub(crate) fn fork(spec: Spec) -> io::Result<Keeper> {
         let (orders_read, orders_write) = process::pipe(false)?;
         let (events_read, events_write) = process::pipe(false)?;
@@ -192,9 +197,14 @@ impl KeeperLink {
         self.orders = None;
     }
 
-    /// SIGKILLs every process re-parented to leasehold (the keeper died and its tree came
-    /// here), until none is left or `limit` passed; returns how many were found.
-    pub(crate) async fn kill_orphans(&self, limit: Duration) -> usize {
+    /// SIGKILLs every descendant of leasehold but the keeper — the command's tree, whether
+    /// under the keeper or re-parented here because the keeper died — and again every few
+    /// milliseconds until none is left or `limit` passed (`ZERO`: one round). Returns the
+    /// most it found in one round.
+    ///
+    /// leasehold's own enforcement beside the keeper's: it runs when local validity ended
+    /// (the keeper may have been stopped) and when the keeper died.
+    pub(crate) async fn kill_tree(&self, limit: Duration) -> usize {
         let me = std::process::id();
         let until = Instant::now() + limit;
         let mut found = 0;
@@ -204,7 +214,7 @@ impl KeeperLink {
                 .into_iter()
                 .filter(|&pid| libc::pid_t::try_from(pid).ok() != Some(self.pid))
                 .collect::<Vec<_>>();
-            if round.is_empty() || Instant::now() >= until {
+            if round.is_empty() {
                 return found;
             }
             found = found.max(round.len());
@@ -215,6 +225,9 @@ impl KeeperLink {
                         libc::kill(pid, libc::SIGKILL);
                     }
                 }
+            }
+            if Instant::now() >= until {
+                return found;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -243,7 +256,8 @@ impl KeeperLink {
     }
 }
 
-/// Reaps any exited child of leasehold (orphans re-parented to it) without waiting.
+/// Reaps every exited child of leasehold (orphans re-parented here) without waiting; the
+/// keeper too, if it exited, which [`KeeperLink::finish`] then finds gone.
 fn reap_any() {
     let mut status = 0;
     // SAFETY: waitpid writing a local.

@@ -37,17 +37,24 @@ extern "C" fn on_sigchld(_: libc::c_int) {
     }
 }
 
-/// Ignores the forwarded signals (leasehold's process group receives a terminal's ^C too;
-/// the keeper must outlive the command to reap it) and SIGPIPE (a dead leasehold's pipe),
-/// and wakes the loop on SIGCHLD.
+/// Signals the keeper ignores and the command gets back at their default: a terminal
+/// sends ^C, ^\\ and ^Z to leasehold's process group, the keeper's too. The keeper must
+/// outlive the command to reap it, and must never be stopped (^Z) while the command runs
+/// on: it is what kills the tree at the lease's deadline. SIGPIPE: a dead leasehold's pipe.
+const IGNORED: [i32; 4] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGPIPE];
+
+/// Ignores the forwarded signals and [`IGNORED`], and wakes the loop on SIGCHLD.
 fn install_signal_dispositions(wake: &OwnedFd) {
     WAKE_FD.store(wake.as_raw_fd(), std::sync::atomic::Ordering::Relaxed);
     // SAFETY: signal(2) with SIG_IGN or a handler that only calls write(2).
     unsafe {
-        for signal in Signal::FORWARDED {
-            libc::signal(signal.raw(), libc::SIG_IGN);
+        for signal in Signal::FORWARDED
+            .map(Signal::raw)
+            .into_iter()
+            .chain(IGNORED)
+        {
+            libc::signal(signal, libc::SIG_IGN);
         }
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         libc::signal(libc::SIGCHLD, on_sigchld as *const () as libc::sighandler_t);
     }
 }
@@ -262,10 +269,9 @@ impl Process {
     }
 
     fn report(&self, event: Event) {
-        if self.leasehold_gone {
-            return;
-        }
         let frame = event.encode();
+        // Written even after the orders pipe closed: leasehold closes it to have the tree
+        // killed, then waits for `Gone` before it releases the lease.
         // SAFETY: one write of FRAME < PIPE_BUF bytes from a local buffer: atomic. A dead
         // leasehold (EPIPE, SIGPIPE ignored) needs no report.
         unsafe {
@@ -299,10 +305,13 @@ impl Process {
                 }
                 let _ = keeper;
                 // The keeper ignores these; the command starts with the defaults.
-                for signal in Signal::FORWARDED {
-                    libc::signal(signal.raw(), libc::SIG_DFL);
+                for signal in Signal::FORWARDED
+                    .map(Signal::raw)
+                    .into_iter()
+                    .chain(IGNORED)
+                {
+                    libc::signal(signal, libc::SIG_DFL);
                 }
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
                 let mut none: libc::sigset_t = std::mem::zeroed();
                 libc::sigemptyset(&raw mut none);
                 libc::sigprocmask(libc::SIG_SETMASK, &raw const none, std::ptr::null_mut());
@@ -312,5 +321,68 @@ impl Process {
         let child = command.spawn()?;
         // Reaped by `reap` through waitpid(-1), never through `child`.
         Ok(child.id())
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::time::Duration;
+
+    use super::super::machine::{Leftovers, Policy};
+    use super::super::{TEST_SERIAL, mono_now, nanos};
+    use super::*;
+
+    /// Every event the keeper wrote, in order.
+    fn events_of(events: OwnedFd) -> Vec<Event> {
+        let mut bytes = Vec::new();
+        std::fs::File::from(events)
+            .read_to_end(&mut bytes)
+            .expect("read events");
+        bytes
+            .chunks_exact(FRAME)
+            .filter_map(|chunk| Event::decode(chunk.try_into().ok()?))
+            .collect()
+    }
+
+    /// The keeper loop in this (test) process: it becomes a subreaper and ignores the
+    /// forwarded signals here, which the other tests of this binary do not mind.
+    #[test]
+    fn orders_that_end_while_the_command_runs_still_get_every_event_up_to_gone() {
+        let _serial = TEST_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let (orders_read, orders_write) = pipe(false).expect("pipe");
+        let (events_read, events_write) = pipe(false).expect("pipe");
+        let spec = Spec {
+            program: "sh".into(),
+            args: vec!["-c".into(), "sleep 30 & sleep 30".into()],
+            policy: Policy {
+                grace: None,
+                kill_after: None,
+                leftovers: Leftovers::Stop,
+            },
+        };
+        let start = Order::Start {
+            token: 1,
+            deadline: mono_now() + nanos(Duration::from_secs(60)),
+        };
+        let mut orders = std::fs::File::from(orders_write);
+        orders.write_all(&start.encode()).expect("send Start");
+        // leasehold closes its orders to have the tree killed; it still waits for `Gone`.
+        drop(orders);
+        let mut process = Process::new(spec, orders_read, events_write).expect("keeper");
+        assert_eq!(process.run(), 0);
+        drop(process);
+        let events = events_of(events_read);
+        assert!(
+            matches!(events.first(), Some(Event::Started { .. })),
+            "{events:?}"
+        );
+        assert!(
+            events.contains(&Event::Exited {
+                status: libc::SIGKILL
+            }),
+            "{events:?}"
+        );
+        assert_eq!(events.last(), Some(&Event::Gone), "{events:?}");
     }
 }

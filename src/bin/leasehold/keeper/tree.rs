@@ -85,6 +85,9 @@ mod tests {
 
     #[test]
     fn a_setsid_grandchild_is_a_descendant_and_a_signal_reaches_it() {
+        let _serial = super::super::TEST_SERIAL
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         // sh starts a grandchild in a session of its own, prints its pid and waits.
         let mut child = Command::new("sh")
             .args(["-c", "setsid sleep 30 & echo $!; wait"])
