@@ -1,4 +1,4 @@
--- leasehold acquire (DESIGN §4): one item of a batch; lua/batch.lua runs it. Atomic.
+-- leasehold acquire (docs/design.md §4): one item of a batch; lua/batch.lua runs it. Atomic.
 --
 -- lease   lease key: the string "<owner> <op> <token>", with a PX expiry
 -- fence   fence counter of the lease's group (the hash tag): the last token issued to any

@@ -1,4 +1,4 @@
--- leasehold batch (DESIGN §4): the one script leasehold sends, by EVALSHA. Its source is
+-- leasehold batch (docs/design.md §4): the one script leasehold sends, by EVALSHA. Its source is
 -- owner.lua, acquire.lua, renew.lua, release.lua and inspect.lua (each defines local
 -- functions), then this file, which runs a list of items — one or many operations on any
 -- leases — in order, atomically as a whole.

@@ -1,4 +1,4 @@
--- leasehold inspect (DESIGN §4): one item of a batch; lua/batch.lua runs it. Read only.
+-- leasehold inspect (docs/design.md §4): one item of a batch; lua/batch.lua runs it. Read only.
 --
 -- lease  lease key ("<owner> <op> <token>")
 -- mine   "<owner> <op> "

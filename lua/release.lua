@@ -1,4 +1,4 @@
--- leasehold release (DESIGN §4): one item of a batch; lua/batch.lua runs it. Atomic,
+-- leasehold release (docs/design.md §4): one item of a batch; lua/batch.lua runs it. Atomic,
 -- owner-checked.
 --
 -- lease    lease key ("<owner> <op> <token>")

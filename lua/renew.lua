@@ -1,4 +1,4 @@
--- leasehold renew (DESIGN §4): one item of a batch; lua/batch.lua runs it. Atomic, and
+-- leasehold renew (docs/design.md §4): one item of a batch; lua/batch.lua runs it. Atomic, and
 -- idempotent for one attempt, so a renew whose reply was lost can be sent again.
 --
 -- lease  lease key ("<owner> <op> <token>")

@@ -1,4 +1,4 @@
-//! One contract suite, two backends: every row of DESIGN §4 and the outcomes of §5 that
+//! One contract suite, two backends: every row of docs/design.md §4 and the outcomes of §5 that
 //! both backends must produce. `memory::*` runs on `MemoryBackend` under paused time,
 //! `redis::*` on a real redis-server behind a proxy.
 

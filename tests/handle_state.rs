@@ -1,5 +1,5 @@
-//! DESIGN §7, one test per arrow, on `MemoryBackend` under paused tokio time; then a property
-//! test of random operation sequences.
+//! docs/design.md §7, one test per arrow, on `MemoryBackend` under paused tokio time; then a
+//! property test of random operation sequences.
 
 use std::time::Duration;
 

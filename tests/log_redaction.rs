@@ -1,6 +1,6 @@
-//! DESIGN §9: tracing spans carry purpose, digest prefix (12 hex), operation id, outcome and
-//! latency — never the owner token, never a raw resource id. §3: raw resource ids never reach
-//! `Debug` output, and `Debug`/`Display` redact the owner token.
+//! docs/design.md §9: tracing spans carry purpose, digest prefix (12 hex), operation id,
+//! outcome and latency — never the owner token, never a raw resource id. §3: raw resource
+//! ids never reach `Debug` output, and `Debug`/`Display` redact the owner token.
 //!
 //! Each test installs a `tracing_subscriber::fmt` subscriber at TRACE (span open and close
 //! events included) writing into a shared buffer, drives every operation and outcome it can
@@ -112,7 +112,7 @@ impl Secrets {
     }
 }
 
-/// The assertions of DESIGN §9 on the captured text.
+/// The assertions of docs/design.md §9 on the captured text.
 fn assert_redacted(text: &str, owners: &[String], resource: &ResourceDigest) {
     assert!(!text.is_empty(), "nothing was captured");
     assert!(!owners.is_empty(), "the test made no attempts");

@@ -180,7 +180,7 @@ async fn lease_and_fencing_counter_survive_a_restart_with_persistence() {
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     server.restart();
     // The first command on the connection the restart closed fails with a broken pipe,
-    // which may have been written (DESIGN §12): `Indeterminate`, and `acquire` replays the
+    // which may have been written (docs/design.md §12): `Indeterminate`, and `acquire` replays the
     // same attempt until it is certain.
     let req = LeaseRequest::builder(
         Purpose::new("redis").unwrap(),

@@ -1,4 +1,4 @@
-//! DESIGN §8 on `MemoryBackend` under paused tokio time: renewal cadence, cancellation on
+//! docs/design.md §8 on `MemoryBackend` under paused tokio time: renewal cadence, cancellation on
 //! LOST / UNKNOWN / unconfirmable renewal, the Kill and NotifyOnly policies, and the
 //! supervision grid — worker {exits, errs, panics, ignores cancel} × lease {held, lost,
 //! unknown, validity ends}, each asserting the release and exactly one `LeaseCancelled`.

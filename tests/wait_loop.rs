@@ -1,4 +1,4 @@
-//! The wait loop of `acquire` (DESIGN §6), on `MemoryBackend` under paused tokio time.
+//! The wait loop of `acquire` (docs/design.md §6), on `MemoryBackend` under paused tokio time.
 
 use std::time::Duration;
 

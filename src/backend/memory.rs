@@ -1,4 +1,4 @@
-//! `MemoryBackend`: the scripts of DESIGN §4, in process, on tokio's clock.
+//! `MemoryBackend`: the scripts of docs/design.md §4, in process, on tokio's clock.
 //!
 //! Because it reads `tokio::time::Instant`, a test under `#[tokio::test(start_paused = true)]`
 //! moves lease expiry with `tokio::time::advance`. It is the embedded default for examples and

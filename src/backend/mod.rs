@@ -1,6 +1,6 @@
 //! Backend layer: where leases are stored. Imports only [`crate::protocol`].
 //!
-//! [`LeaseBackend`] is deliberately small — one method per script of DESIGN §4 plus the
+//! [`LeaseBackend`] is deliberately small — one method per script of docs/design.md §4 plus the
 //! release-notice subscription. A backend answers with the typed reply of the script, or with
 //! a [`SendFailure`] that says how sure it is that nothing happened. It knows nothing about
 //! handles, validity or retries: those belong to the lease core.

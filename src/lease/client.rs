@@ -136,7 +136,7 @@ impl LeaseClient {
 
     /// One acquisition attempt, no waiting.
     ///
-    /// The validity reference is the instant just before send (DESIGN §6).
+    /// The validity reference is the instant just before send (docs/design.md §6).
     ///
     /// # Errors
     /// [`LeaseError::InvalidDuration`] if `ttl ≤ drift_budget`; checked before any I/O.

@@ -1,4 +1,4 @@
-//! `LeaseHandle`: one held lease and the whole state machine of DESIGN §7.
+//! `LeaseHandle`: one held lease and the whole state machine of docs/design.md §7.
 //!
 //! ```text
 //! ACTIVE ──renew RENEWED──▶ ACTIVE            (budget replaced)

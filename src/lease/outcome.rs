@@ -1,4 +1,4 @@
-//! The outcome of every lease operation (DESIGN §5). Certainty is part of the type: only
+//! The outcome of every lease operation (docs/design.md §5). Certainty is part of the type: only
 //! `Unavailable` promises that nothing happened; anything that may have reached Redis is
 //! `Indeterminate`.
 //!
@@ -292,7 +292,7 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// The state of a [`LeaseHandle`] (DESIGN §7). Only `Active` can renew.
+/// The state of a [`LeaseHandle`] (docs/design.md §7). Only `Active` can renew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseState {
     /// Held, with local validity left.

@@ -1,4 +1,5 @@
-//! `LeaseSettings`: everything a client needs besides the backend, with DESIGN §11 defaults.
+//! `LeaseSettings`: everything a client needs besides the backend, with the defaults of
+//! docs/design.md §11.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The one way leasehold opens and closes an operation span (DESIGN §9).
+//! The one way leasehold opens and closes an operation span (docs/design.md §9).
 //!
 //! Fields: `purpose`, `digest` (12 hex digits), `op_id`, `token` (once known), `outcome`,
 //! `latency_us`. Never the

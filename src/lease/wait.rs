@@ -1,4 +1,4 @@
-//! The wait loop behind [`LeaseClient::acquire`](crate::LeaseClient::acquire) (DESIGN §6).
+//! The wait loop behind [`LeaseClient::acquire`](crate::LeaseClient::acquire) (docs/design.md §6).
 //!
 //! # Invariants
 //!

@@ -1,4 +1,4 @@
-//! Every bound and default of DESIGN §3 and §11, in one table.
+//! Every bound and default of docs/design.md §3 and §11, in one table.
 //!
 //! The error texts of [`LeaseError`] are built from these values, so a message always names
 //! the bound that is actually enforced.
@@ -67,14 +67,14 @@ pub fn parse_duration(param: &'static str, text: &str) -> Result<Duration, Lease
     })
 }
 
-/// Lease time to live: 100 ms ..= 1 h (DESIGN §3). Redis stores it in whole milliseconds.
+/// Lease time to live: 100 ms ..= 1 h (docs/design.md §3). Redis stores it in whole milliseconds.
 pub const TTL: DurationBounds = DurationBounds {
     param: "ttl",
     min: Duration::from_millis(100),
     max: Duration::from_secs(3600),
 };
 
-/// How long `acquire` may wait for a contended lease: 0 ..= 1 h (DESIGN §3).
+/// How long `acquire` may wait for a contended lease: 0 ..= 1 h (docs/design.md §3).
 pub const WAIT_TIMEOUT: DurationBounds = DurationBounds {
     param: "wait_timeout",
     min: Duration::ZERO,
@@ -119,15 +119,15 @@ pub const REPLICA_WAIT: DurationBounds = DurationBounds {
 /// Most replicas an acquisition may wait for.
 pub const MAX_REPLICAS: u32 = 16;
 
-/// Default command timeout (DESIGN §11).
+/// Default command timeout (docs/design.md §11).
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
-/// Default connect timeout (DESIGN §11).
+/// Default connect timeout (docs/design.md §11).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default drift budget (DESIGN §11).
+/// Default drift budget (docs/design.md §11).
 pub const DEFAULT_DRIFT_BUDGET: Duration = Duration::from_millis(10);
-/// Default contention retry-after fallback (DESIGN §11).
+/// Default contention retry-after fallback (docs/design.md §11).
 pub const DEFAULT_RETRY_AFTER_FALLBACK: Duration = Duration::from_millis(50);
-/// Default wait timeout: try once (DESIGN §11).
+/// Default wait timeout: try once (docs/design.md §11).
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::ZERO;
 
 /// Longest [`Purpose`](crate::Purpose), in bytes.

@@ -1,4 +1,4 @@
-//! Typed script replies, one enum per script (DESIGN §4).
+//! Typed script replies, one enum per script (docs/design.md §4).
 //!
 //! Status words match the Lua scripts one for one; [`AcquireReply::status`] and friends are
 //! the only spelling of them on the Rust side.

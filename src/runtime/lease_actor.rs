@@ -1,5 +1,5 @@
 //! `LeaseActor`: owns one `LeaseHandle`, renews it like a watchdog, and supervises the worker
-//! the lease protects (DESIGN §8).
+//! the lease protects (docs/design.md §8).
 //!
 //! # Invariants
 //!

@@ -1,5 +1,5 @@
 //! Runtime layer: each held lease is a ractor actor that renews it and supervises the work it
-//! protects (DESIGN §8). Imports the lease core only — never a backend.
+//! protects (docs/design.md §8). Imports the lease core only — never a backend.
 //!
 //! * [`LeaseRuntime::spawn_under_lease`] — acquire, then run a worker actor under the lease.
 //! * [`LeaseRuntime::run_under_lease`] — the same for a plain future.

@@ -1,9 +1,9 @@
 //! The one place that sorts redis errors into *not executed* and *may have executed*.
 //!
-//! The rule (DESIGN §12): only a failure to obtain a connection, or a server error that Redis
-//! raises before running a command, proves the command did not run. Every other I/O failure —
-//! a broken pipe included, which Redis clients report both before and after the write — may
-//! have executed.
+//! The rule (docs/design.md §12): only a failure to obtain a connection, or a server error
+//! that Redis raises before running a command, proves the command did not run. Every other
+//! I/O failure — a broken pipe included, which Redis clients report both before and after
+//! the write — may have executed.
 
 use redis::{ErrorKind, RedisError};
 

@@ -26,7 +26,7 @@
 //!   slow to connect, a call for another node's slot that has no connection yet waits too
 //!   (within its own bound). Calls on nodes already connected do not wait.
 //! * The redis crate's cluster client (which retries and follows redirections on its own,
-//!   DESIGN §12) is not used: every await here is bounded by the call's deadline.
+//!   docs/design.md §12) is not used: every await here is bounded by the call's deadline.
 
 use std::collections::HashMap;
 use std::fmt;

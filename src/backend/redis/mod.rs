@@ -68,8 +68,8 @@
 //! Redis 7.0), and a partitioned primary keeps accepting them until it rejoins. A call
 //! already in flight when `+switch-master` is announced, or one made while this process
 //! cannot hear the sentinels, may land on the old primary and its effect may be lost with
-//! it. Fencing tokens are what protects the resource then (DESIGN §4); `min-replicas-to-write`
-//! on the server narrows the window.
+//! it. Fencing tokens are what protects the resource then (docs/design.md §4);
+//! `min-replicas-to-write` on the server narrows the window.
 
 mod batch;
 mod classify;
@@ -923,7 +923,7 @@ fn open_client(url: &str) -> Result<Client, String> {
     #[cfg(feature = "tls")]
     if url.starts_with("rediss://") {
         // The redis crate selects no rustls provider; without one, the first TLS
-        // handshake panics (DESIGN §12). Another provider installed first wins.
+        // handshake panics (docs/design.md §12). Another provider installed first wins.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
     let info = url.into_connection_info().map_err(|e| e.to_string())?;
