@@ -19,14 +19,11 @@
 //!    lease best effort; the TTL is the backstop.
 
 use std::fmt;
-use std::future::Future;
 use std::marker::PhantomData;
-use std::pin::Pin;
 use std::time::Duration;
 
 use ractor::{
-    Actor, ActorCell, ActorProcessingErr, ActorRef, Message, RpcReplyPort, SpawnErr,
-    SupervisionEvent,
+    Actor, ActorCell, ActorProcessingErr, ActorRef, Message, RpcReplyPort, SupervisionEvent,
 };
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::time::Instant;
@@ -35,6 +32,9 @@ use tracing::Instrument as _;
 
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::{LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome};
+use crate::runtime::watchdog::{Action, Phase, Watchdog};
+use crate::runtime::worker::WorkerState;
+pub(crate) use crate::runtime::worker::{SpawnFuture, TaskEnd, Worker};
 use crate::runtime::{
     CancelPolicy, CancelReason, JobEnd, LeaseCancelled, LeaseReport, LeaseStatus,
 };
@@ -71,6 +71,11 @@ enum Command {
 }
 
 impl LeaseActorMsg {
+    /// The task running the work ended; the panic's message if it panicked.
+    pub(crate) fn task_ended(failure: Option<String>) -> Self {
+        Self(Command::TaskEnded(failure))
+    }
+
     /// Asks for the current [`LeaseStatus`].
     pub fn status(reply: RpcReplyPort<LeaseStatus>) -> Self {
         Self(Command::Status(reply))
@@ -95,56 +100,6 @@ impl fmt::Debug for LeaseActorMsg {
     }
 }
 
-pub(crate) type SpawnFuture<M> =
-    Pin<Box<dyn Future<Output = Result<ActorRef<M>, SpawnErr>> + Send>>;
-/// Spawns the worker linked under the given supervisor cell.
-pub(crate) type Spawner<M> = Box<dyn FnOnce(ActorCell) -> SpawnFuture<M> + Send>;
-
-/// Starts the task that runs the work (in `post_start`, in the lease's span); the task
-/// holds a [`TaskEnd`] that tells this actor when it ends.
-pub(crate) type TaskStarter =
-    Box<dyn FnOnce(ActorRef<LeaseActorMsg>) -> tokio::task::JoinHandle<()> + Send>;
-
-pub(crate) enum Worker<M> {
-    /// Spawned in `post_start` as this actor's child.
-    Spawn(Spawner<M>),
-    /// An actor that already runs; it is told, not supervised.
-    Attached(ActorRef<M>),
-    /// A future run as a task of its own, started in `post_start`: its cancellation is the
-    /// context's token, and it is stopped by aborting it (dropped at its next `.await`).
-    Task(TaskStarter),
-}
-
-/// Tells the lease actor, when dropped, that the task running the work ended: it returned,
-/// panicked ([`failed`](Self::failed) was called), or was aborted.
-pub(crate) struct TaskEnd {
-    actor: ActorRef<LeaseActorMsg>,
-    failure: Option<String>,
-}
-
-impl TaskEnd {
-    pub(crate) fn new(actor: ActorRef<LeaseActorMsg>) -> Self {
-        Self {
-            actor,
-            failure: None,
-        }
-    }
-
-    /// The work panicked with `message`.
-    pub(crate) fn failed(&mut self, message: String) {
-        self.failure = Some(message);
-    }
-}
-
-impl Drop for TaskEnd {
-    fn drop(&mut self) {
-        // The actor may be gone already (stopped from outside): nothing left to tell.
-        let _ = self
-            .actor
-            .send_message(LeaseActorMsg(Command::TaskEnded(self.failure.take())));
-    }
-}
-
 /// Start-up arguments of a [`LeaseActor`]; built by [`LeaseRuntime`](crate::runtime::LeaseRuntime).
 pub struct LeaseActorArgs<M> {
     pub(crate) handle: LeaseHandle,
@@ -158,128 +113,48 @@ pub struct LeaseActorArgs<M> {
     pub(crate) safety_margin: Duration,
 }
 
-/// The earliest of these is the one timer armed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Deadline {
-    /// Fires when the next renewal is due.
-    Renew(Instant),
-    /// Fires at `valid_until − safety margin` if no renewal was confirmed by then: the next
-    /// confirmation could not arrive in time, so the worker is cancelled.
-    Cancel(Instant),
-    /// Fires at local validity end, after a cancellation, if the worker still runs.
-    StopWorker(Instant),
-}
-
-impl Deadline {
-    fn at(self) -> Instant {
-        match self {
-            Self::Renew(t) | Self::Cancel(t) | Self::StopWorker(t) => t,
-        }
-    }
-}
-
-enum WorkerState<M> {
-    Pending(Spawner<M>),
-    PendingTask(TaskStarter),
-    Child {
-        worker: ActorRef<M>,
-        alive: bool,
-    },
-    Attached(ActorRef<M>),
-    Task {
-        task: tokio::task::JoinHandle<()>,
-        alive: bool,
-    },
-    Starting,
-}
-
 /// The actor's private state.
 pub struct LeaseActorState<M> {
     handle: LeaseHandle,
     worker: WorkerState<M>,
-    policy: CancelPolicy,
     cancel: CancellationToken,
     status: watch::Sender<LeaseStatus>,
     report: Option<oneshot::Sender<LeaseReport>>,
     _permit: Option<OwnedSemaphorePermit>,
-    renew_every: Duration,
-    safety_margin: Duration,
-    /// Local validity end of the last confirmation; the worker never runs past it.
-    valid_until: Instant,
-    next_renew_at: Instant,
+    /// When to renew, cancel and stop the worker: the schedule, decided without I/O.
+    watchdog: Watchdog,
+    /// The cancellation sent, kept for the status and the report.
     cancelled: Option<LeaseCancelled>,
-    killed: bool,
-    renewals: u64,
+    /// Generation of the one armed timer: a `Tick` of an older one is stale.
     timer: u64,
-    /// Set once `finish` started: no more timers, no second report.
-    finishing: bool,
-    /// Start of the first renewal round since the last confirmation that did not confirm:
-    /// where the cancellation delay is measured from.
-    first_failure_at: Option<Instant>,
     /// One span for the lease's whole life in this actor.
     span: tracing::Span,
 }
 
 impl<M> LeaseActorState<M> {
-    fn worker_alive(&self) -> bool {
-        match &self.worker {
-            WorkerState::Child { alive, .. } | WorkerState::Task { alive, .. } => *alive,
-            WorkerState::Attached(_) => true,
-            WorkerState::Pending(_) | WorkerState::PendingTask(_) | WorkerState::Starting => false,
-        }
+    fn finishing(&self) -> bool {
+        self.watchdog.phase() == Phase::Finishing
     }
 
     fn publish(&mut self) {
         let state = self.handle.state();
+        let valid_until = self.watchdog.valid_until();
         let status = LeaseStatus {
             state,
             valid_until: (state == LeaseState::Active && self.cancelled.is_none())
-                .then_some(self.valid_until),
-            stop_by: self.valid_until,
-            renewals: self.renewals,
+                .then_some(valid_until),
+            stop_by: valid_until,
+            renewals: self.watchdog.renewals(),
             cancelled: self.cancelled.as_ref().map(|c| c.reason),
         };
         self.status.send_replace(status);
-    }
-
-    /// The earliest pending deadline, if any.
-    fn next_deadline(&self) -> Option<Deadline> {
-        if self.finishing {
-            return None;
-        }
-        if self.cancelled.is_none() {
-            let cancel_at = self.valid_until.checked_sub(self.safety_margin);
-            let cancel_at = cancel_at.unwrap_or(self.valid_until);
-            return Some(if self.next_renew_at < cancel_at {
-                Deadline::Renew(self.next_renew_at)
-            } else {
-                Deadline::Cancel(cancel_at)
-            });
-        }
-        let attached = matches!(self.worker, WorkerState::Attached(_));
-        let kill_due = self.policy == CancelPolicy::Kill && self.worker_alive() && !self.killed;
-        // An attached worker is not supervised: at validity end the lease ends regardless.
-        (attached || kill_due).then_some(Deadline::StopWorker(self.valid_until))
-    }
-
-    /// When to renew after a confirmation at `now`: the cadence, or earlier if the budget
-    /// is short (a replay), so a retry still fits before the cancellation deadline —
-    /// brought forward onto the renewal grid (see [`on_renewal_grid`]).
-    fn schedule_renewal(&mut self, now: Instant) {
-        let cancel_at = self
-            .valid_until
-            .checked_sub(self.safety_margin)
-            .unwrap_or(now);
-        let half_way = now + cancel_at.saturating_duration_since(now) / 2;
-        let due = (now + self.renew_every).min(half_way);
-        self.next_renew_at = on_renewal_grid(due, now, self.renew_every);
     }
 }
 
 impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
     fn arm(myself: &ActorRef<LeaseActorMsg>, state: &mut LeaseActorState<M>) {
         state.timer += 1;
-        let Some(deadline) = state.next_deadline() else {
+        let Some(deadline) = state.watchdog.next_deadline(state.worker.view()) else {
             return;
         };
         let generation = state.timer;
@@ -290,28 +165,28 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
 
     /// Sends the one cancellation (invariant 2) and applies the policy if no time is left.
     fn cancel(state: &mut LeaseActorState<M>, reason: CancelReason) {
-        if state.cancelled.is_some() {
+        let now = Instant::now();
+        let delay = state.watchdog.failing_for(now);
+        let Some(cancellation) = state.watchdog.cancel(reason, now) else {
             return;
-        }
-        let remaining = state.valid_until.saturating_duration_since(Instant::now());
+        };
         let message = LeaseCancelled {
             reason,
             token: state.handle.token(),
-            remaining_validity: remaining,
+            remaining_validity: cancellation.remaining,
         };
         tracing::info!(
             reason = reason.as_str(),
             token = state.handle.token().get(),
-            remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            remaining_ms = u64::try_from(cancellation.remaining.as_millis()).unwrap_or(u64::MAX),
             "lease cancelled"
         );
-        let delay = state.first_failure_at.map(|at| at.elapsed());
         telemetry::cancellation(state.handle.purpose(), reason.as_str(), delay);
         state.cancelled = Some(message.clone());
         // Published before the token fires, so work woken by it reads the reason.
         state.publish();
         state.cancel.cancel();
-        if state.worker_alive() {
+        if state.worker.alive() {
             let target = match &state.worker {
                 WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => Some(worker),
                 _ => None,
@@ -321,15 +196,21 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                 let _ = worker.send_message(M::from(message));
             }
         }
-        if remaining.is_zero() {
+        if cancellation.stop_now {
             Self::stop_worker_if_due(state);
         }
     }
 
     fn stop_worker_if_due(state: &mut LeaseActorState<M>) {
-        if state.policy != CancelPolicy::Kill || state.killed || !state.worker_alive() {
+        let view = state.worker.view();
+        if !state.watchdog.stop_worker(view) {
             return;
         }
+        Self::stop_worker(state);
+    }
+
+    /// Stops the worker; the watchdog decided it must be.
+    fn stop_worker(state: &LeaseActorState<M>) {
         tracing::warn!(
             token = state.handle.token().get(),
             "worker still running at the end of local validity; stopping it"
@@ -337,42 +218,29 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         match &state.worker {
             WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => worker.kill(),
             WorkerState::Task { task, .. } => task.abort(),
-            WorkerState::Pending(_) | WorkerState::PendingTask(_) | WorkerState::Starting => {
-                return;
-            }
+            WorkerState::Pending(_) | WorkerState::PendingTask(_) | WorkerState::Starting => {}
         }
-        state.killed = true;
     }
 
     async fn renew(state: &mut LeaseActorState<M>) {
         let started = Instant::now();
         let remaining = state.handle.remaining_validity();
-        let bound = remaining.saturating_sub(state.safety_margin);
-        if bound.is_zero() {
+        let Some(bound) = state.watchdog.renew_bound(remaining) else {
             return Self::cancel(state, CancelReason::RenewalUnconfirmed);
-        }
+        };
         let outcome = state.handle.renew_within(bound).await;
         if !matches!(outcome, RenewOutcome::Renewed { .. }) {
-            state.first_failure_at.get_or_insert(started);
+            state.watchdog.on_renew_failed(started);
         }
         match outcome {
             RenewOutcome::Renewed { .. } => {
-                state.first_failure_at = None;
-                if let Some(until) = state.handle.valid_until() {
-                    state.valid_until = until;
-                }
-                state.renewals += 1;
-                state.schedule_renewal(started);
+                let valid_until = state.handle.valid_until();
+                state.watchdog.on_renewed(started, valid_until);
                 state.publish();
             }
             RenewOutcome::Lost { reason } => Self::cancel(state, CancelReason::Lost(reason)),
             RenewOutcome::Indeterminate { .. } => Self::cancel(state, CancelReason::Unknown),
-            RenewOutcome::Unavailable { .. } => {
-                // Nothing reached Redis; the old budget holds. Try again soon — the Cancel
-                // deadline gives up in time if this keeps failing.
-                state.next_renew_at =
-                    Instant::now() + state.renew_every.min(RETRY_AFTER_UNAVAILABLE);
-            }
+            RenewOutcome::Unavailable { .. } => state.watchdog.on_unavailable(Instant::now()),
             RenewOutcome::Refused { state: refused } => Self::cancel(
                 state,
                 match refused {
@@ -386,7 +254,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
     /// Releases the lease and sends the report (invariant 5: the worker has stopped, or is
     /// attached and asked for it).
     async fn finish(state: &mut LeaseActorState<M>, end: JobEnd) -> LeaseReport {
-        state.finishing = true;
+        state.watchdog.finish();
         state.timer += 1;
         let mut release = state.handle.release().await;
         // A release that did not land leaves the key held until its TTL; the worker has
@@ -426,40 +294,11 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         match &state.cancelled {
             Some(c) => JobEnd::Cancelled {
                 reason: c.reason,
-                killed: state.killed,
+                killed: state.watchdog.killed(),
             },
             None => JobEnd::Completed,
         }
     }
-}
-
-/// Spacing of the renewal grid, at most: renewals are brought forward onto multiples of it.
-const RENEWAL_GRID: Duration = Duration::from_millis(100);
-
-/// `due` brought forward to the last point of a process-wide grid (spacing
-/// `min(RENEWAL_GRID, renew_every / 8)`) — unless that is not after `now`.
-///
-/// Why: the leases of a process then renew at a few shared instants rather than spread
-/// over every millisecond, so their renewals reach the backend together and travel in a few
-/// script calls (`RedisBackend` coalesces them): 100,000 leases renewing every 10 s make
-/// about a thousand renewals per grid point, and 10,000 a hundred. Renewing up to one
-/// spacing early (1% of the cadence with the default ttl/3) costs nothing: the budget only
-/// grows.
-fn on_renewal_grid(due: Instant, now: Instant, renew_every: Duration) -> Instant {
-    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let origin = *ORIGIN.get_or_init(Instant::now);
-    let spacing = RENEWAL_GRID.min(renew_every / 8);
-    let Some(since) = due.checked_duration_since(origin) else {
-        return due;
-    };
-    if spacing.is_zero() {
-        return due;
-    }
-    // Both fit in u128 nanoseconds; the remainder is below `spacing`, so `due − off_grid`
-    // does not underflow.
-    let off_grid = since.as_nanos() % spacing.as_nanos();
-    let aligned = due - Duration::from_nanos(u64::try_from(off_grid).unwrap_or(0));
-    if aligned > now { aligned } else { due }
 }
 
 /// Release attempts when finishing, and the pause between them.
@@ -468,9 +307,6 @@ const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// Bound on waiting for a killed worker to stop before releasing.
 const KILL_WAIT: Duration = Duration::from_secs(1);
-
-/// Pause before retrying a renewal that provably did not reach Redis.
-const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_millis(100);
 
 // Each handler's future is boxed (one allocation per message): ractor allocates an actor's
 // message loop once, at the size of its largest state, so unboxed every held lease would
@@ -513,24 +349,15 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
                 Worker::Attached(worker) => WorkerState::Attached(worker),
                 Worker::Task(starter) => WorkerState::PendingTask(starter),
             },
-            policy,
             cancel,
             status,
             report,
             _permit: permit,
-            renew_every,
-            safety_margin,
-            valid_until,
-            next_renew_at: now,
+            watchdog: Watchdog::new(valid_until, now, renew_every, safety_margin, policy),
             cancelled: None,
-            killed: false,
-            renewals: 0,
             timer: 0,
-            finishing: false,
-            first_failure_at: None,
             span,
         };
-        state.schedule_renewal(now);
         state.publish();
         Ok(state)
     }
@@ -626,27 +453,20 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
         match message.0 {
-            Command::Tick(generation) if generation != state.timer || state.finishing => {}
+            Command::Tick(generation) if generation != state.timer || state.finishing() => {}
             Command::Tick(_) => {
-                let now = Instant::now();
-                if state.cancelled.is_some() {
-                    if now >= state.valid_until {
-                        Self::stop_worker_if_due(state);
-                        if let WorkerState::Attached(_) = state.worker {
+                let view = state.worker.view();
+                for action in state.watchdog.on_timeout(Instant::now(), view) {
+                    match action {
+                        Action::Renew => Self::renew(state).await,
+                        Action::Cancel(reason) => Self::cancel(state, reason),
+                        Action::StopWorker => Self::stop_worker(state),
+                        Action::FinishAttached => {
                             let end = Self::end_for_exit(state);
                             Self::finish(state, end).await;
                             myself.stop(Some("lease ended".to_owned()));
                         }
                     }
-                } else if now
-                    >= state
-                        .valid_until
-                        .checked_sub(state.safety_margin)
-                        .unwrap_or(state.valid_until)
-                {
-                    Self::cancel(state, CancelReason::RenewalUnconfirmed);
-                } else if now >= state.next_renew_at {
-                    Self::renew(state).await;
                 }
                 Self::arm(&myself, state);
             }
@@ -721,7 +541,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         _myself: ActorRef<LeaseActorMsg>,
         state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
-        if !state.finishing {
+        if !state.finishing() {
             // Stopped from outside while the worker ran: stop it first (invariant 5).
             // Wait for it, bounded: the release must not overlap a running worker.
             match &mut state.worker {
@@ -767,49 +587,6 @@ impl<M> Drop for LeaseActorState<M> {
                 },
                 token: self.handle.token(),
             });
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn renewals_due_within_one_grid_spacing_share_an_instant_no_later_than_due() {
-        let now = Instant::now();
-        let every = Duration::from_secs(10);
-        let dues: Vec<Instant> = (0..100).map(|i| now + every + MS * i / 10).collect();
-        let aligned: Vec<Instant> = dues
-            .iter()
-            .map(|&due| on_renewal_grid(due, now, every))
-            .collect();
-        for (due, at) in dues.iter().zip(&aligned) {
-            assert!(at <= due && *due - *at < RENEWAL_GRID, "{at:?} for {due:?}");
-            assert!(*at > now);
-        }
-        let mut distinct = aligned.clone();
-        distinct.dedup();
-        // 100 renewals due over 10 ms land on at most two grid points.
-        assert!(distinct.len() <= 2, "{} instants", distinct.len());
-    }
-
-    #[test]
-    fn a_short_cadence_gets_a_finer_grid_and_nothing_moves_into_the_past() {
-        let now = Instant::now();
-        let every = Duration::from_millis(40);
-        for i in 0..50 {
-            let due = now + every + MS * i / 7;
-            let at = on_renewal_grid(due, now, every);
-            assert!(at <= due && due - at < every / 8, "{at:?} for {due:?}");
-        }
-        // Due within a spacing of now: never moved to now or before it.
-        for i in 1..20 {
-            let due = now + MS * i / 4;
-            let at = on_renewal_grid(due, now, every);
-            assert!(at <= due && (at > now || at == due), "{at:?} for {due:?}");
         }
     }
 }

@@ -19,6 +19,8 @@ mod report;
 mod run;
 mod spawn;
 mod supervisor;
+mod watchdog;
+mod worker;
 
 pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
 pub use context::{LeaseContext, LeaseStatus};
