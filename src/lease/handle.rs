@@ -31,8 +31,9 @@ use tracing::Instrument as _;
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
 use crate::lease::client::LeaseClient;
 use crate::lease::outcome::{
-    LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication, release_outcome,
+    LeaseState, ReleaseOutcome, RenewOutcome, Replication, release_outcome,
 };
+use crate::lease::state::{HandleState, RenewParams};
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
 use crate::protocol::limits::RENEW_ATTEMPTS;
@@ -77,26 +78,6 @@ pub struct LeaseHandle {
     held: Option<HeldLease>,
     /// How many replicas acknowledged the acquisition.
     replication: Replication,
-}
-
-/// The private state: data a state needs lives in its variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HandleState {
-    Active { budget: ValidityBudget },
-    Lost { reason: LostReason },
-    Unknown,
-    Released,
-}
-
-impl HandleState {
-    fn public(self) -> LeaseState {
-        match self {
-            Self::Active { .. } => LeaseState::Active,
-            Self::Lost { reason } => LeaseState::Lost(reason),
-            Self::Unknown => LeaseState::Unknown,
-            Self::Released => LeaseState::Released,
-        }
-    }
 }
 
 impl LeaseHandle {
@@ -177,10 +158,7 @@ impl LeaseHandle {
     pub fn remaining_validity(&mut self) -> Duration {
         let now = Instant::now();
         self.observe(now);
-        match self.state {
-            HandleState::Active { budget } => budget.remaining(now),
-            _ => Duration::ZERO,
-        }
+        self.state.remaining(now)
     }
 
     /// The instant local validity ends while ACTIVE; `None` in any other state.
@@ -238,17 +216,18 @@ impl LeaseHandle {
     }
 
     async fn renew_inner(&mut self, limit: Option<Instant>) -> RenewOutcome {
-        self.observe(Instant::now());
-        let budget = match self.state {
-            HandleState::Active { budget } => budget,
-            other => {
-                return RenewOutcome::Refused {
-                    state: other.public(),
-                };
-            }
+        let now = Instant::now();
+        self.observe(now);
+        let budget = match self.state.renewable(now) {
+            Ok(budget) => budget,
+            Err(refused) => return refused,
         };
         let settings = self.client.settings();
         let (command_timeout, drift) = (settings.command_timeout, settings.drift_budget);
+        let params = RenewParams {
+            ttl: self.ttl,
+            drift,
+        };
         // Retries never run past local validity: a confirmation after that is worthless.
         let deadline = limit.map_or(budget.valid_until(), |l| l.min(budget.valid_until()));
         let mut last_failure = None;
@@ -266,25 +245,14 @@ impl LeaseHandle {
                 .await;
             let now = Instant::now();
             match result {
-                Ok(RenewReply::Renewed) => {
-                    if budget.is_exhausted(now) {
-                        // Invariant 3: the reply came after validity ended; the holder may
-                        // already have been told to stop, so it stays stopped.
-                        return self.lose(LostReason::ValidityExpired);
+                Ok(reply) => {
+                    if reply == RenewReply::Renewed && !budget.is_exhausted(now) {
+                        telemetry::renew_margin(&self.purpose, budget.remaining(now));
                     }
-                    telemetry::renew_margin(&self.purpose, budget.remaining(now));
-                    let renewed = ValidityBudget::renewed(sent_at, self.ttl, drift);
-                    if let Some(held) = &self.held {
-                        held.update(renewed.valid_until());
-                    }
-                    self.confirmed = renewed;
-                    self.state = HandleState::Active { budget: renewed };
-                    return RenewOutcome::Renewed {
-                        remaining: renewed.remaining(now),
-                    };
+                    let (next, outcome) = self.state.on_renew_reply(reply, sent_at, now, params);
+                    self.apply(next);
+                    return outcome;
                 }
-                Ok(RenewReply::Absent) => return self.lose(LostReason::Absent),
-                Ok(RenewReply::NotOwner) => return self.lose(LostReason::NotOwner),
                 Err(failure) => {
                     tracing::debug!(attempt = attempt_no + 1, %failure, "renew attempt failed");
                     maybe_sent |= matches!(failure, SendFailure::MaybeSent(_));
@@ -299,23 +267,14 @@ impl LeaseHandle {
                 tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
             }
         }
-        let now = Instant::now();
-        self.observe(now);
-        if let HandleState::Lost { reason } = self.state {
-            return RenewOutcome::Lost { reason };
-        }
         let detail = last_failure.unwrap_or_else(|| {
             FailureDetail::new(FailureKind::Timeout, "no time left for a renewal attempt")
         });
-        if maybe_sent {
-            self.transition(HandleState::Unknown);
-            RenewOutcome::Indeterminate { detail }
-        } else {
-            RenewOutcome::Unavailable {
-                detail,
-                remaining: budget.remaining(now),
-            }
-        }
+        let (next, outcome) = self
+            .state
+            .on_renew_failed(maybe_sent, detail, Instant::now());
+        self.apply(next);
+        outcome
     }
 
     /// Releases the lease: owner-checked `DEL` and a release notice to waiters.
@@ -357,66 +316,49 @@ impl LeaseHandle {
             .release(&self.keys, &self.attempt, timeout)
             .await;
         let outcome = release_outcome(result);
-        match &outcome {
-            ReleaseOutcome::Released => self.transition(HandleState::Released),
-            ReleaseOutcome::AlreadyAbsent => {
-                let _ = self.lose(LostReason::Absent);
-            }
-            ReleaseOutcome::NotOwner => {
-                let _ = self.lose(LostReason::NotOwner);
-            }
-            ReleaseOutcome::Indeterminate { .. } => {
-                if matches!(self.state, HandleState::Active { .. }) {
-                    self.transition(HandleState::Unknown);
-                }
-            }
-            ReleaseOutcome::Unavailable { .. } => {}
-        }
+        let next = self.state.on_release(&outcome);
+        self.apply(next);
         outcome
     }
 
     /// Applies the clock: ACTIVE with no validity left becomes LOST (invariant 3).
     fn observe(&mut self, now: Instant) {
-        if let HandleState::Active { budget } = self.state
-            && budget.is_exhausted(now)
-        {
-            let _ = self.lose(LostReason::ValidityExpired);
-        }
+        let next = self.state.observe(now);
+        self.apply(next);
     }
 
-    /// Moves to LOST unless already in a terminal state (a LOST keeps its first reason).
-    fn lose(&mut self, reason: LostReason) -> RenewOutcome {
-        match self.state {
-            HandleState::Active { .. } | HandleState::Unknown => {
-                self.transition(HandleState::Lost { reason });
-                RenewOutcome::Lost { reason }
+    /// Moves to `next`, as the state machine decided: a renewal's new budget updates the
+    /// held-leases gauge; any other change is logged and counted, and the handle no longer
+    /// counts as held.
+    fn apply(&mut self, next: HandleState) {
+        if next == self.state {
+            return;
+        }
+        if let HandleState::Active { budget } = next {
+            // Invariant 1: the machine produces ACTIVE only from ACTIVE (a renewal).
+            debug_assert!(matches!(self.state, HandleState::Active { .. }));
+            if let Some(held) = &self.held {
+                held.update(budget.valid_until());
             }
-            HandleState::Lost { reason } => RenewOutcome::Lost { reason },
-            HandleState::Released => RenewOutcome::Refused {
-                state: LeaseState::Released,
-            },
+            self.confirmed = budget;
+            self.state = next;
+            return;
         }
-    }
-
-    fn transition(&mut self, to: HandleState) {
-        // Invariant 1: nothing may produce ACTIVE except the renewal arm, which assigns
-        // `state` directly after checking it was ACTIVE.
-        debug_assert!(!matches!(to, HandleState::Active { .. }));
         tracing::debug!(
             purpose = %self.purpose,
             digest = %self.resource.short(),
             op_id = %self.attempt.operation(),
             from = self.state.public().as_str(),
-            to = to.public().as_str(),
+            to = next.public().as_str(),
             "lease state changed"
         );
         telemetry::transition(
             &self.purpose,
             self.state.public().as_str(),
-            to.public().as_str(),
+            next.public().as_str(),
         );
-        self.state = to;
-        // Only ACTIVE handles count as held (invariant 1: `to` is never ACTIVE).
+        self.state = next;
+        // Only ACTIVE handles count as held.
         self.held = None;
     }
 }

@@ -6,6 +6,7 @@ mod client;
 mod handle;
 mod outcome;
 mod settings;
+mod state;
 mod trace;
 mod validity;
 mod wait;
