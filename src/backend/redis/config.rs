@@ -1,0 +1,173 @@
+//! `RedisConfig`: where and how to reach Redis — one standalone node, the primary Redis
+//! Sentinel names, or a Redis Cluster — checked without I/O, and the one way a URL becomes
+//! a client.
+
+use super::*;
+
+/// Where and how to reach Redis: one standalone node ([`new`](Self::new)), the primary
+/// that Redis Sentinel names ([`sentinel`](Self::sentinel)), or a Redis Cluster
+/// ([`cluster`](Self::cluster)).
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub(super) target: Target,
+    pub(super) node_url_template: Option<String>,
+    pub(super) connect_timeout: Duration,
+}
+
+#[derive(Clone)]
+pub(super) enum Target {
+    Standalone {
+        url: String,
+    },
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+    },
+    Cluster {
+        seeds: Vec<String>,
+    },
+}
+
+impl RedisConfig {
+    /// A standalone node: `redis://[user:password@]host:port[/db]`, `rediss://…` (TLS, with
+    /// the `tls` feature), or `unix:///path/to/socket`. Connect timeout defaults to 1 s.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            target: Target::Standalone { url: url.into() },
+            node_url_template: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The primary that the sentinels at `sentinel_urls` monitor as `master_name`, found
+    /// again after every failover (the module docs of [`RedisBackend`] say when, and how
+    /// long each step may take).
+    ///
+    /// Each sentinel URL is `redis://[user:password@]host:port` — the sentinel's own
+    /// credentials, if it has any — or `rediss://…`; it names no database, since sentinels
+    /// have none. The data nodes are reached at the address the sentinels report, logged in
+    /// as [`sentinel_node_url_template`](Self::sentinel_node_url_template) says (by default
+    /// plain `redis://`, no credentials, database 0). The connect timeout (default 1 s)
+    /// bounds finding the primary and connecting to it, together.
+    ///
+    /// Nothing is checked here: [`RedisBackend::new`] validates everything before any I/O.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::LeaseError> {
+    /// use std::time::Duration;
+    /// use leasehold::{LeaseClient, LeaseSettings, RedisBackend, RedisConfig};
+    ///
+    /// let sentinels = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    ///     .map(|host| format!("redis://{host}:26379"))
+    ///     .to_vec();
+    /// let config = RedisConfig::sentinel(sentinels, "leases")
+    ///     // Credentials and database of the data nodes; host and port are placeholders,
+    ///     // the sentinels name the primary.
+    ///     .sentinel_node_url_template("redis://lease-user:secret@primary/2")
+    ///     .connect_timeout(Duration::from_millis(500));
+    /// let client = LeaseClient::new(RedisBackend::new(config)?, LeaseSettings::default())?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn sentinel(sentinel_urls: Vec<String>, master_name: impl Into<String>) -> Self {
+        Self {
+            target: Target::Sentinel {
+                sentinels: sentinel_urls,
+                master_name: master_name.into(),
+            },
+            node_url_template: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The primaries of a Redis Cluster, found through `seed_urls` (any nodes of the
+    /// cluster; all are asked at once for the slot map, the first answer wins). Each
+    /// lease's script runs on the primary serving the slot of its hash tag, through one
+    /// connection per primary.
+    ///
+    /// Each seed URL is `redis://[user:password@]host:port` or `rediss://…`; it names no
+    /// database (a cluster has only database 0). The first seed's login and TLS settings
+    /// are used for every node, at the address the slot map names. The connect timeout
+    /// bounds fetching the slot map and connecting to one primary, together.
+    ///
+    /// A `MOVED` or `ASK` reply is followed once within the call, on the node it names
+    /// (after `MOVED` the slot map is fetched again for later calls; after `ASK` — a slot
+    /// in migration — with `ASKING`). A redirection refuses before anything runs, so
+    /// nothing runs twice; a second one in the same call is `NotSent`, for the caller to
+    /// retry.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), leasehold::LeaseError> {
+    /// use leasehold::{RedisBackend, RedisConfig};
+    /// let seeds = vec!["redis://10.0.0.1:7000".to_owned(), "redis://10.0.0.2:7000".to_owned()];
+    /// let backend = RedisBackend::new(RedisConfig::cluster(seeds))?;
+    /// # let _ = backend; Ok(()) }
+    /// ```
+    pub fn cluster(seed_urls: Vec<String>) -> Self {
+        Self {
+            target: Target::Cluster { seeds: seed_urls },
+            node_url_template: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Sentinel only: how to log in to the data nodes the sentinels name. A `redis://` or
+    /// `rediss://` URL whose scheme (TLS or not, `#insecure`), user, password, database and
+    /// `protocol` apply to every primary; its host and port are ignored and replaced by the
+    /// address the sentinels report. With TLS the certificate is checked against that
+    /// address (an IP, unless the sentinels announce hostnames).
+    ///
+    /// [`RedisBackend::new`] rejects it on a standalone configuration.
+    pub fn sentinel_node_url_template(mut self, url: impl Into<String>) -> Self {
+        self.node_url_template = Some(url.into());
+        self
+    }
+
+    /// Bound on obtaining one connection (1 ms ..= 60 s). Under Sentinel it covers asking
+    /// the sentinels, connecting to the primary and checking its `ROLE`.
+    pub fn connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Every URL may carry a password: none is shown.
+        let mut d = f.debug_struct("RedisConfig");
+        match &self.target {
+            Target::Standalone { .. } => d.field("url", &"<redacted>"),
+            Target::Sentinel {
+                sentinels,
+                master_name,
+            } => d
+                .field("sentinels", &vec!["<redacted>"; sentinels.len()])
+                .field("master_name", master_name),
+            Target::Cluster { seeds } => d.field("seeds", &vec!["<redacted>"; seeds.len()]),
+        };
+        if self.node_url_template.is_some() {
+            d.field("sentinel_node_url_template", &"<redacted>");
+        }
+        d.field("connect_timeout", &self.connect_timeout).finish()
+    }
+}
+
+/// Parses `url` into a client, without I/O.
+pub(super) fn open_client(url: &str) -> Result<Client, String> {
+    #[cfg(feature = "tls")]
+    if url.starts_with("rediss://") {
+        // The redis crate selects no rustls provider; without one, the first TLS
+        // handshake panics (docs/design.md §12). Another provider installed first wins.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let info = url.into_connection_info().map_err(|e| e.to_string())?;
+    // Without TCP_NODELAY a script call written in more than one segment waits for the
+    // server's acknowledgement of the first (Nagle): measured 1-4 ms per 32-item call.
+    let info = info.set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    Client::open(info).map_err(|e| e.to_string())
+}
+
+pub(super) fn invalid_url(reason: impl Into<String>) -> LeaseError {
+    LeaseError::InvalidRedisUrl {
+        reason: reason.into(),
+    }
+}
