@@ -31,7 +31,7 @@
 //! | layer | module | may import |
 //! |---|---|---|
 //! | cli | the `leasehold` binary (`run`, `inspect`), feature `cli` | runtime, lease core |
-//! | runtime | [`runtime`]: [`LeaseRuntime`](runtime::LeaseRuntime), `LeaseActor`, `LeaseSupervisor` | lease core |
+//! | runtime | [`runtime`]: [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core |
 //! | lease core | [`lease`]: [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | backend, protocol |
 //! | backend | [`backend`]: [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol |
 //! | protocol | [`protocol`]: keys, digests, attempts, requests, typed replies (pure) | nothing |

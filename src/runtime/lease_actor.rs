@@ -50,7 +50,7 @@ use crate::telemetry;
 ///
 /// Its `handle_supervisor_evt` is overridden: ractor's default stops a supervisor when any
 /// child stops, normal exits included, which would skip the release.
-pub struct LeaseActor<M>(PhantomData<fn() -> M>);
+pub(crate) struct LeaseActor<M>(PhantomData<fn() -> M>);
 
 impl<M> LeaseActor<M> {
     pub(crate) fn new() -> Self {
@@ -58,7 +58,7 @@ impl<M> LeaseActor<M> {
     }
 }
 
-/// Messages a [`LeaseActor`] accepts. Build them with the associated functions; the timer
+/// Messages a lease actor accepts. Build them with the associated functions; the timer
 /// messages are internal.
 pub struct LeaseActorMsg(Command);
 
@@ -100,8 +100,8 @@ impl fmt::Debug for LeaseActorMsg {
     }
 }
 
-/// Start-up arguments of a [`LeaseActor`]; built by [`LeaseRuntime`](crate::runtime::LeaseRuntime).
-pub struct LeaseActorArgs<M> {
+/// Start-up arguments of a `LeaseActor`; built by [`LeaseRuntime`](crate::runtime::LeaseRuntime).
+pub(crate) struct LeaseActorArgs<M> {
     pub(crate) handle: LeaseHandle,
     pub(crate) worker: Worker<M>,
     pub(crate) policy: CancelPolicy,
@@ -114,7 +114,7 @@ pub struct LeaseActorArgs<M> {
 }
 
 /// The actor's private state.
-pub struct LeaseActorState<M> {
+pub(crate) struct LeaseActorState<M> {
     handle: LeaseHandle,
     worker: WorkerState<M>,
     cancel: CancellationToken,

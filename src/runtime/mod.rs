@@ -24,7 +24,7 @@ mod worker;
 
 pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
 pub use context::{LeaseContext, LeaseStatus};
-pub use lease_actor::{LeaseActor, LeaseActorMsg, LeaseActorState};
+pub use lease_actor::LeaseActorMsg;
 pub use report::{JobEnd, LeaseReport};
 pub use run::RunOutcome;
 pub use spawn::{AttachedLease, LeaseJob, LeaseRuntime, RuntimeError, SpawnOutcome};

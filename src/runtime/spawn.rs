@@ -143,7 +143,7 @@ impl LeaseRuntime {
             .map_err(|_| RuntimeError::LimitReached { max: self.max })
     }
 
-    /// Acquires `request` (waiting up to its wait timeout), then starts a [`LeaseActor`] and,
+    /// Acquires `request` (waiting up to its wait timeout), then starts a lease actor and,
     /// as its child, the worker actor `W` with the arguments `args` builds from the lease's
     /// [`LeaseContext`].
     ///
@@ -215,7 +215,7 @@ impl LeaseRuntime {
         }))
     }
 
-    /// Starts a [`LeaseActor`] for a lease already held (`handle`), on behalf of a worker
+    /// Starts a lease actor for a lease already held (`handle`), on behalf of a worker
     /// that already runs and outlives the lease — a long-running actor taking and dropping
     /// leases over its life. The lease actor is linked under `supervisor` if given.
     ///
@@ -434,7 +434,7 @@ impl<M> LeaseJob<M> {
     }
 }
 
-/// A lease held by a [`LeaseActor`] on behalf of an existing worker (see
+/// A lease held by a lease actor on behalf of an existing worker (see
 /// [`LeaseRuntime::attach`]).
 #[derive(Debug)]
 pub struct AttachedLease {

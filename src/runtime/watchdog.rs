@@ -1,6 +1,6 @@
 //! The lease actor's schedule, sans I/O: when to renew, when to give up on renewing and
 //! cancel, when to stop the worker — as pure functions of what happened and `now`
-//! (docs/design.md §8). [`LeaseActor`](super::LeaseActor) arms one timer for
+//! (docs/design.md §8). `LeaseActor` arms one timer for
 //! [`Watchdog::next_deadline`], feeds every timer and renewal outcome back, and carries out
 //! the [`Action`]s: the I/O, telemetry and messages stay there.
 
