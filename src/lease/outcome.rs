@@ -174,11 +174,14 @@ impl RenewOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseOutcome {
     /// *When*: `RELEASED` — the key was ours and is deleted; waiters were notified. Also
-    /// returned, without a call, by a handle already RELEASED.
+    /// returned, without a call, by a handle already RELEASED. *What to do*: nothing.
     Released,
-    /// *When*: `ABSENT` — the key had already expired or been deleted.
+    /// *When*: `ABSENT` — the key had already expired or been deleted. *What to do*:
+    /// nothing to release; but the lease ended before the release — if work ran until now,
+    /// part of it ran unprotected (its writes are still fenced by the token).
     AlreadyAbsent,
-    /// *When*: `NOT_OWNER` — someone else holds it now; it was not touched.
+    /// *When*: `NOT_OWNER` — someone else holds it now; it was not touched. *What to do*:
+    /// as for `AlreadyAbsent`: the lease had ended, and another holder took over.
     NotOwner,
     /// *When*: the release may have reached Redis without a readable reply.
     /// *What to do*: call `release` again (it is owner-checked) or let the TTL expire it.
@@ -222,28 +225,35 @@ pub(crate) fn release_outcome(result: Result<ReleaseReply, SendFailure>) -> Rele
 #[must_use]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InspectOutcome {
-    /// Held by exactly this attempt.
+    /// *When*: `HELD_BY_ATTEMPT` — the key holds exactly this attempt's ownership (a
+    /// replay of it would succeed). *What to do*: the acquisition landed; acquire again
+    /// with the same attempt to get its handle (a replay: same token, remaining TTL).
     HeldByAttempt {
         /// Server's remaining PTTL.
         remaining: Duration,
         /// The attempt's fencing token.
         token: FencingToken,
     },
-    /// Held by someone else.
+    /// *When*: `HELD_BY_OTHER` — someone else holds it. *What to do*: wait at least
+    /// `remaining` before expecting it free (a renewal extends it); `token` is what the
+    /// holder's writes carry.
     HeldByOther {
         /// Server's remaining PTTL.
         remaining: Duration,
         /// The holder's fencing token (public: it is what effect targets compare).
         token: FencingToken,
     },
-    /// Not held.
+    /// *When*: `ABSENT` — nobody holds it. *What to do*: nothing held it at the read; an
+    /// acquisition may still lose to a faster one.
     Absent,
-    /// The read provably did not run.
+    /// *When*: the read provably did not run (no connection, refused). *What to do*: try
+    /// again later; nothing is known.
     Unavailable {
         /// What failed.
         detail: FailureDetail,
     },
-    /// The read may have run but its reply was lost.
+    /// *When*: the read may have run but its reply was lost. *What to do*: try again;
+    /// nothing is known (a read changes nothing).
     Indeterminate {
         /// What failed.
         detail: FailureDetail,

@@ -228,6 +228,12 @@ impl LeaseRuntime {
     /// # Errors
     /// [`RuntimeError::LimitReached`], [`RuntimeError::Invalid`] (renewal cadence), or
     /// [`RuntimeError::Spawn`]; in every error case the handle is released.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: do not race it. Dropped before the lease actor started, the handle
+    /// moved into it is dropped (released best effort); dropped after, the lease stays with
+    /// that actor — renewing, its worker told of a loss as usual — but no
+    /// [`AttachedLease`] exists to release it, so it ends only when it is lost.
     pub async fn attach<M>(
         &self,
         mut handle: LeaseHandle,
@@ -420,7 +426,10 @@ impl<M> LeaseJob<M> {
         let _ = self.lease.send_message(LeaseActorMsg::release());
     }
 
-    /// The lease actor's current view of the lease.
+    /// The lease actor's current view of the lease; `None` once it ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only asks.
     pub async fn status(&self) -> Option<LeaseStatus> {
         status(&self.lease).await
     }
@@ -455,12 +464,19 @@ impl AttachedLease {
     }
 
     /// Ends the lease and waits for the release outcome.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the report is consumed with `self`. The release goes ahead
+    /// regardless.
     pub async fn release(self) -> LeaseReport {
         let _ = self.lease.send_message(LeaseActorMsg::release());
         wait_report(self.report, self.context.token()).await
     }
 
     /// Waits for the lease to end (lost or released) and returns the report.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the report is consumed with `self`. The lease carries on regardless.
     pub async fn wait(self) -> LeaseReport {
         wait_report(self.report, self.context.token()).await
     }

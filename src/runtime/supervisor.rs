@@ -75,6 +75,10 @@ impl LeaseSupervisor {
 
     /// Asks the current worker to stop (a `LeaseCancelled` with `Shutdown`), waits for its
     /// release, and returns the reports of every term.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the reports are consumed with `self`. The shutdown goes ahead
+    /// regardless.
     pub async fn shutdown(self) -> Vec<LeaseReport> {
         self.shutdown.cancel();
         self.join().await
@@ -82,6 +86,10 @@ impl LeaseSupervisor {
 
     /// Waits for the supervisor to stop on its own (its job completed) and returns the
     /// reports of every term.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the reports are consumed with `self`. The supervisor carries on
+    /// regardless.
     pub async fn join(self) -> Vec<LeaseReport> {
         self.task.await.unwrap_or_default()
     }
