@@ -2,26 +2,21 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::backend::{
-    LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, ReplicatedReply, SendFailure,
-};
+use crate::backend::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, SendFailure};
 use crate::error::LeaseError;
-use crate::lease::handle::LeaseHandle;
-use crate::lease::outcome::{
-    AcquireOutcome, InspectOutcome, ReleaseOutcome, Replication, release_outcome,
-};
+use crate::lease::acquire;
+use crate::lease::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome};
+use crate::lease::release::{self, Release};
+use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
-use crate::lease::validity::ValidityBudget;
 use crate::lease::wait;
 use crate::protocol::{
-    AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, OperationId, Purpose,
-    ResourceDigest,
+    Attempt, InspectReply, LeaseKeys, LeaseRequest, OperationId, Purpose, ResourceDigest,
 };
 use crate::telemetry::{self, Operation};
 
@@ -54,19 +49,14 @@ pub const REDIS_URL_ENV: &str = "LEASEHOLD_REDIS_URL";
 /// ```
 #[derive(Clone)]
 pub struct LeaseClient {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    backend: Arc<dyn LeaseBackend>,
-    settings: LeaseSettings,
+    session: Arc<Session>,
 }
 
 impl fmt::Debug for LeaseClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseClient")
-            .field("backend", &self.inner.backend)
-            .field("settings", &self.inner.settings)
+            .field("backend", &self.session.backend())
+            .field("settings", self.session.settings())
             .finish()
     }
 }
@@ -79,10 +69,7 @@ impl LeaseClient {
     pub fn new(backend: impl LeaseBackend, settings: LeaseSettings) -> Result<Self, LeaseError> {
         settings.validate()?;
         Ok(Self {
-            inner: Arc::new(Inner {
-                backend: Arc::new(backend),
-                settings,
-            }),
+            session: Arc::new(Session::new(Arc::new(backend), settings)),
         })
     }
 
@@ -113,11 +100,11 @@ impl LeaseClient {
 
     /// The settings in force.
     pub fn settings(&self) -> &LeaseSettings {
-        &self.inner.settings
+        self.session.settings()
     }
 
     pub(crate) fn backend(&self) -> &dyn LeaseBackend {
-        self.inner.backend.as_ref()
+        self.session.backend()
     }
 
     /// A fresh attempt (new owner token) for operation `operation_id`. Make it before the
@@ -131,7 +118,7 @@ impl LeaseClient {
 
     /// The Redis keys of a lease under this client's namespace.
     pub fn keys(&self, purpose: &Purpose, resource: &ResourceDigest) -> LeaseKeys {
-        LeaseKeys::new(&self.inner.settings.namespace, purpose, resource)
+        self.session.keys(purpose, resource)
     }
 
     /// One acquisition attempt, no waiting.
@@ -146,7 +133,7 @@ impl LeaseClient {
     /// `request.attempt()` until its TTL. Send the same request again (it replays, with the
     /// same token) or [`inspect`](Self::inspect) the attempt to find out.
     pub async fn try_acquire(&self, request: &LeaseRequest) -> Result<AcquireOutcome, LeaseError> {
-        self.inner.settings.check_ttl(request.ttl())?;
+        self.settings().check_ttl(request.ttl())?;
         let span = trace::span!(
             "lease.acquire",
             request.purpose(),
@@ -154,107 +141,13 @@ impl LeaseClient {
             request.attempt()
         );
         let started = Instant::now();
-        let outcome = self
-            .try_acquire_checked(request)
+        let outcome = acquire::try_acquire(&self.session, request)
             .instrument(span.clone())
             .await;
         trace::record_token(&span, &outcome);
         // The per-try metrics are recorded inside, once for every try of `acquire` too.
         trace::finish(&span, None, outcome.as_str(), started);
         Ok(outcome)
-    }
-
-    /// `try_acquire` after validation: the wait loop calls this.
-    pub(crate) async fn try_acquire_checked(&self, request: &LeaseRequest) -> AcquireOutcome {
-        let settings = &self.inner.settings;
-        let keys = self.keys(request.purpose(), request.resource());
-        let sent_at = Instant::now();
-        let backend = self.backend();
-        let (result, replication) = match request.replica_wait() {
-            None => {
-                let timeout = settings.command_timeout;
-                let result = backend
-                    .acquire(&keys, request.attempt(), request.ttl(), timeout)
-                    .await;
-                (result, Replication::NotRequested)
-            }
-            Some(wait) => {
-                let timeout = settings.command_timeout + wait.timeout();
-                let attempt = request.attempt();
-                let result = backend
-                    .acquire_replicated(&keys, attempt, request.ttl(), wait, timeout)
-                    .await;
-                let replication = match &result {
-                    Ok(ReplicatedReply {
-                        acked: Some(Ok(acked)),
-                        ..
-                    }) => Replication::Acknowledged {
-                        acked: *acked,
-                        wanted: wait.replicas(),
-                    },
-                    Ok(ReplicatedReply {
-                        acked: Some(Err(detail)),
-                        ..
-                    }) => Replication::Unknown {
-                        detail: detail.clone(),
-                    },
-                    _ => Replication::NotWaited,
-                };
-                (result.map(|r| r.reply), replication)
-            }
-        };
-        let drift = settings.drift_budget;
-        let outcome = match result {
-            Ok(AcquireReply::Acquired { ttl, token }) => {
-                let budget = ValidityBudget::acquired(sent_at, request.ttl(), ttl, drift);
-                AcquireOutcome::Acquired(LeaseHandle::new(
-                    self.clone(),
-                    request,
-                    keys,
-                    token,
-                    budget,
-                    replication,
-                ))
-            }
-            Ok(AcquireReply::Replayed { pttl, token }) => {
-                let budget = ValidityBudget::replayed(sent_at, request.ttl(), pttl, drift);
-                AcquireOutcome::Replayed(LeaseHandle::new(
-                    self.clone(),
-                    request,
-                    keys,
-                    token,
-                    budget,
-                    replication,
-                ))
-            }
-            Ok(AcquireReply::Contended { pttl }) => AcquireOutcome::Contended {
-                retry_after: self.retry_after(pttl),
-            },
-            Ok(AcquireReply::Conflict { pttl }) => AcquireOutcome::OwnerOperationConflict {
-                retry_after: self.retry_after(pttl),
-            },
-            Err(SendFailure::NotSent(detail)) => AcquireOutcome::Unavailable { detail },
-            Err(SendFailure::MaybeSent(detail)) => AcquireOutcome::Indeterminate {
-                attempt: request.attempt().clone(),
-                detail,
-            },
-        };
-        let latency = sent_at.elapsed();
-        telemetry::operation(
-            Operation::Acquire,
-            request.purpose(),
-            outcome.as_str(),
-            latency,
-        );
-        outcome
-    }
-
-    fn retry_after(&self, pttl: Duration) -> Duration {
-        if pttl.is_zero() {
-            self.inner.settings.retry_after_fallback
-        } else {
-            pttl
-        }
     }
 
     /// Acquires, waiting up to `request.wait_timeout()` (measured from this call) while the
@@ -276,7 +169,7 @@ impl LeaseClient {
     /// As [`try_acquire`](Self::try_acquire): a dropped `acquire` may leave the lease held by
     /// the request's attempt until its TTL; the same attempt finds it.
     pub async fn acquire(&self, request: &LeaseRequest) -> Result<AcquireOutcome, LeaseError> {
-        self.inner.settings.check_ttl(request.ttl())?;
+        self.settings().check_ttl(request.ttl())?;
         let span = trace::span!(
             "lease.wait",
             request.purpose(),
@@ -284,7 +177,7 @@ impl LeaseClient {
             request.attempt()
         );
         let started = Instant::now();
-        let outcome = wait::acquire_with_wait(self, request)
+        let outcome = wait::acquire_with_wait(&self.session, request)
             .instrument(span.clone())
             .await;
         trace::record_token(&span, &outcome);
@@ -308,7 +201,7 @@ impl LeaseClient {
         let keys = self.keys(purpose, resource);
         let result = self
             .backend()
-            .inspect(&keys, attempt, self.inner.settings.command_timeout)
+            .inspect(&keys, attempt, self.settings().command_timeout)
             .instrument(span.clone())
             .await;
         let outcome = match result {
@@ -341,17 +234,14 @@ impl LeaseClient {
         resource: &ResourceDigest,
         attempt: &Attempt,
     ) -> ReleaseOutcome {
-        let span = trace::span!("lease.release", purpose, resource, attempt);
-        let started = Instant::now();
         let keys = self.keys(purpose, resource);
-        let result = self
-            .backend()
-            .release(&keys, attempt, self.inner.settings.command_timeout)
-            .instrument(span.clone())
-            .await;
-        let outcome = release_outcome(result);
-        let metric = Some((Operation::Release, purpose));
-        trace::finish(&span, metric, outcome.as_str(), started);
-        outcome
+        let release = Release {
+            keys: &keys,
+            purpose,
+            resource,
+            attempt,
+            token: None,
+        };
+        release::release(&self.session, release).await
     }
 }

@@ -23,16 +23,16 @@
 //!    sent from RELEASED by `release`.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
-use crate::lease::client::LeaseClient;
-use crate::lease::outcome::{
-    LeaseState, ReleaseOutcome, RenewOutcome, Replication, release_outcome,
-};
+use crate::lease::outcome::{LeaseState, ReleaseOutcome, RenewOutcome, Replication};
+use crate::lease::release::{self, Release};
+use crate::lease::session::Session;
 use crate::lease::state::{HandleState, RenewParams};
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
@@ -64,7 +64,7 @@ pub enum Guarantee {
 /// owner-checked release on the current tokio runtime and logs its outcome; call
 /// [`release`](Self::release) to get the outcome yourself.
 pub struct LeaseHandle {
-    client: LeaseClient,
+    session: Arc<Session>,
     keys: LeaseKeys,
     purpose: Purpose,
     resource: ResourceDigest,
@@ -82,7 +82,7 @@ pub struct LeaseHandle {
 
 impl LeaseHandle {
     pub(crate) fn new(
-        client: LeaseClient,
+        session: Arc<Session>,
         request: &crate::protocol::LeaseRequest,
         keys: LeaseKeys,
         token: FencingToken,
@@ -90,7 +90,7 @@ impl LeaseHandle {
         replication: Replication,
     ) -> Self {
         let mut handle = Self {
-            client,
+            session,
             keys,
             purpose: request.purpose().clone(),
             resource: *request.resource(),
@@ -222,7 +222,7 @@ impl LeaseHandle {
             Ok(budget) => budget,
             Err(refused) => return refused,
         };
-        let settings = self.client.settings();
+        let settings = self.session.settings();
         let (command_timeout, drift) = (settings.command_timeout, settings.drift_budget);
         let params = RenewParams {
             ttl: self.ttl,
@@ -239,7 +239,7 @@ impl LeaseHandle {
             }
             let timeout = command_timeout.min(deadline - sent_at);
             let result = self
-                .client
+                .session
                 .backend()
                 .renew(&self.keys, &self.attempt, self.ttl, timeout)
                 .await;
@@ -290,32 +290,21 @@ impl LeaseHandle {
     /// If dropped mid-flight the release may or may not have landed; the state is unchanged
     /// and a later `release` (or the drop-time release) tries again.
     pub async fn release(&mut self) -> ReleaseOutcome {
-        let span = trace::span!(
-            "lease.release",
-            &self.purpose,
-            &self.resource,
-            &self.attempt
-        );
-        span.record("token", self.token.get());
-        let started = Instant::now();
-        let outcome = self.release_inner().instrument(span.clone()).await;
-        let metric = Some((Operation::Release, &self.purpose));
-        trace::finish(&span, metric, outcome.as_str(), started);
-        outcome
-    }
-
-    async fn release_inner(&mut self) -> ReleaseOutcome {
         self.observe(Instant::now());
         if self.state == HandleState::Released {
             return ReleaseOutcome::Released;
         }
-        let timeout = self.client.settings().command_timeout;
-        let result = self
-            .client
-            .backend()
-            .release(&self.keys, &self.attempt, timeout)
-            .await;
-        let outcome = release_outcome(result);
+        let outcome = release::release(
+            &self.session,
+            Release {
+                keys: &self.keys,
+                purpose: &self.purpose,
+                resource: &self.resource,
+                attempt: &self.attempt,
+                token: Some(self.token),
+            },
+        )
+        .await;
         let next = self.state.on_release(&outcome);
         self.apply(next);
         outcome
@@ -392,23 +381,22 @@ impl Drop for LeaseHandle {
             );
             return;
         };
-        let client = self.client.clone();
+        let session = Arc::clone(&self.session);
         let keys = self.keys.clone();
         let attempt = self.attempt.clone();
-        let (purpose, digest) = (self.purpose.clone(), self.resource.short());
+        let (purpose, resource, token) = (self.purpose.clone(), self.resource, self.token);
         runtime.spawn(async move {
-            let timeout = client.settings().command_timeout;
-            let result = client.backend().release(&keys, &attempt, timeout).await;
-            let outcome = release_outcome(result);
-            telemetry::operation(
-                Operation::Release,
-                &purpose,
-                outcome.as_str(),
-                Duration::ZERO,
-            );
+            let release = Release {
+                keys: &keys,
+                purpose: &purpose,
+                resource: &resource,
+                attempt: &attempt,
+                token: Some(token),
+            };
+            let outcome = release::release(&session, release).await;
             tracing::info!(
                 %purpose,
-                %digest,
+                digest = %resource.short(),
                 outcome = outcome.as_str(),
                 "released lease on drop (best effort)"
             );

@@ -2,9 +2,12 @@
 //! loop. Imports [`crate::protocol`] and [`crate::backend`]; never a concrete backend's
 //! internals (only the trait, plus constructors for convenience).
 
+mod acquire;
 mod client;
 mod handle;
 mod outcome;
+mod release;
+mod session;
 mod settings;
 mod state;
 mod trace;

@@ -11,14 +11,16 @@
 //! 4. The release subscription is live before the try whose `Contended` reply leads to a
 //!    sleep, so a release between that reply and the sleep still wakes the waiter.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngExt as _;
 use tokio::time::Instant;
 
 use crate::backend::{FailureDetail, ReleaseNotices};
-use crate::lease::client::LeaseClient;
+use crate::lease::acquire;
 use crate::lease::outcome::AcquireOutcome;
+use crate::lease::session::Session;
 use crate::protocol::LeaseRequest;
 use crate::telemetry;
 
@@ -32,7 +34,7 @@ const INDETERMINATE_PAUSE: Duration = Duration::from_millis(10);
 const JITTER_MAX: Duration = Duration::from_millis(20);
 
 pub(crate) async fn acquire_with_wait(
-    client: &LeaseClient,
+    session: &Arc<Session>,
     request: &LeaseRequest,
 ) -> AcquireOutcome {
     let deadline = Instant::now() + request.wait_timeout();
@@ -41,7 +43,7 @@ pub(crate) async fn acquire_with_wait(
     let mut maybe_sent: Option<FailureDetail> = None;
     let mut backoff = BACKOFF_MIN;
     loop {
-        let outcome = client.try_acquire_checked(request).await;
+        let outcome = acquire::try_acquire(session, request).await;
         let now = Instant::now();
         let pause = match &outcome {
             AcquireOutcome::Acquired(_)
@@ -52,7 +54,7 @@ pub(crate) async fn acquire_with_wait(
                 telemetry::wait_retry(request.purpose(), "contended");
                 if !subscribed {
                     subscribed = true;
-                    notices = subscribe(client, request).await;
+                    notices = subscribe(session, request).await;
                     // Try again at once: the subscription is live now (invariant 4).
                     continue;
                 }
@@ -105,11 +107,11 @@ fn settle(
     }
 }
 
-async fn subscribe(client: &LeaseClient, request: &LeaseRequest) -> Option<ReleaseNotices> {
-    let keys = client.keys(request.purpose(), request.resource());
-    match client
+async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<ReleaseNotices> {
+    let keys = session.keys(request.purpose(), request.resource());
+    match session
         .backend()
-        .subscribe_releases(&keys, client.settings().command_timeout)
+        .subscribe_releases(&keys, session.settings().command_timeout)
         .await
     {
         Ok(notices) => Some(notices),

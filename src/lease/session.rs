@@ -1,0 +1,59 @@
+//! `Session`: what every lease operation needs — the backend and the settings — shared by
+//! a [`LeaseClient`](crate::LeaseClient), its clones and every handle it gave out. The
+//! modules of the lease core depend on it and never on each other in a circle:
+//!
+//! ```text
+//! client ─▶ wait ─▶ acquire ─▶ handle ─▶ release ─▶ session
+//!                                  └──▶ state
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::LeaseBackend;
+use crate::lease::settings::LeaseSettings;
+use crate::protocol::{LeaseKeys, Purpose, ResourceDigest};
+
+/// The backend and the settings of one client.
+pub(crate) struct Session {
+    backend: Arc<dyn LeaseBackend>,
+    settings: LeaseSettings,
+}
+
+impl Session {
+    pub(crate) fn new(backend: Arc<dyn LeaseBackend>, settings: LeaseSettings) -> Self {
+        Self { backend, settings }
+    }
+
+    pub(crate) fn backend(&self) -> &dyn LeaseBackend {
+        self.backend.as_ref()
+    }
+
+    pub(crate) fn settings(&self) -> &LeaseSettings {
+        &self.settings
+    }
+
+    /// The Redis keys of a lease under this session's namespace.
+    pub(crate) fn keys(&self, purpose: &Purpose, resource: &ResourceDigest) -> LeaseKeys {
+        LeaseKeys::new(&self.settings.namespace, purpose, resource)
+    }
+
+    /// How long to wait after a contended reply that carried `pttl`.
+    pub(crate) fn retry_after(&self, pttl: Duration) -> Duration {
+        if pttl.is_zero() {
+            self.settings.retry_after_fallback
+        } else {
+            pttl
+        }
+    }
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("backend", &self.backend)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
