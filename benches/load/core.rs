@@ -1,0 +1,431 @@
+//! The core child: W1, W2, W3, PING, H (handoff) and A (actors).
+
+use super::*;
+
+/// One workload accumulated over its slices.
+#[derive(Default)]
+pub(crate) struct Part {
+    /// Per-cycle (W1, W2) or per-try (W3) latencies.
+    pub(crate) samples: Samples,
+    /// Cycles (W1, W2) or successful acquisitions (W3).
+    pub(crate) ops: u64,
+    /// Refused tries (W3).
+    pub(crate) refused: u64,
+    pub(crate) used: Used,
+}
+
+impl Part {
+    pub(crate) fn add(&mut self, other: Part) {
+        self.samples.extend(other.samples);
+        self.ops += other.ops;
+        self.refused += other.refused;
+        self.used.add(&other.used);
+    }
+
+    pub(crate) fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.used.wall.max(1e-9)
+    }
+}
+
+/// `slices` slices of `slice` each, quick or not.
+pub(crate) struct Slicing {
+    pub(crate) slices: usize,
+    pub(crate) slice: Duration,
+}
+
+impl Env {
+    pub(crate) fn slicing(&self, quick: (usize, u64), full: (usize, u64)) -> Slicing {
+        let (slices, ms) = if self.quick { quick } else { full };
+        Slicing {
+            slices,
+            slice: Duration::from_millis(ms),
+        }
+    }
+}
+
+pub(crate) async fn core(env: Env) {
+    let client = env.client();
+    let mut floor = Floor::new(&env).await;
+    let mut info = env.connection().await;
+    // Warm up: connections made and scripts loaded before anything is timed.
+    for i in 0..50 {
+        lease_cycle(
+            &client,
+            &request(
+                &client,
+                &format!("{}:warm:{i}", env.run),
+                LOCK_TTL,
+                Duration::ZERO,
+            ),
+            "warm-up",
+        )
+        .await;
+        floor.cycle(&format!("floor:{}:warm:{i}", env.run)).await;
+    }
+
+    // W1: 2 s each in 250 ms slices (quick: 0.3 s).
+    let s = env.slicing((3, 100), (8, 250));
+    let (mut f, mut l) = (Part::default(), Part::default());
+    for k in 0..s.slices {
+        f.add(w1_floor(&env, &floor, &mut info, s.slice, k).await);
+        l.add(w1_lease(&env, &client, &mut info, s.slice, k).await);
+    }
+    let ratio_w1 = ratio(l.ops_per_s(), f.ops_per_s());
+    cycle_row(&env, "floor-W1", f, None, Some(1.0)).print();
+    cycle_row(&env, "W1", l, None, ratio_w1).print();
+
+    // W2: 10 s each in 1 s slices (quick: 1 s).
+    let s = env.slicing((2, 500), (10, 1000));
+    let (mut f, mut l) = (Part::default(), Part::default());
+    for k in 0..s.slices {
+        f.add(w2_floor(&env, &floor, &mut info, s.slice, k).await);
+        l.add(w2_lease(&env, &client, &mut info, s.slice, k).await);
+    }
+    let ratio_w2 = ratio(l.ops_per_s(), f.ops_per_s());
+    cycle_row(&env, "floor-W2", f, Some(W2_TASKS), Some(1.0)).print();
+    cycle_row(&env, "W2", l, Some(W2_TASKS), ratio_w2).print();
+
+    // W3: 2 s each in 500 ms slices (quick: 0.5 s).
+    let s = env.slicing((2, 250), (4, 500));
+    let (mut f, mut l) = (Part::default(), Part::default());
+    for k in 0..s.slices {
+        f.add(w3_floor(&env, &floor, &mut info, s.slice, k).await);
+        l.add(w3_lease(&env, &client, &mut info, s.slice, k).await);
+    }
+    let ratio_w3 = ratio(l.ops_per_s(), f.ops_per_s());
+    contention_row(&env, "floor-W3", f, Some(1.0)).print();
+    contention_row(&env, "W3", l, ratio_w3).print();
+
+    let ping = ping(&env, &floor, &mut info).await;
+    ping.print();
+    let handoffs = if env.quick { 20 } else { 200 };
+    let cold_rtt = field_of_row(&ping, "cold_p50_us");
+    let f = handoff_floor(&env, &floor, &mut info, handoffs, ping.p50_us, cold_rtt).await;
+    f.print();
+    let mut l = handoff(&env, &client, &mut info, handoffs, ping.p50_us, cold_rtt).await;
+    l.extra
+        .push(("ratio_to_floor", format!("{:.3}", l.p50_us / f.p50_us)));
+    l.print();
+
+    actors(&env, &client, &mut info).await.print();
+}
+
+pub(crate) fn field_of_row(row: &Row, name: &str) -> f64 {
+    row.extra
+        .iter()
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+pub(crate) fn cycle_row(
+    env: &Env,
+    workload: &str,
+    mut part: Part,
+    tasks: Option<usize>,
+    ratio_to_floor: Option<f64>,
+) -> Row {
+    let ops_per_s = part.ops_per_s();
+    let (client_us, server_us) = part.used.per(part.ops);
+    let mut extra = vec![
+        ("cycles", part.ops.to_string()),
+        ("secs", format!("{:.2}", part.used.wall)),
+        ("client_cpu_us_per_op", format!("{client_us:.1}")),
+        ("srv_cpu_us_per_op", format!("{server_us:.1}")),
+        ("bg_cores", part.used.bg_cores()),
+    ];
+    if let Some(tasks) = tasks {
+        extra.insert(0, ("tasks", tasks.to_string()));
+    }
+    env.row(
+        workload,
+        ops_per_s,
+        part.samples.p50_p99(),
+        ("ratio_to_floor", ratio_to_floor),
+        extra,
+    )
+}
+
+/// W1 floor slice: one task, SET NX PX → owner-checked DEL on distinct keys.
+pub(crate) async fn w1_floor(
+    env: &Env,
+    floor: &Floor,
+    info: &mut MultiplexedConnection,
+    d: Duration,
+    slice: usize,
+) -> Part {
+    let mut floor = floor.clone();
+    let mut part = Part::default();
+    let cpu = CpuMeter::start(info).await;
+    let start = Instant::now();
+    while start.elapsed() < d {
+        let t = Instant::now();
+        floor
+            .cycle(&format!("floor:{}:w1:{slice}:{}", env.run, part.ops))
+            .await;
+        part.samples.push(t.elapsed());
+        part.ops += 1;
+    }
+    part.used = cpu.finish(info).await;
+    part
+}
+
+/// W1 slice: one task, request (digest, fresh attempt, builder) → acquire → release.
+pub(crate) async fn w1_lease(
+    env: &Env,
+    client: &LeaseClient,
+    info: &mut MultiplexedConnection,
+    d: Duration,
+    slice: usize,
+) -> Part {
+    let mut part = Part::default();
+    let cpu = CpuMeter::start(info).await;
+    let start = Instant::now();
+    while start.elapsed() < d {
+        let t = Instant::now();
+        let key = format!("{}:w1:{slice}:k{}", env.run, part.ops);
+        let req = request(client, &key, LOCK_TTL, Duration::ZERO);
+        lease_cycle(client, &req, "W1").await;
+        part.samples.push(t.elapsed());
+        part.ops += 1;
+    }
+    part.used = cpu.finish(info).await;
+    part
+}
+
+pub(crate) const W2_TASKS: usize = 64;
+
+/// Joins the tasks of one slice into a part.
+pub(crate) async fn join_part(
+    tasks: Vec<tokio::task::JoinHandle<Part>>,
+    cpu: CpuMeter,
+    info: &mut MultiplexedConnection,
+    what: &str,
+) -> Part {
+    let mut part = Part::default();
+    for task in tasks {
+        let done = task.await.unwrap_or_else(|e| panic!("{what} task: {e}"));
+        part.add(done);
+    }
+    part.used = cpu.finish(info).await;
+    part
+}
+
+pub(crate) async fn w2_floor(
+    env: &Env,
+    floor: &Floor,
+    info: &mut MultiplexedConnection,
+    d: Duration,
+    slice: usize,
+) -> Part {
+    let cpu = CpuMeter::start(info).await;
+    let deadline = Instant::now() + d;
+    let tasks: Vec<_> = (0..W2_TASKS)
+        .map(|task| {
+            let mut floor = floor.clone();
+            let run = env.run.clone();
+            tokio::spawn(async move {
+                let mut part = Part::default();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let key = format!("floor:{run}:w2:{slice}:{task}:{}", part.ops);
+                    floor.cycle(&key).await;
+                    part.samples.push(t.elapsed());
+                    part.ops += 1;
+                }
+                part
+            })
+        })
+        .collect();
+    join_part(tasks, cpu, info, "floor-W2").await
+}
+
+pub(crate) async fn w2_lease(
+    env: &Env,
+    client: &LeaseClient,
+    info: &mut MultiplexedConnection,
+    d: Duration,
+    slice: usize,
+) -> Part {
+    let cpu = CpuMeter::start(info).await;
+    let deadline = Instant::now() + d;
+    let tasks: Vec<_> = (0..W2_TASKS)
+        .map(|task| {
+            let client = client.clone();
+            let run = env.run.clone();
+            tokio::spawn(async move {
+                let mut part = Part::default();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let key = format!("{run}:w2:{slice}:{task}:k{}", part.ops);
+                    let req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+                    lease_cycle(&client, &req, "W2").await;
+                    part.samples.push(t.elapsed());
+                    part.ops += 1;
+                }
+                part
+            })
+        })
+        .collect();
+    join_part(tasks, cpu, info, "W2").await
+}
+
+pub(crate) const W3_TASKS: usize = 16;
+
+/// W3 floor slice: 16 tasks, one `SET NX PX` per iteration on one key; the winner deletes
+/// (owner-checked) at once.
+pub(crate) async fn w3_floor(
+    env: &Env,
+    floor: &Floor,
+    info: &mut MultiplexedConnection,
+    d: Duration,
+    slice: usize,
+) -> Part {
+    let key: Arc<str> = format!("floor:{}:w3:{slice}", env.run).into();
+    let cpu = CpuMeter::start(info).await;
+    let deadline = Instant::now() + d;
+    let tasks: Vec<_> = (0..W3_TASKS)
+        .map(|_| {
+            let mut floor = floor.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let mut part = Part::default();
+                let mut token = floor.token();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let won = floor.try_lock(&key, &token).await;
+                    part.samples.push(t.elapsed());
+                    if won {
+                        part.ops += 1;
+                        floor.unlock(&key, &token).await;
+                        token = floor.token();
+                    } else {
+                        part.refused += 1;
+                    }
+                }
+                part
+            })
+        })
+        .collect();
+    join_part(tasks, cpu, info, "floor-W3").await
+}
+
+/// W3 slice: 16 tasks, one `try_acquire` per iteration on one key; the winner releases at
+/// once and takes a fresh attempt; a refused task tries the same request again.
+pub(crate) async fn w3_lease(
+    env: &Env,
+    client: &LeaseClient,
+    info: &mut MultiplexedConnection,
+    d: Duration,
+    slice: usize,
+) -> Part {
+    let key: Arc<str> = format!("{}:w3:{slice}", env.run).into();
+    let cpu = CpuMeter::start(info).await;
+    let deadline = Instant::now() + d;
+    let tasks: Vec<_> = (0..W3_TASKS)
+        .map(|_| {
+            let client = client.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let mut part = Part::default();
+                let mut req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let outcome = client.try_acquire(&req).await.expect("valid request");
+                    part.samples.push(t.elapsed());
+                    match outcome {
+                        AcquireOutcome::Acquired(mut lease) => {
+                            part.ops += 1;
+                            let released = lease.release().await;
+                            assert_eq!(released, ReleaseOutcome::Released, "W3: release");
+                            req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+                        }
+                        AcquireOutcome::Contended { .. } => part.refused += 1,
+                        other => panic!("W3: try_acquire was {} ({other:?})", other.as_str()),
+                    }
+                }
+                part
+            })
+        })
+        .collect();
+    join_part(tasks, cpu, info, "W3").await
+}
+
+pub(crate) fn contention_row(
+    env: &Env,
+    workload: &str,
+    mut part: Part,
+    ratio_to_floor: Option<f64>,
+) -> Row {
+    assert!(part.ops > 0, "{workload}: nobody ever acquired the key");
+    let (_, server_us_per_refused) = part.used.per(part.refused);
+    // Commands sent: every try, plus one release per success.
+    let commands = part.ops + part.refused + part.ops;
+    let ops_per_s = part.ops_per_s();
+    env.row(
+        workload,
+        ops_per_s,
+        part.samples.p50_p99(),
+        ("ratio_to_floor", ratio_to_floor),
+        vec![
+            ("tasks", W3_TASKS.to_string()),
+            ("tries", (part.ops + part.refused).to_string()),
+            ("acquired", part.ops.to_string()),
+            ("refused", part.refused.to_string()),
+            ("secs", format!("{:.2}", part.used.wall)),
+            (
+                "srv_cpu_us_per_refused",
+                format!("{server_us_per_refused:.2}"),
+            ),
+            (
+                "refused_share",
+                format!("{:.3}", part.refused as f64 / commands as f64),
+            ),
+            ("bg_cores", part.used.bg_cores()),
+        ],
+    )
+}
+
+/// `PING` round trips on the floor's connection: the RTT the handoff is compared with.
+/// Back to back (`p50_us`), and each after 5 ms idle (`cold_p50_us`), as in H, where the
+/// release is sent after a pause: on a VM, waking idle CPUs costs more than the round trip.
+pub(crate) async fn ping(env: &Env, floor: &Floor, info: &mut MultiplexedConnection) -> Row {
+    let mut con = floor.con.clone();
+    let (n, cold_n) = if env.quick { (300, 20) } else { (3000, 200) };
+    let mut samples = Samples::default();
+    let mut cold = Samples::default();
+    let cpu = CpuMeter::start(info).await;
+    for i in 0..n + cold_n {
+        if i >= n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let t = Instant::now();
+        let pong: String = redis::cmd("PING")
+            .query_async(&mut con)
+            .await
+            .expect("PING");
+        let took = t.elapsed();
+        assert_eq!(pong, "PONG");
+        if i >= n {
+            cold.push(took);
+        } else {
+            samples.push(took);
+        }
+    }
+    let used = cpu.finish(info).await;
+    let total = samples.total().as_secs_f64();
+    let (cold_p50, cold_p99) = cold.p50_p99();
+    env.row(
+        "floor-PING",
+        n as f64 / total,
+        samples.p50_p99(),
+        ("ratio_to_rtt", Some(1.0)),
+        vec![
+            ("pings", n.to_string()),
+            ("cold_pings", cold_n.to_string()),
+            ("cold_p50_us", format!("{cold_p50:.1}")),
+            ("cold_p99_us", format!("{cold_p99:.1}")),
+            ("bg_cores", used.bg_cores()),
+        ],
+    )
+}
