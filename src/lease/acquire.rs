@@ -54,29 +54,26 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
         }
     };
     let drift = settings.drift_budget;
+    // The lease is held (acquired or replayed): its handle, on the budget its reply gives.
+    let held = |budget, token| {
+        LeaseHandle::new(
+            Arc::clone(session),
+            request,
+            keys,
+            token,
+            budget,
+            replication,
+        )
+    };
     let outcome = match result {
-        Ok(AcquireReply::Acquired { ttl, token }) => {
-            let budget = ValidityBudget::acquired(sent_at, request.ttl(), ttl, drift);
-            AcquireOutcome::Acquired(LeaseHandle::new(
-                Arc::clone(session),
-                request,
-                keys,
-                token,
-                budget,
-                replication,
-            ))
-        }
-        Ok(AcquireReply::Replayed { pttl, token }) => {
-            let budget = ValidityBudget::replayed(sent_at, request.ttl(), pttl, drift);
-            AcquireOutcome::Replayed(LeaseHandle::new(
-                Arc::clone(session),
-                request,
-                keys,
-                token,
-                budget,
-                replication,
-            ))
-        }
+        Ok(AcquireReply::Acquired { ttl, token }) => AcquireOutcome::Acquired(held(
+            ValidityBudget::acquired(sent_at, request.ttl(), ttl, drift),
+            token,
+        )),
+        Ok(AcquireReply::Replayed { pttl, token }) => AcquireOutcome::Replayed(held(
+            ValidityBudget::replayed(sent_at, request.ttl(), pttl, drift),
+            token,
+        )),
         Ok(AcquireReply::Contended { pttl }) => AcquireOutcome::Contended {
             retry_after: session.retry_after(pttl),
         },
