@@ -21,7 +21,7 @@ use crate::backend::{FailureDetail, ReleaseNotices};
 use crate::lease::acquire;
 use crate::lease::outcome::AcquireOutcome;
 use crate::lease::session::Session;
-use crate::protocol::LeaseRequest;
+use crate::protocol::{Attempt, LeaseRequest};
 use crate::telemetry;
 
 /// First backoff after `Unavailable`; doubled per consecutive one up to [`BACKOFF_MAX`].
@@ -33,46 +33,111 @@ const INDETERMINATE_PAUSE: Duration = Duration::from_millis(10);
 /// Upper bound on the jitter added to a contended wait.
 const JITTER_MAX: Duration = Duration::from_millis(20);
 
+/// What the wait loop does after a try, decided from its outcome and the time alone.
+#[derive(Debug)]
+// Returned once per try and matched at once, never stored: boxing would only allocate.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Step {
+    /// The wait is over: return this outcome.
+    Done(AcquireOutcome),
+    /// Contended for the first time: subscribe to release notices, then try again at once
+    /// (invariant 4).
+    Subscribe,
+    /// Sleep until `wake_at` (a release notice wakes the loop earlier), then try again;
+    /// `why` names the outcome for the retry metric.
+    Retry { wake_at: Instant, why: &'static str },
+}
+
+/// The wait loop's decisions, sans I/O: the deadline, whether the loop subscribed, whether
+/// any try may have reached Redis, and the backoff after `Unavailable`.
+#[derive(Debug)]
+pub(crate) struct WaitPolicy {
+    deadline: Instant,
+    subscribed: bool,
+    /// The attempt and failure of the last try that may have reached Redis.
+    maybe_sent: Option<(Attempt, FailureDetail)>,
+    backoff: Duration,
+}
+
+impl WaitPolicy {
+    /// A wait of `wait_timeout` starting at `now`.
+    pub(crate) fn new(now: Instant, wait_timeout: Duration) -> Self {
+        Self {
+            deadline: now + wait_timeout,
+            subscribed: false,
+            maybe_sent: None,
+            backoff: BACKOFF_MIN,
+        }
+    }
+
+    /// The step after a try that answered `outcome` at `now`; `jitter(max)` draws a random
+    /// pause in `0 ..= max`.
+    pub(crate) fn next(
+        &mut self,
+        outcome: AcquireOutcome,
+        now: Instant,
+        jitter: &mut impl FnMut(Duration) -> Duration,
+    ) -> Step {
+        let (pause, why) = match &outcome {
+            AcquireOutcome::Acquired(_)
+            | AcquireOutcome::Replayed(_)
+            | AcquireOutcome::OwnerOperationConflict { .. } => return Step::Done(outcome),
+            _ if now >= self.deadline => return Step::Done(self.settle(outcome)),
+            AcquireOutcome::Contended { .. } if !self.subscribed => {
+                self.subscribed = true;
+                return Step::Subscribe;
+            }
+            AcquireOutcome::Contended { retry_after } => {
+                (*retry_after + jitter(*retry_after / 10), "contended")
+            }
+            AcquireOutcome::Indeterminate { attempt, detail } => {
+                self.maybe_sent = Some((attempt.clone(), detail.clone()));
+                (INDETERMINATE_PAUSE, "indeterminate")
+            }
+            AcquireOutcome::Unavailable { .. } => {
+                let pause = self.backoff / 2 + jitter(self.backoff / 2);
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                (pause, "unavailable")
+            }
+        };
+        Step::Retry {
+            wake_at: (now + pause).min(self.deadline),
+            why,
+        }
+    }
+
+    /// Applies invariant 3 to the last outcome.
+    fn settle(&mut self, outcome: AcquireOutcome) -> AcquireOutcome {
+        match (outcome, self.maybe_sent.take()) {
+            (AcquireOutcome::Unavailable { .. }, Some((attempt, detail))) => {
+                AcquireOutcome::Indeterminate { attempt, detail }
+            }
+            (outcome, _) => outcome,
+        }
+    }
+}
+
 pub(crate) async fn acquire_with_wait(
     session: &Arc<Session>,
     request: &LeaseRequest,
 ) -> AcquireOutcome {
-    let deadline = Instant::now() + request.wait_timeout();
+    let mut policy = WaitPolicy::new(Instant::now(), request.wait_timeout());
     let mut notices: Option<ReleaseNotices> = None;
-    let mut subscribed = false;
-    let mut maybe_sent: Option<FailureDetail> = None;
-    let mut backoff = BACKOFF_MIN;
+    let mut jitter = random_jitter;
     loop {
         let outcome = acquire::try_acquire(session, request).await;
-        let now = Instant::now();
-        let pause = match &outcome {
-            AcquireOutcome::Acquired(_)
-            | AcquireOutcome::Replayed(_)
-            | AcquireOutcome::OwnerOperationConflict { .. } => return outcome,
-            _ if now >= deadline => return settle(outcome, maybe_sent, request),
-            AcquireOutcome::Contended { retry_after } => {
+        let wake_at = match policy.next(outcome, Instant::now(), &mut jitter) {
+            Step::Done(outcome) => return outcome,
+            Step::Subscribe => {
                 telemetry::wait_retry(request.purpose(), "contended");
-                if !subscribed {
-                    subscribed = true;
-                    notices = subscribe(session, request).await;
-                    // Try again at once: the subscription is live now (invariant 4).
-                    continue;
-                }
-                *retry_after + jitter(*retry_after / 10)
+                notices = subscribe(session, request).await;
+                continue;
             }
-            AcquireOutcome::Indeterminate { detail, .. } => {
-                telemetry::wait_retry(request.purpose(), "indeterminate");
-                maybe_sent = Some(detail.clone());
-                INDETERMINATE_PAUSE
-            }
-            AcquireOutcome::Unavailable { .. } => {
-                telemetry::wait_retry(request.purpose(), "unavailable");
-                let pause = backoff / 2 + jitter(backoff / 2);
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                pause
+            Step::Retry { wake_at, why } => {
+                telemetry::wait_retry(request.purpose(), why);
+                wake_at
             }
         };
-        let wake_at = (now + pause).min(deadline);
         match notices.as_mut() {
             Some(n) => {
                 tokio::select! {
@@ -89,21 +154,6 @@ pub(crate) async fn acquire_with_wait(
             }
             None => tokio::time::sleep_until(wake_at).await,
         }
-    }
-}
-
-/// Applies invariant 3 to the last outcome.
-fn settle(
-    outcome: AcquireOutcome,
-    maybe_sent: Option<FailureDetail>,
-    request: &LeaseRequest,
-) -> AcquireOutcome {
-    match (outcome, maybe_sent) {
-        (AcquireOutcome::Unavailable { .. }, Some(detail)) => AcquireOutcome::Indeterminate {
-            attempt: request.attempt().clone(),
-            detail,
-        },
-        (outcome, _) => outcome,
     }
 }
 
@@ -124,10 +174,14 @@ async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<ReleaseN
     }
 }
 
-fn jitter(max: Duration) -> Duration {
+/// A random pause in `0 ..= min(max, JITTER_MAX)`.
+fn random_jitter(max: Duration) -> Duration {
     let max = max.min(JITTER_MAX);
     if max.is_zero() {
         return Duration::ZERO;
     }
     rand::rng().random_range(Duration::ZERO..=max)
 }
+
+#[cfg(test)]
+mod tests;
