@@ -45,6 +45,15 @@ pub enum LeaseError {
         /// The rule it broke.
         rule: &'static str,
     },
+    /// An [`OwnerToken`](crate::OwnerToken) text (one persisted with
+    /// [`OwnerToken::expose`](crate::OwnerToken::expose)) was not one leasehold makes.
+    ///
+    /// The text itself is not echoed: it is a bearer secret.
+    #[error("owner token is invalid: {rule}")]
+    InvalidOwnerToken {
+        /// The rule it broke.
+        rule: &'static str,
+    },
     /// A duration parameter was out of its bounds, unparsable, or in the wrong relation to
     /// another parameter.
     #[error("{param} {problem}")]

@@ -369,6 +369,14 @@ async fn killing_the_lease_actor_stops_the_worker() {
     job.lease_actor().kill();
     let report = job.wait().await;
     assert_eq!(report.end, JobEnd::Aborted);
+    // Nothing was released here: the release was left to the handle's drop, and says so.
+    assert!(
+        matches!(
+            &report.release,
+            ReleaseOutcome::Indeterminate { detail } if detail.kind == FailureKind::Abandoned
+        ),
+        "{report:?}"
+    );
     settle().await;
     assert_eq!(worker.get_status(), ractor::ActorStatus::Stopped);
     assert!(

@@ -158,6 +158,10 @@ pub enum FailureKind {
     MalformedReply,
     /// A fault injected into [`MemoryBackend`].
     Injected,
+    /// No call was made here: the outcome was left to a best-effort path that reports to
+    /// nobody — a lease actor that ended (or vanished with its runtime) before it released,
+    /// whose handle's drop releases. The TTL is the backstop.
+    Abandoned,
 }
 
 impl FailureKind {
@@ -171,6 +175,7 @@ impl FailureKind {
             Self::ServerError => "server_error",
             Self::MalformedReply => "malformed_reply",
             Self::Injected => "injected",
+            Self::Abandoned => "abandoned",
         }
     }
 }

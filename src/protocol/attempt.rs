@@ -32,9 +32,39 @@ impl OwnerToken {
         ))
     }
 
-    /// The token text, for the backend that sends it. Never log it.
+    /// The token text, for the backend that sends it — and for a caller that persists an
+    /// attempt across a restart (read it back with [`parse`](Self::parse)). Never log it.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// A token from its text, as [`expose`](Self::expose) gave it: 32 base64url characters
+    /// (24 bytes), no padding.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), leasehold::LeaseError> {
+    /// use leasehold::{Attempt, OperationId, OwnerToken};
+    /// let attempt = Attempt::new(OperationId::new("nightly")?)?;
+    /// let stored = attempt.owner().expose().to_owned(); // persisted with the operation id
+    /// let again = Attempt::from_parts(OwnerToken::parse(&stored)?, OperationId::new("nightly")?);
+    /// assert_eq!(again, attempt);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidOwnerToken`] (the text is not echoed).
+    pub fn parse(text: &str) -> Result<Self, LeaseError> {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(text)
+            .map_err(|_| LeaseError::InvalidOwnerToken {
+                rule: "must be base64url without padding",
+            })?;
+        if bytes.len() != OWNER_TOKEN_BYTES {
+            return Err(LeaseError::InvalidOwnerToken {
+                rule: "must encode 24 bytes (32 characters)",
+            });
+        }
+        Ok(Self(text.to_owned()))
     }
 }
 
@@ -118,7 +148,8 @@ impl Attempt {
         })
     }
 
-    /// Rebuilds an attempt from its parts, e.g. one persisted across a process restart.
+    /// Rebuilds an attempt from its parts, e.g. one persisted across a process restart
+    /// (the owner token read back with [`OwnerToken::parse`]).
     pub fn from_parts(owner: OwnerToken, operation: OperationId) -> Self {
         Self { owner, operation }
     }
@@ -152,6 +183,30 @@ impl fmt::Display for Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exposed_owner_token_parses_back_and_nothing_else_does() {
+        let token = OwnerToken::generate().expect("entropy");
+        assert_eq!(OwnerToken::parse(token.expose()).expect("parses"), token);
+        let secret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"; // 36 chars, 27 bytes
+        for bad in [
+            "",
+            "short",
+            secret,
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+            "+AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        ] {
+            let err = OwnerToken::parse(bad).expect_err(bad);
+            assert!(
+                matches!(err, LeaseError::InvalidOwnerToken { .. }),
+                "{bad}: {err}"
+            );
+            assert!(
+                bad.is_empty() || !err.to_string().contains(bad),
+                "{err} echoes the text"
+            );
+        }
+    }
 
     #[test]
     fn owner_tokens_are_32_chars_of_base64url_and_distinct() {

@@ -581,7 +581,7 @@ impl<M> Drop for LeaseActorState<M> {
                 cancelled: self.cancelled.clone(),
                 release: ReleaseOutcome::Indeterminate {
                     detail: FailureDetail::new(
-                        FailureKind::Timeout,
+                        FailureKind::Abandoned,
                         "lease actor ended before releasing; released best effort on drop",
                     ),
                 },

@@ -373,7 +373,7 @@ pub(crate) fn report_or_vanished(
         cancelled: None,
         release: crate::lease::ReleaseOutcome::Indeterminate {
             detail: crate::backend::FailureDetail::new(
-                crate::backend::FailureKind::Timeout,
+                crate::backend::FailureKind::Abandoned,
                 "lease actor vanished without a report",
             ),
         },
