@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use common::RedisServer;
 use common::cli::*;
 use common::fault::FaultLine;
+use common::observe::{Monitor, dump_redis};
 use leasehold::ResourceDigest;
 
 #[test]

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use common::cli::*;
+use common::observe::CpuLoad;
 use leasehold::{LeaseKeys, LeaseSettings, Purpose, ResourceDigest};
 
 /// How long a process may take to disappear after the event that must end it.

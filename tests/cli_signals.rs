@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::RedisServer;
 use common::cli::*;
 use common::fault::FaultLine;
+use common::observe::CpuLoad;
 
 #[test]
 fn sigterm_to_leasehold_is_forwarded_to_the_command_and_the_lease_released() {

@@ -24,4 +24,6 @@ pub mod cli;
 pub mod cluster;
 pub mod fault;
 pub mod leases;
+#[cfg(feature = "cli")]
+pub mod observe;
 pub mod sentinel;
