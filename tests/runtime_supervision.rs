@@ -448,6 +448,33 @@ async fn the_lease_limit_is_a_typed_error_before_any_io() {
     let _ = job.wait().await;
 }
 
+// Real threads: the actor stopping and the caller resuming race only there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_s_slot_is_free_when_its_wait_returns() {
+    // With room for one lease, the next job starts right after the last one's `wait()`:
+    // the slot is given back before the report, never a moment after it.
+    let backend = MemoryBackend::new();
+    let client = LeaseClient::new(backend.clone(), LeaseSettings::default()).unwrap();
+    let s = Setup {
+        backend,
+        runtime: LeaseRuntime::new(client).with_max_leases(1),
+    };
+    for round in 0..50 {
+        let (job, _rx) = start(&s, OnCancel::Exit, CancelPolicy::Kill).await;
+        job.worker().send_message(WorkerMsg::Exit).unwrap();
+        let report = job.wait().await;
+        assert_eq!(report.release, ReleaseOutcome::Released, "round {round}");
+        assert_eq!(
+            s.runtime.held(),
+            0,
+            "round {round}: the slot is still taken"
+        );
+    }
+    let (job, _rx) = start(&s, OnCancel::Exit, CancelPolicy::Kill).await;
+    job.worker().send_message(WorkerMsg::Exit).unwrap();
+    let _ = job.wait().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_ttl_without_room_for_renewals_is_rejected_before_any_io() {
     let s = setup();

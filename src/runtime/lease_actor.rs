@@ -120,7 +120,8 @@ pub(crate) struct LeaseActorState<M> {
     cancel: CancellationToken,
     status: watch::Sender<LeaseStatus>,
     report: Option<oneshot::Sender<LeaseReport>>,
-    _permit: Option<OwnedSemaphorePermit>,
+    /// This lease's slot in the runtime's limit; given back before the report is sent.
+    permit: Option<OwnedSemaphorePermit>,
     /// When to renew, cancel and stop the worker: the schedule, decided without I/O.
     watchdog: Watchdog,
     /// The cancellation sent, kept for the status and the report.
@@ -283,6 +284,9 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             token = report.token.get(),
             "lease actor finished"
         );
+        // The slot first: a caller that starts the next lease the moment it reads the
+        // report must find it free.
+        drop(state.permit.take());
         if let Some(tx) = state.report.take() {
             let _ = tx.send(report.clone());
         }
@@ -352,7 +356,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             cancel,
             status,
             report,
-            _permit: permit,
+            permit,
             watchdog: Watchdog::new(valid_until, now, renew_every, safety_margin, policy),
             cancelled: None,
             timer: 0,
@@ -575,6 +579,7 @@ impl<M> Drop for LeaseActorState<M> {
             WorkerState::Task { task, alive: true } => task.abort(),
             _ => {}
         }
+        drop(self.permit.take());
         if let Some(tx) = self.report.take() {
             let _ = tx.send(LeaseReport {
                 end: JobEnd::Aborted,
