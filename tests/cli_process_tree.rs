@@ -40,10 +40,23 @@ fn assert_all_gone_within(pids: &[(u32, &str)], limit: Duration, after: &str) ->
         let left = limit.saturating_sub(start.elapsed());
         assert!(
             time_until_gone(pid, left).is_some(),
-            "{what} (pid {pid}) still runs {limit:?} after {after}"
+            "{what} (pid {pid}) still runs {limit:?} after {after}; {}",
+            process_report(pid)
         );
     }
     start.elapsed()
+}
+
+/// What `/proc` says about `pid` and its parent, for a failure message.
+fn process_report(pid: u32) -> String {
+    let stat = |pid: &str| fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let own = stat(&pid.to_string());
+    let parent = own
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .map(stat)
+        .unwrap_or_default();
+    format!("its stat: {own:?}; its parent's: {parent:?}")
 }
 
 /// Reads a pid the command wrote to `file`, registering it for cleanup.
@@ -71,8 +84,9 @@ fn start_tree(
         main = dir.path("main.pid").display(),
         bg = dir.path("bg.pid").display(),
         daemon = dir.path("daemon.pid").display(),
-        // The setsid descendant ignores SIGTERM: only SIGKILL ends it.
-        daemon_cmd = r#"sh -c 'trap "" TERM; while :; do sleep 0.05; done'"#,
+        // The setsid descendant ignores SIGTERM (an ignored signal stays ignored across
+        // exec): only SIGKILL ends it. One process, so the count left behind is exact.
+        daemon_cmd = r#"sh -c 'trap "" TERM; exec sleep 300'"#,
     );
     let mut cmd = run_cmd(server, "tree");
     cmd.args(args).args(["--", "sh", "-c", &script]);
