@@ -99,7 +99,7 @@ pub use backend::{
 };
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
-    AcquireOutcome, Guarantee, InspectOutcome, LeaseClient, LeaseHandle, LeaseSettings, LeaseState,
+    AcquireOutcome, InspectOutcome, LeaseClient, LeaseHandle, LeaseSettings, LeaseState,
     LostReason, ReleaseOutcome, RenewOutcome, Replication, ValidityBudget,
 };
 pub use protocol::{

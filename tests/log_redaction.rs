@@ -363,7 +363,6 @@ async fn scenario(harness: &Harness, log: &Capture, secrets: &Secrets) {
         .into_handle()
         .unwrap();
     log.debug("handle a", &a);
-    log.debug("guarantee", &a.guarantee());
     log.debug("state", &a.state());
     log.debug("token", &a.token());
     let a_replayed = run

@@ -40,23 +40,6 @@ use crate::protocol::limits::RENEW_ATTEMPTS;
 use crate::protocol::{Attempt, FencingToken, LeaseKeys, Purpose, RenewReply, ResourceDigest};
 use crate::telemetry::{self, HeldLease, Operation};
 
-/// What a held lease lets its holder rely on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Guarantee {
-    /// Writes carrying this token can be refused by a target that has seen a larger one.
-    ///
-    /// What it protects: an effect target that stores the largest token it accepted and
-    /// refuses smaller ones (`UPDATE … SET …, fence = $token WHERE fence < $token`) never
-    /// accepts a write from a holder older than one it already served — even if that holder
-    /// was paused past its lease and resumes believing it still holds it.
-    ///
-    /// What it does not protect: targets that do not check the token; effects outside the
-    /// target (emails sent, files written elsewhere); two writes by the current holder and a
-    /// stale one interleaving on a target that compares with `<=` instead of `<`.
-    Fenced(FencingToken),
-}
-
 /// One acquired lease: its attempt, fencing token, local validity and state.
 ///
 /// Obtained from [`AcquireOutcome::Acquired`](crate::AcquireOutcome::Acquired) or
@@ -107,7 +90,8 @@ impl LeaseHandle {
         handle
     }
 
-    /// The fencing token of this acquisition; pass it to every protected write.
+    /// The fencing token of this acquisition; pass it to every protected write. What it
+    /// protects, and what it cannot, is on [`FencingToken`].
     pub fn token(&self) -> FencingToken {
         self.token
     }
@@ -116,11 +100,6 @@ impl LeaseHandle {
     /// ([`LeaseRequestBuilder::wait_for_replicas`](crate::protocol::LeaseRequestBuilder::wait_for_replicas)).
     pub fn replication(&self) -> &Replication {
         &self.replication
-    }
-
-    /// What holding this lease guarantees, and (in its docs) what it does not.
-    pub fn guarantee(&self) -> Guarantee {
-        Guarantee::Fenced(self.token)
     }
 
     /// The attempt that holds the lease.

@@ -15,7 +15,7 @@ mod validity;
 mod wait;
 
 pub use client::{LeaseClient, REDIS_URL_ENV};
-pub use handle::{Guarantee, LeaseHandle};
+pub use handle::LeaseHandle;
 pub use outcome::{
     AcquireOutcome, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
     Replication,

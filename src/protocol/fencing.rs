@@ -10,8 +10,14 @@ use std::fmt;
 /// promotion lost the last increment — as long as the server clock does not step back past
 /// the last token. Tokens stay below 2^53 (Lua numbers are doubles).
 ///
-/// A token protects a write only where the write checks it: store the highest token seen
-/// beside the data and refuse a write whose token is lower (`UPDATE … WHERE fence < $token`).
+/// What it protects: a target that stores the largest token it accepted beside the data and
+/// refuses smaller ones (`UPDATE … SET …, fence = $token WHERE fence < $token`) never
+/// accepts a write from a holder older than one it already served — even a holder that was
+/// paused past its lease and resumes believing it still holds it.
+///
+/// What it does not protect: targets that do not check the token; effects outside the
+/// target (emails sent, files written elsewhere); a stale write interleaving with the
+/// current holder's on a target that compares with `<=` instead of `<`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FencingToken(u64);
 
