@@ -109,28 +109,24 @@ pub(crate) async fn a_plain(
     d: Duration,
     slice: usize,
 ) -> Part {
-    let mut part = Part::default();
-    let cpu = CpuMeter::start(info).await;
-    let start = Instant::now();
-    while start.elapsed() < d {
-        let t = Instant::now();
-        let key = format!("{}:a:{slice}:p{}", env.run, part.ops);
-        let req = request(client, &key, LOCK_TTL, Duration::ZERO);
-        match client.try_acquire(&req).await.expect("valid request") {
-            AcquireOutcome::Acquired(mut lease) => {
-                assert_eq!(
-                    lease.release().await,
-                    ReleaseOutcome::Released,
-                    "A: plain release"
-                );
+    with_cpu(info, async {
+        timed_until!(Instant::now() + d, |i, _lap| {
+            let key = format!("{}:a:{slice}:p{i}", env.run);
+            let req = request(client, &key, LOCK_TTL, Duration::ZERO);
+            match client.try_acquire(&req).await.expect("valid request") {
+                AcquireOutcome::Acquired(mut lease) => {
+                    assert_eq!(
+                        lease.release().await,
+                        ReleaseOutcome::Released,
+                        "A: plain release"
+                    );
+                }
+                other => panic!("A: plain try_acquire was {} ({other:?})", other.as_str()),
             }
-            other => panic!("A: plain try_acquire was {} ({other:?})", other.as_str()),
-        }
-        part.samples.push(t.elapsed());
-        part.ops += 1;
-    }
-    part.used = cpu.finish(info).await;
-    part
+            Step::Done
+        })
+    })
+    .await
 }
 
 pub(crate) async fn a_spawn(
@@ -141,32 +137,28 @@ pub(crate) async fn a_spawn(
     slice: usize,
 ) -> Part {
     let client = runtime.client();
-    let mut part = Part::default();
-    let cpu = CpuMeter::start(info).await;
-    let start = Instant::now();
-    while start.elapsed() < d {
-        let t = Instant::now();
-        let key = format!("{}:a:{slice}:s{}", env.run, part.ops);
-        let req = request(client, &key, LOCK_TTL, Duration::ZERO);
-        let worker = Worker { stop_at_once: true };
-        let job = match runtime
-            .spawn_under_lease(&req, worker, |_ctx| (), CancelPolicy::Kill)
-            .await
-            .expect("A: spawn_under_lease")
-        {
-            SpawnOutcome::Started(job) => job,
-            SpawnOutcome::NotAcquired(other) => {
-                panic!("A: spawn_under_lease was {} ({other:?})", other.as_str())
-            }
-        };
-        let report = job.wait().await;
-        assert_eq!(report.end, JobEnd::Completed, "A: job end");
-        assert_eq!(report.release, ReleaseOutcome::Released, "A: job release");
-        part.samples.push(t.elapsed());
-        part.ops += 1;
-    }
-    part.used = cpu.finish(info).await;
-    part
+    with_cpu(info, async {
+        timed_until!(Instant::now() + d, |i, _lap| {
+            let key = format!("{}:a:{slice}:s{i}", env.run);
+            let req = request(client, &key, LOCK_TTL, Duration::ZERO);
+            let worker = Worker { stop_at_once: true };
+            let job = match runtime
+                .spawn_under_lease(&req, worker, |_ctx| (), CancelPolicy::Kill)
+                .await
+                .expect("A: spawn_under_lease")
+            {
+                SpawnOutcome::Started(job) => job,
+                SpawnOutcome::NotAcquired(other) => {
+                    panic!("A: spawn_under_lease was {} ({other:?})", other.as_str())
+                }
+            };
+            let report = job.wait().await;
+            assert_eq!(report.end, JobEnd::Completed, "A: job end");
+            assert_eq!(report.release, ReleaseOutcome::Released, "A: job release");
+            Step::Done
+        })
+    })
+    .await
 }
 
 pub(crate) async fn a_run(
@@ -177,30 +169,26 @@ pub(crate) async fn a_run(
     slice: usize,
 ) -> Part {
     let client = runtime.client();
-    let mut part = Part::default();
-    let cpu = CpuMeter::start(info).await;
-    let start = Instant::now();
-    while start.elapsed() < d {
-        let t = Instant::now();
-        let key = format!("{}:a:{slice}:r{}", env.run, part.ops);
-        let req = request(client, &key, LOCK_TTL, Duration::ZERO);
-        match runtime
-            .run_under_lease(&req, CancelPolicy::Kill, |_ctx| async {})
-            .await
-            .expect("A: run_under_lease")
-        {
-            RunOutcome::Ran { output, report } => {
-                assert!(output.is_some(), "A: run_under_lease future did not finish");
-                assert_eq!(report.end, JobEnd::Completed, "A: run end");
-                assert_eq!(report.release, ReleaseOutcome::Released, "A: run release");
+    with_cpu(info, async {
+        timed_until!(Instant::now() + d, |i, _lap| {
+            let key = format!("{}:a:{slice}:r{i}", env.run);
+            let req = request(client, &key, LOCK_TTL, Duration::ZERO);
+            match runtime
+                .run_under_lease(&req, CancelPolicy::Kill, |_ctx| async {})
+                .await
+                .expect("A: run_under_lease")
+            {
+                RunOutcome::Ran { output, report } => {
+                    assert!(output.is_some(), "A: run_under_lease future did not finish");
+                    assert_eq!(report.end, JobEnd::Completed, "A: run end");
+                    assert_eq!(report.release, ReleaseOutcome::Released, "A: run release");
+                }
+                RunOutcome::NotAcquired(other) => {
+                    panic!("A: run_under_lease was {} ({other:?})", other.as_str())
+                }
             }
-            RunOutcome::NotAcquired(other) => {
-                panic!("A: run_under_lease was {} ({other:?})", other.as_str())
-            }
-        }
-        part.samples.push(t.elapsed());
-        part.ops += 1;
-    }
-    part.used = cpu.finish(info).await;
-    part
+            Step::Done
+        })
+    })
+    .await
 }

@@ -2,31 +2,6 @@
 
 use super::*;
 
-/// One workload accumulated over its slices.
-#[derive(Default)]
-pub(crate) struct Part {
-    /// Per-cycle (W1, W2) or per-try (W3) latencies.
-    pub(crate) samples: Samples,
-    /// Cycles (W1, W2) or successful acquisitions (W3).
-    pub(crate) ops: u64,
-    /// Refused tries (W3).
-    pub(crate) refused: u64,
-    pub(crate) used: Used,
-}
-
-impl Part {
-    pub(crate) fn add(&mut self, other: Part) {
-        self.samples.extend(other.samples);
-        self.ops += other.ops;
-        self.refused += other.refused;
-        self.used.add(&other.used);
-    }
-
-    pub(crate) fn ops_per_s(&self) -> f64 {
-        self.ops as f64 / self.used.wall.max(1e-9)
-    }
-}
-
 /// `slices` slices of `slice` each, quick or not.
 pub(crate) struct Slicing {
     pub(crate) slices: usize,
@@ -155,19 +130,15 @@ pub(crate) async fn w1_floor(
     slice: usize,
 ) -> Part {
     let mut floor = floor.clone();
-    let mut part = Part::default();
-    let cpu = CpuMeter::start(info).await;
-    let start = Instant::now();
-    while start.elapsed() < d {
-        let t = Instant::now();
-        floor
-            .cycle(&format!("floor:{}:w1:{slice}:{}", env.run, part.ops))
-            .await;
-        part.samples.push(t.elapsed());
-        part.ops += 1;
-    }
-    part.used = cpu.finish(info).await;
-    part
+    with_cpu(info, async {
+        timed_until!(Instant::now() + d, |i, _lap| {
+            floor
+                .cycle(&format!("floor:{}:w1:{slice}:{i}", env.run))
+                .await;
+            Step::Done
+        })
+    })
+    .await
 }
 
 /// W1 slice: one task, request (digest, fresh attempt, builder) → acquire → release.
@@ -178,38 +149,18 @@ pub(crate) async fn w1_lease(
     d: Duration,
     slice: usize,
 ) -> Part {
-    let mut part = Part::default();
-    let cpu = CpuMeter::start(info).await;
-    let start = Instant::now();
-    while start.elapsed() < d {
-        let t = Instant::now();
-        let key = format!("{}:w1:{slice}:k{}", env.run, part.ops);
-        let req = request(client, &key, LOCK_TTL, Duration::ZERO);
-        lease_cycle(client, &req, "W1").await;
-        part.samples.push(t.elapsed());
-        part.ops += 1;
-    }
-    part.used = cpu.finish(info).await;
-    part
+    with_cpu(info, async {
+        timed_until!(Instant::now() + d, |i, _lap| {
+            let key = format!("{}:w1:{slice}:k{i}", env.run);
+            let req = request(client, &key, LOCK_TTL, Duration::ZERO);
+            lease_cycle(client, &req, "W1").await;
+            Step::Done
+        })
+    })
+    .await
 }
 
 pub(crate) const W2_TASKS: usize = 64;
-
-/// Joins the tasks of one slice into a part.
-pub(crate) async fn join_part(
-    tasks: Vec<tokio::task::JoinHandle<Part>>,
-    cpu: CpuMeter,
-    info: &mut MultiplexedConnection,
-    what: &str,
-) -> Part {
-    let mut part = Part::default();
-    for task in tasks {
-        let done = task.await.unwrap_or_else(|e| panic!("{what} task: {e}"));
-        part.add(done);
-    }
-    part.used = cpu.finish(info).await;
-    part
-}
 
 pub(crate) async fn w2_floor(
     env: &Env,
@@ -218,26 +169,23 @@ pub(crate) async fn w2_floor(
     d: Duration,
     slice: usize,
 ) -> Part {
-    let cpu = CpuMeter::start(info).await;
-    let deadline = Instant::now() + d;
-    let tasks: Vec<_> = (0..W2_TASKS)
-        .map(|task| {
+    with_cpu(info, async {
+        let deadline = Instant::now() + d;
+        let tasks = (0..W2_TASKS).map(|task| {
             let mut floor = floor.clone();
             let run = env.run.clone();
             tokio::spawn(async move {
-                let mut part = Part::default();
-                while Instant::now() < deadline {
-                    let t = Instant::now();
-                    let key = format!("floor:{run}:w2:{slice}:{task}:{}", part.ops);
-                    floor.cycle(&key).await;
-                    part.samples.push(t.elapsed());
-                    part.ops += 1;
-                }
-                part
+                timed_until!(deadline, |i, _lap| {
+                    floor
+                        .cycle(&format!("floor:{run}:w2:{slice}:{task}:{i}"))
+                        .await;
+                    Step::Done
+                })
             })
-        })
-        .collect();
-    join_part(tasks, cpu, info, "floor-W2").await
+        });
+        join_tasks(tasks, "floor-W2").await
+    })
+    .await
 }
 
 pub(crate) async fn w2_lease(
@@ -247,33 +195,29 @@ pub(crate) async fn w2_lease(
     d: Duration,
     slice: usize,
 ) -> Part {
-    let cpu = CpuMeter::start(info).await;
-    let deadline = Instant::now() + d;
-    let tasks: Vec<_> = (0..W2_TASKS)
-        .map(|task| {
+    with_cpu(info, async {
+        let deadline = Instant::now() + d;
+        let tasks = (0..W2_TASKS).map(|task| {
             let client = client.clone();
             let run = env.run.clone();
             tokio::spawn(async move {
-                let mut part = Part::default();
-                while Instant::now() < deadline {
-                    let t = Instant::now();
-                    let key = format!("{run}:w2:{slice}:{task}:k{}", part.ops);
+                timed_until!(deadline, |i, _lap| {
+                    let key = format!("{run}:w2:{slice}:{task}:k{i}");
                     let req = request(&client, &key, LOCK_TTL, Duration::ZERO);
                     lease_cycle(&client, &req, "W2").await;
-                    part.samples.push(t.elapsed());
-                    part.ops += 1;
-                }
-                part
+                    Step::Done
+                })
             })
-        })
-        .collect();
-    join_part(tasks, cpu, info, "W2").await
+        });
+        join_tasks(tasks, "W2").await
+    })
+    .await
 }
 
 pub(crate) const W3_TASKS: usize = 16;
 
 /// W3 floor slice: 16 tasks, one `SET NX PX` per iteration on one key; the winner deletes
-/// (owner-checked) at once.
+/// (owner-checked) at once. Only the try is timed.
 pub(crate) async fn w3_floor(
     env: &Env,
     floor: &Floor,
@@ -282,36 +226,34 @@ pub(crate) async fn w3_floor(
     slice: usize,
 ) -> Part {
     let key: Arc<str> = format!("floor:{}:w3:{slice}", env.run).into();
-    let cpu = CpuMeter::start(info).await;
-    let deadline = Instant::now() + d;
-    let tasks: Vec<_> = (0..W3_TASKS)
-        .map(|_| {
+    with_cpu(info, async {
+        let deadline = Instant::now() + d;
+        let tasks = (0..W3_TASKS).map(|_| {
             let mut floor = floor.clone();
             let key = key.clone();
             tokio::spawn(async move {
-                let mut part = Part::default();
                 let mut token = floor.token();
-                while Instant::now() < deadline {
-                    let t = Instant::now();
+                timed_until!(deadline, |_i, lap| {
                     let won = floor.try_lock(&key, &token).await;
-                    part.samples.push(t.elapsed());
+                    lap.stop();
                     if won {
-                        part.ops += 1;
                         floor.unlock(&key, &token).await;
                         token = floor.token();
+                        Step::Done
                     } else {
-                        part.refused += 1;
+                        Step::Refused
                     }
-                }
-                part
+                })
             })
-        })
-        .collect();
-    join_part(tasks, cpu, info, "floor-W3").await
+        });
+        join_tasks(tasks, "floor-W3").await
+    })
+    .await
 }
 
 /// W3 slice: 16 tasks, one `try_acquire` per iteration on one key; the winner releases at
-/// once and takes a fresh attempt; a refused task tries the same request again.
+/// once and takes a fresh attempt; a refused task tries the same request again. Only the
+/// try is timed.
 pub(crate) async fn w3_lease(
     env: &Env,
     client: &LeaseClient,
@@ -320,35 +262,32 @@ pub(crate) async fn w3_lease(
     slice: usize,
 ) -> Part {
     let key: Arc<str> = format!("{}:w3:{slice}", env.run).into();
-    let cpu = CpuMeter::start(info).await;
-    let deadline = Instant::now() + d;
-    let tasks: Vec<_> = (0..W3_TASKS)
-        .map(|_| {
+    with_cpu(info, async {
+        let deadline = Instant::now() + d;
+        let tasks = (0..W3_TASKS).map(|_| {
             let client = client.clone();
             let key = key.clone();
             tokio::spawn(async move {
-                let mut part = Part::default();
                 let mut req = request(&client, &key, LOCK_TTL, Duration::ZERO);
-                while Instant::now() < deadline {
-                    let t = Instant::now();
+                timed_until!(deadline, |_i, lap| {
                     let outcome = client.try_acquire(&req).await.expect("valid request");
-                    part.samples.push(t.elapsed());
+                    lap.stop();
                     match outcome {
                         AcquireOutcome::Acquired(mut lease) => {
-                            part.ops += 1;
                             let released = lease.release().await;
                             assert_eq!(released, ReleaseOutcome::Released, "W3: release");
                             req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+                            Step::Done
                         }
-                        AcquireOutcome::Contended { .. } => part.refused += 1,
+                        AcquireOutcome::Contended { .. } => Step::Refused,
                         other => panic!("W3: try_acquire was {} ({other:?})", other.as_str()),
                     }
-                }
-                part
+                })
             })
-        })
-        .collect();
-    join_part(tasks, cpu, info, "W3").await
+        });
+        join_tasks(tasks, "W3").await
+    })
+    .await
 }
 
 pub(crate) fn contention_row(

@@ -3,6 +3,112 @@
 
 use super::*;
 
+/// One workload accumulated over its slices.
+#[derive(Default)]
+pub(crate) struct Part {
+    /// Per-cycle (W1, W2) or per-try (W3) latencies.
+    pub(crate) samples: Samples,
+    /// Cycles (W1, W2) or successful acquisitions (W3).
+    pub(crate) ops: u64,
+    /// Refused tries (W3).
+    pub(crate) refused: u64,
+    pub(crate) used: Used,
+}
+
+impl Part {
+    pub(crate) fn add(&mut self, other: Part) {
+        self.samples.extend(other.samples);
+        self.ops += other.ops;
+        self.refused += other.refused;
+        self.used.add(&other.used);
+    }
+
+    pub(crate) fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.used.wall.max(1e-9)
+    }
+}
+
+/// What one timed call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// It counts as one operation (a cycle, or a won try).
+    Done,
+    /// A refused try.
+    Refused,
+}
+
+/// The clock of one timed call: its sample runs from the call's start to [`Lap::stop`], or
+/// to its end if it never stops it (a call that times its try but not the release after).
+pub(crate) struct Lap {
+    started: Instant,
+    stopped: Option<Duration>,
+}
+
+impl Lap {
+    pub(crate) fn start() -> Lap {
+        Lap {
+            started: Instant::now(),
+            stopped: None,
+        }
+    }
+
+    /// Ends the sample here; the first call counts.
+    pub(crate) fn stop(&mut self) -> Duration {
+        *self.stopped.get_or_insert_with(|| self.started.elapsed())
+    }
+}
+
+/// The one timing loop of the workloads: runs `body` back to back until `deadline`, one
+/// latency sample per run, counted by the [`Step`] it evaluates to; `i` is the number of
+/// operations done so far (to name a fresh key), `lap` the run's [`Lap`]. A macro, not a
+/// function taking an async closure: a spawned task's loop must be `Send`, which a closure
+/// that borrows its captures across an await cannot yet promise.
+macro_rules! timed_until {
+    ($deadline:expr, |$i:ident, $lap:ident| $body:expr) => {{
+        let deadline: Instant = $deadline;
+        let mut part = Part::default();
+        while Instant::now() < deadline {
+            #[allow(unused_mut)]
+            let mut $lap = Lap::start();
+            let $i = part.ops;
+            let step: Step = $body;
+            part.samples.push($lap.stop());
+            match step {
+                Step::Done => part.ops += 1,
+                Step::Refused => part.refused += 1,
+            }
+        }
+        part
+    }};
+}
+pub(crate) use timed_until;
+
+/// `work` (a workload's slice), with the process and Redis CPU it used.
+pub(crate) async fn with_cpu(
+    info: &mut MultiplexedConnection,
+    work: impl Future<Output = Part>,
+) -> Part {
+    let cpu = CpuMeter::start(info).await;
+    let mut part = work.await;
+    part.used = cpu.finish(info).await;
+    part
+}
+
+/// Joins the tasks of one slice into one part.
+pub(crate) async fn join_tasks(
+    tasks: impl Iterator<Item = tokio::task::JoinHandle<Part>>,
+    what: &str,
+) -> Part {
+    // Collected first: every task is spawned before the first join waits.
+    let tasks: Vec<_> = tasks.collect();
+    let mut part = Part::default();
+    for task in tasks {
+        let done = task.await.unwrap_or_else(|e| panic!("{what} task: {e}"));
+        part.add(done);
+    }
+    part
+}
+
 /// Latency samples in nanoseconds.
 #[derive(Default)]
 pub(crate) struct Samples(pub(crate) Vec<u64>);
