@@ -169,21 +169,17 @@ pub(crate) async fn w2_floor(
     d: Duration,
     slice: usize,
 ) -> Part {
-    with_cpu(info, async {
-        let deadline = Instant::now() + d;
-        let tasks = (0..W2_TASKS).map(|task| {
-            let mut floor = floor.clone();
-            let run = env.run.clone();
-            tokio::spawn(async move {
-                timed_until!(deadline, |i, _lap| {
-                    floor
-                        .cycle(&format!("floor:{run}:w2:{slice}:{task}:{i}"))
-                        .await;
-                    Step::Done
-                })
+    timed_tasks(info, W2_TASKS, d, "floor-W2", |task, deadline| {
+        let mut floor = floor.clone();
+        let run = env.run.clone();
+        tokio::spawn(async move {
+            timed_until!(deadline, |i, _lap| {
+                floor
+                    .cycle(&format!("floor:{run}:w2:{slice}:{task}:{i}"))
+                    .await;
+                Step::Done
             })
-        });
-        join_tasks(tasks, "floor-W2").await
+        })
     })
     .await
 }
@@ -195,21 +191,17 @@ pub(crate) async fn w2_lease(
     d: Duration,
     slice: usize,
 ) -> Part {
-    with_cpu(info, async {
-        let deadline = Instant::now() + d;
-        let tasks = (0..W2_TASKS).map(|task| {
-            let client = client.clone();
-            let run = env.run.clone();
-            tokio::spawn(async move {
-                timed_until!(deadline, |i, _lap| {
-                    let key = format!("{run}:w2:{slice}:{task}:k{i}");
-                    let req = request(&client, &key, LOCK_TTL, Duration::ZERO);
-                    lease_cycle(&client, &req, "W2").await;
-                    Step::Done
-                })
+    timed_tasks(info, W2_TASKS, d, "W2", |task, deadline| {
+        let client = client.clone();
+        let run = env.run.clone();
+        tokio::spawn(async move {
+            timed_until!(deadline, |i, _lap| {
+                let key = format!("{run}:w2:{slice}:{task}:k{i}");
+                let req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+                lease_cycle(&client, &req, "W2").await;
+                Step::Done
             })
-        });
-        join_tasks(tasks, "W2").await
+        })
     })
     .await
 }
@@ -226,27 +218,23 @@ pub(crate) async fn w3_floor(
     slice: usize,
 ) -> Part {
     let key: Arc<str> = format!("floor:{}:w3:{slice}", env.run).into();
-    with_cpu(info, async {
-        let deadline = Instant::now() + d;
-        let tasks = (0..W3_TASKS).map(|_| {
-            let mut floor = floor.clone();
-            let key = key.clone();
-            tokio::spawn(async move {
-                let mut token = floor.token();
-                timed_until!(deadline, |_i, lap| {
-                    let won = floor.try_lock(&key, &token).await;
-                    lap.stop();
-                    if won {
-                        floor.unlock(&key, &token).await;
-                        token = floor.token();
-                        Step::Done
-                    } else {
-                        Step::Refused
-                    }
-                })
+    timed_tasks(info, W3_TASKS, d, "floor-W3", |_, deadline| {
+        let mut floor = floor.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let mut token = floor.token();
+            timed_until!(deadline, |_i, lap| {
+                let won = floor.try_lock(&key, &token).await;
+                lap.stop();
+                if won {
+                    floor.unlock(&key, &token).await;
+                    token = floor.token();
+                    Step::Done
+                } else {
+                    Step::Refused
+                }
             })
-        });
-        join_tasks(tasks, "floor-W3").await
+        })
     })
     .await
 }
@@ -262,30 +250,26 @@ pub(crate) async fn w3_lease(
     slice: usize,
 ) -> Part {
     let key: Arc<str> = format!("{}:w3:{slice}", env.run).into();
-    with_cpu(info, async {
-        let deadline = Instant::now() + d;
-        let tasks = (0..W3_TASKS).map(|_| {
-            let client = client.clone();
-            let key = key.clone();
-            tokio::spawn(async move {
-                let mut req = request(&client, &key, LOCK_TTL, Duration::ZERO);
-                timed_until!(deadline, |_i, lap| {
-                    let outcome = client.try_acquire(&req).await.expect("valid request");
-                    lap.stop();
-                    match outcome {
-                        AcquireOutcome::Acquired(mut lease) => {
-                            let released = lease.release().await;
-                            assert_eq!(released, ReleaseOutcome::Released, "W3: release");
-                            req = request(&client, &key, LOCK_TTL, Duration::ZERO);
-                            Step::Done
-                        }
-                        AcquireOutcome::Contended { .. } => Step::Refused,
-                        other => panic!("W3: try_acquire was {} ({other:?})", other.as_str()),
+    timed_tasks(info, W3_TASKS, d, "W3", |_, deadline| {
+        let client = client.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let mut req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+            timed_until!(deadline, |_i, lap| {
+                let outcome = client.try_acquire(&req).await.expect("valid request");
+                lap.stop();
+                match outcome {
+                    AcquireOutcome::Acquired(mut lease) => {
+                        let released = lease.release().await;
+                        assert_eq!(released, ReleaseOutcome::Released, "W3: release");
+                        req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+                        Step::Done
                     }
-                })
+                    AcquireOutcome::Contended { .. } => Step::Refused,
+                    other => panic!("W3: try_acquire was {} ({other:?})", other.as_str()),
+                }
             })
-        });
-        join_tasks(tasks, "W3").await
+        })
     })
     .await
 }

@@ -94,19 +94,28 @@ pub(crate) async fn with_cpu(
     part
 }
 
-/// Joins the tasks of one slice into one part.
-pub(crate) async fn join_tasks(
-    tasks: impl Iterator<Item = tokio::task::JoinHandle<Part>>,
+/// One slice of a many-task workload: `tasks` tasks, each started by `spawn(task,
+/// deadline)` and timing its own loop until `deadline` (`d` from now), joined into one part
+/// with the CPU of the whole slice.
+pub(crate) async fn timed_tasks(
+    info: &mut MultiplexedConnection,
+    tasks: usize,
+    d: Duration,
     what: &str,
+    mut spawn: impl FnMut(usize, Instant) -> tokio::task::JoinHandle<Part>,
 ) -> Part {
-    // Collected first: every task is spawned before the first join waits.
-    let tasks: Vec<_> = tasks.collect();
-    let mut part = Part::default();
-    for task in tasks {
-        let done = task.await.unwrap_or_else(|e| panic!("{what} task: {e}"));
-        part.add(done);
-    }
-    part
+    with_cpu(info, async {
+        let deadline = Instant::now() + d;
+        // Every task is spawned before the first join waits.
+        let handles: Vec<_> = (0..tasks).map(|task| spawn(task, deadline)).collect();
+        let mut part = Part::default();
+        for handle in handles {
+            let done = handle.await.unwrap_or_else(|e| panic!("{what} task: {e}"));
+            part.add(done);
+        }
+        part
+    })
+    .await
 }
 
 /// Latency samples in nanoseconds.
