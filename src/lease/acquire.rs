@@ -1,17 +1,93 @@
 //! One acquisition attempt: the script (waiting for replicas when asked), the reply turned
-//! into an outcome, and a handle for a lease acquired or replayed (docs/design.md §5, §6).
+//! into an [`AcquireOutcome`], and a handle for a lease acquired or replayed
+//! (docs/design.md §5, §6).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{ReplicatedReply, SendFailure};
+use crate::backend::{FailureDetail, ReplicatedReply, SendFailure};
 use crate::lease::handle::LeaseHandle;
-use crate::lease::outcome::{AcquireOutcome, Replication};
+use crate::lease::outcome::Replication;
 use crate::lease::session::Session;
 use crate::lease::validity::ValidityBudget;
-use crate::protocol::{AcquireReply, LeaseRequest};
+use crate::protocol::{AcquireReply, Attempt, FencingToken, LeaseRequest};
 use crate::telemetry::{self, Operation};
+
+/// What `try_acquire` or `acquire` achieved.
+#[must_use = "an acquisition may hold a lease until its TTL; inspect the outcome"]
+#[derive(Debug)]
+pub enum AcquireOutcome {
+    /// *When*: the lease was absent and the script stored this attempt (`ACQUIRED`).
+    /// *What to do*: run the work; renew before [`LeaseHandle::remaining_validity`] runs out;
+    /// pass [`LeaseHandle::token`] to every write the lease protects.
+    Acquired(LeaseHandle),
+    /// *When*: this very attempt already held the lease (`REPLAYED`), e.g. a retry after an
+    /// indeterminate reply. The handle's validity comes from the server's remaining PTTL and
+    /// the token is the original one.
+    /// *What to do*: as for `Acquired`.
+    Replayed(LeaseHandle),
+    /// *When*: someone else holds it (`CONTENDED`), and the wait timeout (if any) ran out.
+    /// *What to do*: try later; `retry_after` is the holder's remaining PTTL (or the
+    /// configured fallback when the server reported none).
+    Contended {
+        /// When the current holder's lease would expire if not renewed.
+        retry_after: Duration,
+    },
+    /// *When*: the same owner token holds it under another operation id (`CONFLICT`).
+    /// *What to do*: this is a caller bug — one owner token per operation; use a new attempt.
+    OwnerOperationConflict {
+        /// The other operation's remaining time.
+        retry_after: Duration,
+    },
+    /// *When*: the command provably did not run (no connection, refused, `LOADING`, `BUSY`,
+    /// `OOM`…). *What to do*: retry later with the same or a new attempt; nothing is held.
+    Unavailable {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// *When*: the command may have reached Redis (timeout or connection lost after the
+    /// write, unreadable reply). *What to do*: retry with the same `attempt` (a replay
+    /// returns the same token) or `inspect` it; never assume the lease is not yours — it may
+    /// be held until its TTL.
+    Indeterminate {
+        /// The attempt to retry or inspect.
+        attempt: Attempt,
+        /// What failed.
+        detail: FailureDetail,
+    },
+}
+
+impl AcquireOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Acquired(_) => "acquired",
+            Self::Replayed(_) => "replayed",
+            Self::Contended { .. } => "contended",
+            Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Indeterminate { .. } => "indeterminate",
+        }
+    }
+
+    /// The token issued, for `Acquired` and `Replayed`.
+    pub(crate) fn token(&self) -> Option<FencingToken> {
+        match self {
+            Self::Acquired(h) | Self::Replayed(h) => Some(h.token()),
+            _ => None,
+        }
+    }
+
+    /// The handle, for `Acquired` and `Replayed`.
+    pub fn into_handle(self) -> Option<LeaseHandle> {
+        match self {
+            Self::Acquired(h) | Self::Replayed(h) => Some(h),
+            _ => None,
+        }
+    }
+}
 
 /// One acquisition attempt for a request already validated: `try_acquire`, and every try
 /// of the wait loop.

@@ -9,7 +9,8 @@ use tracing::Instrument as _;
 use crate::backend::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, SendFailure};
 use crate::error::LeaseError;
 use crate::lease::acquire;
-use crate::lease::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome};
+use crate::lease::acquire::AcquireOutcome;
+use crate::lease::outcome::{InspectOutcome, ReleaseOutcome};
 use crate::lease::release::{self, Release};
 use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
@@ -144,7 +145,7 @@ impl LeaseClient {
         let outcome = acquire::try_acquire(&self.session, request)
             .instrument(span.clone())
             .await;
-        trace::record_token(&span, &outcome);
+        trace::record_token(&span, outcome.token());
         // The per-try metrics are recorded inside, once for every try of `acquire` too.
         trace::finish(&span, None, outcome.as_str(), started);
         Ok(outcome)
@@ -180,7 +181,7 @@ impl LeaseClient {
         let outcome = wait::acquire_with_wait(&self.session, request)
             .instrument(span.clone())
             .await;
-        trace::record_token(&span, &outcome);
+        trace::record_token(&span, outcome.token());
         telemetry::waited(request.purpose(), outcome.as_str(), started.elapsed());
         trace::finish(&span, None, outcome.as_str(), started);
         Ok(outcome)

@@ -14,11 +14,11 @@ mod trace;
 mod validity;
 mod wait;
 
+pub use acquire::AcquireOutcome;
 pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::LeaseHandle;
 pub use outcome::{
-    AcquireOutcome, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
-    Replication,
+    InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };
 pub use settings::{ENV_VARS, LeaseSettings};
 pub use validity::ValidityBudget;

@@ -9,77 +9,10 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{FailureDetail, SendFailure};
-use crate::lease::LeaseHandle;
-use crate::protocol::{Attempt, FencingToken, ReleaseReply};
-
-/// What `try_acquire` or `acquire` achieved.
-#[must_use = "an acquisition may hold a lease until its TTL; inspect the outcome"]
-#[derive(Debug)]
-pub enum AcquireOutcome {
-    /// *When*: the lease was absent and the script stored this attempt (`ACQUIRED`).
-    /// *What to do*: run the work; renew before [`LeaseHandle::remaining_validity`] runs out;
-    /// pass [`LeaseHandle::token`] to every write the lease protects.
-    Acquired(LeaseHandle),
-    /// *When*: this very attempt already held the lease (`REPLAYED`), e.g. a retry after an
-    /// indeterminate reply. The handle's validity comes from the server's remaining PTTL and
-    /// the token is the original one.
-    /// *What to do*: as for `Acquired`.
-    Replayed(LeaseHandle),
-    /// *When*: someone else holds it (`CONTENDED`), and the wait timeout (if any) ran out.
-    /// *What to do*: try later; `retry_after` is the holder's remaining PTTL (or the
-    /// configured fallback when the server reported none).
-    Contended {
-        /// When the current holder's lease would expire if not renewed.
-        retry_after: Duration,
-    },
-    /// *When*: the same owner token holds it under another operation id (`CONFLICT`).
-    /// *What to do*: this is a caller bug — one owner token per operation; use a new attempt.
-    OwnerOperationConflict {
-        /// The other operation's remaining time.
-        retry_after: Duration,
-    },
-    /// *When*: the command provably did not run (no connection, refused, `LOADING`, `BUSY`,
-    /// `OOM`…). *What to do*: retry later with the same or a new attempt; nothing is held.
-    Unavailable {
-        /// What failed.
-        detail: FailureDetail,
-    },
-    /// *When*: the command may have reached Redis (timeout or connection lost after the
-    /// write, unreadable reply). *What to do*: retry with the same `attempt` (a replay
-    /// returns the same token) or `inspect` it; never assume the lease is not yours — it may
-    /// be held until its TTL.
-    Indeterminate {
-        /// The attempt to retry or inspect.
-        attempt: Attempt,
-        /// What failed.
-        detail: FailureDetail,
-    },
-}
-
-impl AcquireOutcome {
-    /// snake_case name for logs, metrics and the CLI.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Acquired(_) => "acquired",
-            Self::Replayed(_) => "replayed",
-            Self::Contended { .. } => "contended",
-            Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
-            Self::Unavailable { .. } => "unavailable",
-            Self::Indeterminate { .. } => "indeterminate",
-        }
-    }
-
-    /// The handle, for `Acquired` and `Replayed`.
-    pub fn into_handle(self) -> Option<LeaseHandle> {
-        match self {
-            Self::Acquired(h) | Self::Replayed(h) => Some(h),
-            _ => None,
-        }
-    }
-}
+use crate::protocol::{FencingToken, ReleaseReply};
 
 /// How many replicas hold an acquisition, as far as this process knows
-/// ([`LeaseHandle::replication`]; asked for with
+/// ([`LeaseHandle::replication`](crate::LeaseHandle::replication); asked for with
 /// [`LeaseRequestBuilder::wait_for_replicas`](crate::protocol::LeaseRequestBuilder::wait_for_replicas)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -302,7 +235,7 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// The state of a [`LeaseHandle`] (docs/design.md §7). Only `Active` can renew.
+/// The state of a [`LeaseHandle`](crate::LeaseHandle) (docs/design.md §7). Only `Active` can renew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseState {
     /// Held, with local validity left.

@@ -7,8 +7,7 @@
 
 use tokio::time::Instant;
 
-use crate::lease::AcquireOutcome;
-use crate::protocol::Purpose;
+use crate::protocol::{FencingToken, Purpose};
 use crate::telemetry::{self, Operation};
 
 /// Opens an `INFO` span named `$name` with the standard fields; `outcome` and `latency_us`
@@ -47,8 +46,8 @@ pub(crate) fn finish(
 }
 
 /// Records the token of an acquisition on its span, once one was issued.
-pub(crate) fn record_token(span: &tracing::Span, outcome: &AcquireOutcome) {
-    if let AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) = outcome {
-        span.record("token", h.token().get());
+pub(crate) fn record_token(span: &tracing::Span, token: Option<FencingToken>) {
+    if let Some(token) = token {
+        span.record("token", token.get());
     }
 }

@@ -6,6 +6,8 @@ use std::fmt;
 use ractor::RpcReplyPort;
 
 use crate::runtime::LeaseStatus;
+#[cfg(doc)]
+use crate::runtime::{CancelReason, LeaseCancelled};
 
 /// Messages a lease actor accepts. Build them with the associated functions; the timer
 /// messages are internal.
