@@ -15,6 +15,7 @@
 mod cancel;
 mod context;
 mod lease_actor;
+mod message;
 mod report;
 mod run;
 mod spawn;
@@ -24,7 +25,7 @@ mod worker;
 
 pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
 pub use context::{LeaseContext, LeaseStatus};
-pub use lease_actor::LeaseActorMsg;
+pub use message::LeaseActorMsg;
 pub use report::{JobEnd, LeaseReport};
 pub use run::RunOutcome;
 pub use spawn::{AttachedLease, LeaseJob, LeaseRuntime, RuntimeError, SpawnOutcome};

@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::LeaseError;
 use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState};
 use crate::protocol::{FencingToken, LeaseRequest};
-use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs, LeaseActorMsg, Worker};
+use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
+use crate::runtime::message::LeaseActorMsg;
+use crate::runtime::worker::Worker;
 use crate::runtime::{
     CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseReport, LeaseStatus,
 };
@@ -190,7 +192,7 @@ impl LeaseRuntime {
                 let _ = worker_tx.send(worker.clone());
                 Ok(worker)
             };
-            Box::pin(fut) as crate::runtime::lease_actor::SpawnFuture<W::Msg>
+            Box::pin(fut) as crate::runtime::worker::SpawnFuture<W::Msg>
         };
         let started = self
             .start(handle, permit, policy, None, |ctx| {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lease::AcquireOutcome;
 use crate::protocol::{FencingToken, LeaseRequest};
-use crate::runtime::lease_actor::{SpawnFuture, Worker};
+use crate::runtime::worker::{SpawnFuture, Worker};
 use crate::runtime::{
     CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseReport, LeaseRuntime, RuntimeError,
 };

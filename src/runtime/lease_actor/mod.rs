@@ -18,7 +18,6 @@
 //!    cancels the token, stops a child worker, and (through the handle's drop) releases the
 //!    lease best effort; the TTL is the backstop.
 
-mod message;
 mod state;
 
 use std::marker::PhantomData;
@@ -29,12 +28,11 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::lease::LeaseState;
+use crate::runtime::message::{Command, LeaseActorMsg};
 use crate::runtime::watchdog::{Action, Watchdog};
+use crate::runtime::worker::Worker;
 use crate::runtime::worker::WorkerState;
-pub(crate) use crate::runtime::worker::{SpawnFuture, TaskEnd, Worker};
 use crate::runtime::{CancelReason, JobEnd, LeaseCancelled};
-use message::Command;
-pub use message::LeaseActorMsg;
 pub(crate) use state::{LeaseActorArgs, LeaseActorState};
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must

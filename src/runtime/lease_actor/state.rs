@@ -8,9 +8,9 @@ use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::message::{Command, LeaseActorMsg};
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::{LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome};
+use crate::runtime::message::{Command, LeaseActorMsg};
 use crate::runtime::watchdog::{Phase, Watchdog};
 use crate::runtime::worker::{Worker, WorkerState};
 use crate::runtime::{

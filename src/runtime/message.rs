@@ -11,9 +11,9 @@ use crate::runtime::{CancelReason, LeaseCancelled};
 
 /// Messages a lease actor accepts. Build them with the associated functions; the timer
 /// messages are internal.
-pub struct LeaseActorMsg(pub(super) Command);
+pub struct LeaseActorMsg(pub(in crate::runtime) Command);
 
-pub(super) enum Command {
+pub(in crate::runtime) enum Command {
     Tick(u64),
     Status(RpcReplyPort<LeaseStatus>),
     Release,
