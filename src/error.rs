@@ -79,12 +79,33 @@ pub enum LeaseError {
         /// Why it was rejected.
         reason: String,
     },
+    /// [`LeaseClient::from_env`](crate::LeaseClient::from_env) found no backend:
+    /// `LEASEHOLD_REDIS_URL` is unset or empty. leasehold never falls back to an in-memory
+    /// backend on its own — leases nobody else can see exclude nobody; ask for one with
+    /// [`LeaseClient::from_env_or_memory`](crate::LeaseClient::from_env_or_memory).
+    #[error(
+        "no lease backend configured: LEASEHOLD_REDIS_URL is unset or empty{}",
+        unread_hint(.unread)
+    )]
+    NoBackendConfigured {
+        /// `LEASEHOLD_*` variables that are set but that leasehold does not read — often
+        /// a misspelling of the one it wanted.
+        unread: Vec<String>,
+    },
     /// The operating system's random source failed, so no owner token could be made.
     #[error("the operating system's random source is unavailable: {reason}")]
     EntropyUnavailable {
         /// The OS error.
         reason: String,
     },
+}
+
+fn unread_hint(unread: &[String]) -> String {
+    if unread.is_empty() {
+        String::new()
+    } else {
+        format!(" (set, but not read by leasehold: {})", unread.join(", "))
+    }
 }
 
 /// What is wrong with a duration; part of [`LeaseError::InvalidDuration`].

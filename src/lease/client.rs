@@ -86,16 +86,36 @@ impl LeaseClient {
         Self::new(backend, settings)
     }
 
-    /// Redis at `$LEASEHOLD_REDIS_URL` if set, otherwise a fresh [`MemoryBackend`]; settings
-    /// from [`LeaseSettings::from_env`]. What examples use.
+    /// Redis at `$LEASEHOLD_REDIS_URL`, settings from [`LeaseSettings::from_env`]. What a
+    /// service configured by its environment uses.
     ///
     /// # Errors
-    /// Invalid environment values or URL.
+    /// [`LeaseError::NoBackendConfigured`] if `LEASEHOLD_REDIS_URL` is unset or empty (it
+    /// names any `LEASEHOLD_*` variable that is set but not read, e.g. a misspelling):
+    /// never a silent in-memory fallback, whose leases would exclude nobody. Invalid
+    /// environment values or URL. Nothing is sent.
     pub fn from_env() -> Result<Self, LeaseError> {
         let settings = LeaseSettings::from_env()?;
         match std::env::var(REDIS_URL_ENV) {
             Ok(url) if !url.is_empty() => Self::redis(&url, settings),
-            _ => Self::new(MemoryBackend::new(), settings),
+            _ => Err(LeaseError::NoBackendConfigured {
+                unread: unread_env_vars(std::env::vars_os().map(|(name, _)| name)),
+            }),
+        }
+    }
+
+    /// As [`from_env`](Self::from_env), but a fresh [`MemoryBackend`] when
+    /// `LEASEHOLD_REDIS_URL` is unset or empty: for examples and tests that run with or
+    /// without Redis. The in-memory leases exclude only this process's holders.
+    ///
+    /// # Errors
+    /// Invalid environment values or URL.
+    pub fn from_env_or_memory() -> Result<Self, LeaseError> {
+        match Self::from_env() {
+            Err(LeaseError::NoBackendConfigured { .. }) => {
+                Self::new(MemoryBackend::new(), LeaseSettings::from_env()?)
+            }
+            other => other,
         }
     }
 
@@ -244,5 +264,89 @@ impl LeaseClient {
             token: None,
         };
         release::release(&self.session, release).await
+    }
+}
+
+/// `LEASEHOLD_*` variables leasehold reads somewhere (the library, the CLI, the command's
+/// environment), besides [`ENV_VARS`](crate::lease::ENV_VARS).
+const OTHER_ENV_VARS: &[&str] = &[
+    REDIS_URL_ENV,
+    "LEASEHOLD_FENCING_TOKEN",
+    "LEASEHOLD_RESOURCE",
+    "LEASEHOLD_METRICS_ADDR",
+    #[cfg(test)]
+    "LEASEHOLD_TEST_CHILD",
+];
+
+/// The `LEASEHOLD_*` names among `names` that leasehold does not read, sorted.
+fn unread_env_vars(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
+    let mut unread: Vec<String> = names
+        .filter_map(|name| name.into_string().ok())
+        .filter(|name| name.starts_with("LEASEHOLD_"))
+        .filter(|name| {
+            !OTHER_ENV_VARS.contains(&name.as_str())
+                && !crate::lease::ENV_VARS.iter().any(|(var, _)| var == name)
+        })
+        .collect();
+    unread.sort();
+    unread
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_misspelled_variable_is_named_and_the_ones_leasehold_reads_are_not() {
+        let names = [
+            "LEASEHOLD_REDIS_ULR",
+            "LEASEHOLD_NAMESPACE",
+            "LEASEHOLD_FENCING_TOKEN",
+            "PATH",
+            "LEASEHOLD_NAMESPCE",
+        ]
+        .map(std::ffi::OsString::from);
+        let unread = unread_env_vars(names.into_iter());
+        assert_eq!(unread, ["LEASEHOLD_NAMESPCE", "LEASEHOLD_REDIS_ULR"]);
+        let error = LeaseError::NoBackendConfigured { unread };
+        assert_eq!(
+            error.to_string(),
+            "no lease backend configured: LEASEHOLD_REDIS_URL is unset or empty \
+             (set, but not read by leasehold: LEASEHOLD_NAMESPCE, LEASEHOLD_REDIS_ULR)"
+        );
+        let plain = LeaseError::NoBackendConfigured { unread: Vec::new() };
+        assert_eq!(
+            plain.to_string(),
+            "no lease backend configured: LEASEHOLD_REDIS_URL is unset or empty"
+        );
+    }
+
+    /// `from_env` with `LEASEHOLD_REDIS_URL` unset: run in a child process of this test
+    /// binary, whose environment the test controls (setting variables in this one would race
+    /// with the other tests' threads).
+    #[test]
+    fn from_env_without_a_redis_url_refuses_instead_of_choosing_memory() {
+        if std::env::var_os("LEASEHOLD_TEST_CHILD").is_some() {
+            match LeaseClient::from_env() {
+                Err(LeaseError::NoBackendConfigured { unread }) => {
+                    assert_eq!(unread, ["LEASEHOLD_REDIS_ULR"]);
+                }
+                other => panic!("from_env gave {other:?}"),
+            }
+            assert!(LeaseClient::from_env_or_memory().is_ok());
+            return;
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let status = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "lease::client::tests::from_env_without_a_redis_url_refuses_instead_of_choosing_memory",
+            ])
+            .env_remove(REDIS_URL_ENV)
+            .env("LEASEHOLD_REDIS_ULR", "redis://127.0.0.1:1")
+            .env("LEASEHOLD_TEST_CHILD", "1")
+            .status()
+            .expect("run the child");
+        assert!(status.success(), "the child test failed: {status}");
     }
 }
