@@ -304,6 +304,45 @@ async fn attached_worker_keeps_running_across_leases_and_hears_of_a_loss() {
     worker.stop(None);
 }
 
+/// The worker hears of the loss and then releases, as an attached worker does: the report
+/// says the lease ended cancelled, as it does when the worker waits instead.
+#[tokio::test(start_paused = true)]
+async fn an_attached_lease_released_after_a_loss_reports_the_cancellation() {
+    let (rt, backend) = runtime();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (worker, _) = Actor::spawn(None, Partitioner, tx).await.unwrap();
+    for release in [true, false] {
+        let handle = rt
+            .client()
+            .try_acquire(&request(&rt, Duration::ZERO))
+            .await
+            .unwrap()
+            .into_handle()
+            .unwrap();
+        let lease = rt
+            .attach(handle, worker.clone(), None, CancelPolicy::NotifyOnly)
+            .await
+            .unwrap();
+        backend.delete(&keys(&rt));
+        let lost = CancelReason::Lost(LostReason::Absent);
+        assert_eq!(rx.recv().await.unwrap().reason, lost);
+        let report = if release {
+            lease.release().await
+        } else {
+            lease.wait().await
+        };
+        assert_eq!(
+            report.end,
+            JobEnd::Cancelled {
+                reason: lost,
+                killed: false
+            },
+            "release: {release}"
+        );
+    }
+    worker.stop(None);
+}
+
 async fn holding(w: &mut tokio::sync::watch::Receiver<SupervisorState>) -> FencingToken {
     loop {
         if let SupervisorState::Holding { token } = *w.borrow_and_update() {

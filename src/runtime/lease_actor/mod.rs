@@ -239,7 +239,9 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             }
             Command::Release => match &state.worker {
                 WorkerState::Attached(_) => {
-                    state.finish(JobEnd::Completed).await;
+                    // After a loss the lease ended cancelled, whoever asks for the release.
+                    let end = state.end_for_exit();
+                    state.finish(end).await;
                     myself.stop(Some("released".to_owned()));
                 }
                 _ => {
