@@ -19,12 +19,27 @@ pub(in crate::runtime) enum Command {
     Release,
     /// The task running the work ended; the panic's message if it panicked.
     TaskEnded(Option<String>),
+    /// The runtime drains: cancel for `Shutdown`, release once the worker stopped (or, an
+    /// attached one, released).
+    Drain,
+    /// The drain's deadline for the worker passed: stop it now under `Kill`.
+    DrainDeadline,
 }
 
 impl LeaseActorMsg {
     /// The task running the work ended; the panic's message if it panicked.
     pub(crate) fn task_ended(failure: Option<String>) -> Self {
         Self(Command::TaskEnded(failure))
+    }
+
+    /// The runtime drains (see [`LeaseRuntime::shutdown`](crate::runtime::LeaseRuntime::shutdown)).
+    pub(crate) fn drain() -> Self {
+        Self(Command::Drain)
+    }
+
+    /// The drain's time for the workers to stop on their own is over.
+    pub(crate) fn drain_deadline() -> Self {
+        Self(Command::DrainDeadline)
     }
 
     /// Asks for the current [`LeaseStatus`].
@@ -47,6 +62,8 @@ impl fmt::Debug for LeaseActorMsg {
             Command::Status(_) => "LeaseActorMsg::Status",
             Command::Release => "LeaseActorMsg::Release",
             Command::TaskEnded(_) => "LeaseActorMsg::TaskEnded",
+            Command::Drain => "LeaseActorMsg::Drain",
+            Command::DrainDeadline => "LeaseActorMsg::DrainDeadline",
         })
     }
 }

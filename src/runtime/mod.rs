@@ -6,6 +6,7 @@
 //! * [`LeaseRuntime::attach`] — a lease actor for a worker that already runs.
 //! * [`LeaseRuntime::supervise`] — keep a job running under a lease across losses (leader
 //!   election).
+//! * [`LeaseRuntime::shutdown`] — drain on SIGTERM: cancel every job, release every lease.
 //!
 //! In every case the work hears of a lost or unknown lease exactly once — a worker actor as
 //! a [`LeaseCancelled`] message, any work through [`LeaseContext::cancelled`]; under
@@ -14,8 +15,10 @@
 
 mod cancel;
 mod context;
+mod drain;
 mod lease_actor;
 mod message;
+mod registry;
 mod report;
 mod run;
 mod spawn;
@@ -25,6 +28,7 @@ mod worker;
 
 pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
 pub use context::{LeaseContext, LeaseStatus};
+pub use drain::ShutdownSummary;
 pub use message::LeaseActorMsg;
 pub use report::{JobEnd, LeaseReport};
 pub use run::RunOutcome;

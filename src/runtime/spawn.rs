@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorCell, ActorRef, Message, RpcReplyPort};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LeaseError;
@@ -12,6 +12,7 @@ use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState};
 use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
 use crate::runtime::message::LeaseActorMsg;
+use crate::runtime::registry::{Registry, Slot};
 use crate::runtime::worker::Worker;
 use crate::runtime::{
     CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseReport, LeaseStatus,
@@ -30,6 +31,10 @@ pub enum RuntimeError {
         /// The configured maximum.
         max: usize,
     },
+    /// The runtime is draining ([`LeaseRuntime::shutdown`]): it takes no new lease. Nothing
+    /// is held: an acquisition the drain interrupted was given up and released.
+    #[error("the lease runtime is shutting down and takes no new lease")]
+    ShuttingDown,
     /// The actor system refused to start the lease actor; the lease was released.
     #[error("the lease actor could not start: {reason}")]
     Spawn {
@@ -88,17 +93,18 @@ impl<M> SpawnOutcome<M> {
 /// # let _ = outcome;
 /// # Ok(()) }
 /// ```
+///
+/// Clones share the leases, the limit and [`shutdown`](Self::shutdown).
 #[derive(Clone)]
 pub struct LeaseRuntime {
     client: LeaseClient,
-    permits: Arc<Semaphore>,
-    max: usize,
+    pub(crate) registry: Arc<Registry>,
 }
 
 impl fmt::Debug for LeaseRuntime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseRuntime")
-            .field("max_leases", &self.max)
+            .field("max_leases", &self.registry.max())
             .field("held", &self.held())
             .finish()
     }
@@ -112,18 +118,17 @@ impl LeaseRuntime {
     pub fn new(client: LeaseClient) -> Self {
         Self {
             client,
-            permits: Arc::new(Semaphore::new(Self::DEFAULT_MAX_LEASES)),
-            max: Self::DEFAULT_MAX_LEASES,
+            registry: Registry::new(Self::DEFAULT_MAX_LEASES),
         }
     }
 
     /// Sets the bound on leases held at once; past it, starting one more is
-    /// [`RuntimeError::LimitReached`] before any I/O.
+    /// [`RuntimeError::LimitReached`] before any I/O. A runtime of its own: clones made
+    /// before do not share its leases.
     #[must_use]
     pub fn with_max_leases(self, max: usize) -> Self {
         Self {
-            permits: Arc::new(Semaphore::new(max)),
-            max,
+            registry: Registry::new(max),
             ..self
         }
     }
@@ -133,16 +138,14 @@ impl LeaseRuntime {
         &self.client
     }
 
-    /// Leases held by this runtime's actors now.
+    /// Leases held by this runtime's actors now, with the acquisitions in flight.
     pub fn held(&self) -> usize {
-        self.max - self.permits.available_permits()
+        self.registry.live()
     }
 
-    pub(crate) fn permit(&self) -> Result<OwnedSemaphorePermit, RuntimeError> {
-        self.permits
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| RuntimeError::LimitReached { max: self.max })
+    /// A slot in the limit, before any I/O.
+    pub(crate) fn slot(&self) -> Result<Slot, RuntimeError> {
+        self.registry.slot()
     }
 
     /// Acquires `request` (waiting up to its wait timeout), then starts a lease actor and,
@@ -181,7 +184,7 @@ impl LeaseRuntime {
         W: Actor,
         W::Msg: From<LeaseCancelled>,
     {
-        let (handle, permit) = match self.take(request).await? {
+        let (handle, slot) = match self.take(request).await? {
             Ok(held) => held,
             Err(other) => return Ok(SpawnOutcome::NotAcquired(other)),
         };
@@ -195,7 +198,7 @@ impl LeaseRuntime {
             Box::pin(fut) as crate::runtime::worker::SpawnFuture<W::Msg>
         };
         let started = self
-            .start(handle, permit, policy, None, |ctx| {
+            .start(handle, slot, policy, None, |ctx| {
                 Worker::Spawn(Box::new(move |cell| spawner(cell, ctx)))
             })
             .await?;
@@ -251,16 +254,16 @@ impl LeaseRuntime {
             .settings()
             .check_renewal_cadence(handle.ttl())
             .map_err(RuntimeError::from)
-            .and_then(|()| self.permit());
-        let permit = match checked {
-            Ok(permit) => permit,
+            .and_then(|()| self.slot());
+        let slot = match checked {
+            Ok(slot) => slot,
             Err(e) => {
                 let _ = handle.release().await;
                 return Err(e);
             }
         };
         let started = self
-            .start(handle, permit, policy, supervisor, |_| {
+            .start(handle, slot, policy, supervisor, |_| {
                 Worker::Attached(worker)
             })
             .await?;
@@ -272,16 +275,28 @@ impl LeaseRuntime {
     }
 
     /// What every entry point does first: the checks before any I/O (renewal room, the
-    /// runtime's lease limit), then the acquisition. The handle with its permit, or what the
-    /// acquisition answered instead.
+    /// runtime's lease limit, a drain), then the acquisition — given up if a drain begins
+    /// meanwhile. The handle with its slot, or what the acquisition answered instead.
     pub(crate) async fn take(
         &self,
         request: &LeaseRequest,
-    ) -> Result<Result<(LeaseHandle, OwnedSemaphorePermit), AcquireOutcome>, RuntimeError> {
+    ) -> Result<Result<(LeaseHandle, Slot), AcquireOutcome>, RuntimeError> {
         self.client.settings().check_request(request)?;
-        let permit = self.permit()?;
-        Ok(match self.client.acquire(request).await? {
-            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => Ok((h, permit)),
+        let slot = self.slot()?;
+        let outcome = tokio::select! {
+            outcome = self.client.acquire(request) => outcome?,
+            () = self.registry.drain_began() => {
+                // The acquisition may have landed: give it up by its attempt
+                // (owner-checked, so nobody else's lease is touched).
+                let _ = self
+                    .client
+                    .release_attempt(request.purpose(), request.resource(), request.attempt())
+                    .await;
+                return Err(RuntimeError::ShuttingDown);
+            }
+        };
+        Ok(match outcome {
+            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => Ok((h, slot)),
             other => Err(other),
         })
     }
@@ -290,7 +305,7 @@ impl LeaseRuntime {
     pub(crate) async fn start<M>(
         &self,
         mut handle: LeaseHandle,
-        permit: OwnedSemaphorePermit,
+        slot: Slot,
         policy: CancelPolicy,
         supervisor: Option<ActorCell>,
         worker: impl FnOnce(LeaseContext) -> Worker<M>,
@@ -298,6 +313,12 @@ impl LeaseRuntime {
     where
         M: Message + From<LeaseCancelled>,
     {
+        if self.registry.draining() {
+            // Acquired just as a drain began: no worker starts under it.
+            let _ = handle.release().await;
+            return Err(RuntimeError::ShuttingDown);
+        }
+        let slot_id = slot.id();
         let settings = self.client.settings();
         let cancel = CancellationToken::new();
         let (status_tx, status_rx) = watch::channel(LeaseStatus {
@@ -328,7 +349,7 @@ impl LeaseRuntime {
             cancel,
             status: status_tx,
             report: Some(report_tx),
-            permit: Some(permit),
+            slot: Some(slot),
         };
         let spawned = match supervisor {
             Some(sup) => Actor::spawn_linked(None, LeaseActor::<M>::new(), args, sup).await,
@@ -339,6 +360,7 @@ impl LeaseRuntime {
         let (lease, _) = spawned.map_err(|e| RuntimeError::Spawn {
             reason: e.to_string(),
         })?;
+        self.registry.started(slot_id, &lease);
         tracing::debug!(token = token.get(), "lease actor started");
         Ok(Started {
             lease,

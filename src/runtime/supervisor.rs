@@ -126,7 +126,7 @@ impl LeaseRuntime {
         let task = tokio::spawn(async move {
             let mut reports = Vec::new();
             let mut backoff = config.backoff_min;
-            while !stop.is_cancelled() {
+            while !stop.is_cancelled() && !runtime.registry.draining() {
                 state_tx.send_replace(SupervisorState::Acquiring);
                 let term = match request.with_new_attempt() {
                     Ok(r) => r,
@@ -150,15 +150,22 @@ impl LeaseRuntime {
                         }
                     }
                 };
-                let Ok(permit) = runtime.permit() else {
-                    tracing::warn!("lease limit reached; supervisor waits");
-                    drop(handle);
-                    tokio::time::sleep(jittered(backoff)).await;
-                    continue;
+                let slot = match runtime.slot() {
+                    Ok(slot) => slot,
+                    Err(RuntimeError::ShuttingDown) => {
+                        drop(handle);
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::warn!("lease limit reached; supervisor waits");
+                        drop(handle);
+                        tokio::time::sleep(jittered(backoff)).await;
+                        continue;
+                    }
                 };
                 let make = make.clone();
                 let started = runtime
-                    .start(handle, permit, policy, None, move |ctx| {
+                    .start(handle, slot, policy, None, move |ctx| {
                         let (worker, args) = make(ctx);
                         Worker::Spawn(Box::new(move |cell| {
                             Box::pin(async move {
@@ -171,6 +178,7 @@ impl LeaseRuntime {
                     .await;
                 let started = match started {
                     Ok(s) => s,
+                    Err(RuntimeError::ShuttingDown) => break,
                     Err(e) => {
                         tracing::error!(error = %e, "lease supervisor could not start a term");
                         tokio::time::sleep(jittered(backoff)).await;

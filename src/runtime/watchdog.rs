@@ -183,16 +183,7 @@ impl Watchdog {
     pub(crate) fn on_timeout(&mut self, now: Instant, worker: WorkerView) -> Vec<Action> {
         match self.phase {
             Phase::Finishing => Vec::new(),
-            Phase::Cancelled { .. } if now >= self.valid_until => {
-                let mut actions = Vec::new();
-                if self.stop_worker(worker) {
-                    actions.push(Action::StopWorker);
-                }
-                if worker.attached {
-                    actions.push(Action::FinishAttached);
-                }
-                actions
-            }
+            Phase::Cancelled { .. } if now >= self.valid_until => self.end_of_work(worker),
             Phase::Cancelled { .. } => Vec::new(),
             Phase::Watching if now >= self.cancel_at => {
                 vec![Action::Cancel(CancelReason::RenewalUnconfirmed)]
@@ -200,6 +191,28 @@ impl Watchdog {
             Phase::Watching if now >= self.next_renew_at => vec![Action::Renew],
             Phase::Watching => Vec::new(),
         }
+    }
+
+    /// A drain's time for the worker to stop on its own is over. Under `Kill`, what the end
+    /// of validity calls for, now; under `NotifyOnly` nothing — the lease stays until the
+    /// worker ends or validity does. Only after the cancellation (the actor sends it first).
+    pub(crate) fn on_drain_deadline(&mut self, worker: WorkerView) -> Vec<Action> {
+        if self.policy != CancelPolicy::Kill || !matches!(self.phase, Phase::Cancelled { .. }) {
+            return Vec::new();
+        }
+        self.end_of_work(worker)
+    }
+
+    /// The worker's time is up: stop it if it must be, let an attached one go.
+    fn end_of_work(&mut self, worker: WorkerView) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if self.stop_worker(worker) {
+            actions.push(Action::StopWorker);
+        }
+        if worker.attached {
+            actions.push(Action::FinishAttached);
+        }
+        actions
     }
 
     /// The bound of a renewal when `remaining` validity is left: what is left before the

@@ -33,7 +33,7 @@ use crate::runtime::watchdog::{Action, Watchdog};
 use crate::runtime::worker::Worker;
 use crate::runtime::worker::WorkerState;
 use crate::runtime::{CancelReason, JobEnd, LeaseCancelled};
-pub(crate) use state::{LeaseActorArgs, LeaseActorState};
+pub(crate) use state::{LeaseActorArgs, LeaseActorState, release_time};
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must
 /// accept a [`LeaseCancelled`].
@@ -76,7 +76,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             cancel,
             status,
             report,
-            permit,
+            slot,
             renew_every,
             safety_margin,
         } = args;
@@ -100,7 +100,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             cancel,
             status,
             report,
-            permit,
+            slot,
             watchdog: Watchdog::new(valid_until, now, renew_every, safety_margin, policy),
             cancelled: None,
             timer: 0,
@@ -203,20 +203,20 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         match message.0 {
             Command::Tick(generation) if generation != state.timer || state.finishing() => {}
             Command::Tick(_) => {
-                let view = state.worker.view();
-                for action in state.watchdog.on_timeout(Instant::now(), view) {
-                    match action {
-                        Action::Renew => state.renew().await,
-                        Action::Cancel(reason) => state.cancel(reason),
-                        Action::StopWorker => state.stop_worker(),
-                        Action::FinishAttached => {
-                            let end = state.end_for_exit();
-                            state.finish(end).await;
-                            myself.stop(Some("lease ended".to_owned()));
-                        }
-                    }
-                }
+                let actions = state
+                    .watchdog
+                    .on_timeout(Instant::now(), state.worker.view());
+                Self::perform(&myself, state, actions).await;
+            }
+            Command::Drain => {
+                state.cancel(CancelReason::Shutdown);
                 state.arm(&myself);
+            }
+            Command::DrainDeadline => {
+                // Sent after `Drain`, but from another task: it may arrive first.
+                state.cancel(CancelReason::Shutdown);
+                let actions = state.watchdog.on_drain_deadline(state.worker.view());
+                Self::perform(&myself, state, actions).await;
             }
             Command::Status(reply) => {
                 state.publish();
@@ -253,6 +253,27 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         Ok(())
     }
 
+    /// Carries out the watchdog's decisions, then arms the next timer.
+    async fn perform(
+        myself: &ActorRef<LeaseActorMsg>,
+        state: &mut LeaseActorState<M>,
+        actions: Vec<Action>,
+    ) {
+        for action in actions {
+            match action {
+                Action::Renew => state.renew().await,
+                Action::Cancel(reason) => state.cancel(reason),
+                Action::StopWorker => state.stop_worker(),
+                Action::FinishAttached => {
+                    let end = state.end_for_exit();
+                    state.finish(end).await;
+                    myself.stop(Some("lease ended".to_owned()));
+                }
+            }
+        }
+        state.arm(myself);
+    }
+
     async fn on_supervision(
         &self,
         myself: ActorRef<LeaseActorMsg>,
@@ -263,26 +284,34 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             return Ok(());
         };
         let is_worker = |cell: &ActorCell| cell.get_id() == worker.get_id();
-        match event {
-            SupervisionEvent::ActorTerminated(cell, _, _) if is_worker(&cell) => {
-                *alive = false;
+        let failure = match &event {
+            SupervisionEvent::ActorTerminated(cell, _, _) if is_worker(cell) => None,
+            SupervisionEvent::ActorFailed(cell, error) if is_worker(cell) => {
+                Some(error.to_string())
+            }
+            // Not our worker (ractor may deliver events of grandchildren): ignore, do not
+            // stop as the default handler would.
+            _ => return Ok(()),
+        };
+        *alive = false;
+        // ractor moves the worker's final state into the event, a killed worker's too: drop
+        // it now, so what the worker held is freed when it stopped, not after the release.
+        drop(event);
+        match failure {
+            None => {
                 let end = state.end_for_exit();
                 state.finish(end).await;
                 myself.stop(Some("worker exited".to_owned()));
                 Ok(())
             }
-            SupervisionEvent::ActorFailed(cell, error) if is_worker(&cell) => {
-                *alive = false;
+            Some(error) => {
                 let end = JobEnd::Failed {
-                    error: error.to_string(),
+                    error: error.clone(),
                 };
                 state.finish(end).await;
                 // Reported to this actor's own supervisor (if any) as a failure.
                 Err(format!("worker failed: {error}").into())
             }
-            // Not our worker (ractor may deliver events of grandchildren): ignore, do not
-            // stop as the default handler would.
-            _ => Ok(()),
         }
     }
 

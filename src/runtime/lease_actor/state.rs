@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use ractor::{ActorRef, Message};
-use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::{LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome};
 use crate::runtime::message::{Command, LeaseActorMsg};
+use crate::runtime::registry::Slot;
 use crate::runtime::watchdog::{Phase, Watchdog};
 use crate::runtime::worker::{Worker, WorkerState};
 use crate::runtime::{
@@ -26,7 +27,7 @@ pub(crate) struct LeaseActorArgs<M> {
     pub(crate) cancel: CancellationToken,
     pub(crate) status: watch::Sender<LeaseStatus>,
     pub(crate) report: Option<oneshot::Sender<LeaseReport>>,
-    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    pub(crate) slot: Option<Slot>,
     pub(crate) renew_every: Duration,
     pub(crate) safety_margin: Duration,
 }
@@ -38,8 +39,8 @@ pub(crate) struct LeaseActorState<M> {
     pub(super) cancel: CancellationToken,
     pub(super) status: watch::Sender<LeaseStatus>,
     pub(super) report: Option<oneshot::Sender<LeaseReport>>,
-    /// This lease's slot in the runtime's limit; given back before the report is sent.
-    pub(super) permit: Option<OwnedSemaphorePermit>,
+    /// This lease's slot in its runtime; given back before the report is sent.
+    pub(super) slot: Option<Slot>,
     /// When to renew, cancel and stop the worker: the schedule, decided without I/O.
     pub(super) watchdog: Watchdog,
     /// The cancellation sent, kept for the status and the report.
@@ -202,7 +203,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         );
         // The slot first: a caller that starts the next lease the moment it reads the
         // report must find it free.
-        drop(self.permit.take());
+        drop(self.slot.take());
         if let Some(tx) = self.report.take() {
             let _ = tx.send(report.clone());
         }
@@ -225,6 +226,11 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
 const RELEASE_ATTEMPTS: u32 = 3;
 const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// The longest a finishing lease actor spends releasing, with `command_timeout` per call.
+pub(crate) fn release_time(command_timeout: Duration) -> Duration {
+    command_timeout * RELEASE_ATTEMPTS + RELEASE_RETRY_PAUSE * (RELEASE_ATTEMPTS - 1)
+}
+
 impl<M> Drop for LeaseActorState<M> {
     fn drop(&mut self) {
         // Invariant 6: reached after a panic or kill too, where post_stop does not run.
@@ -237,7 +243,7 @@ impl<M> Drop for LeaseActorState<M> {
             WorkerState::Task { task, alive: true } => task.abort(),
             _ => {}
         }
-        drop(self.permit.take());
+        drop(self.slot.take());
         if let Some(tx) = self.report.take() {
             let _ = tx.send(LeaseReport {
                 end: JobEnd::Aborted,

@@ -44,6 +44,8 @@ enum Step {
     Cancel(CancelReason, u64, Option<bool>),
     /// Whether the worker must be stopped now.
     StopWorker(bool),
+    /// A drain's deadline passed; these actions.
+    DrainDeadline(&'static [Action]),
     /// The release begins.
     Finish,
 }
@@ -67,7 +69,7 @@ struct Row {
     timer: Timer,
 }
 
-use Step::{Cancel, Failed, Finish, Renewed, StopWorker, Timeout, Unavailable};
+use Step::{Cancel, DrainDeadline, Failed, Finish, Renewed, StopWorker, Timeout, Unavailable};
 
 const ROWS: &[Row] = &[
     Row {
@@ -231,6 +233,50 @@ const ROWS: &[Row] = &[
         timer: Timer::None,
     },
     Row {
+        name: "drained (Kill): the child is stopped at the drain's deadline, once",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[
+            Cancel(CancelReason::Shutdown, 1000, Some(false)),
+            DrainDeadline(&[Action::StopWorker]),
+            DrainDeadline(&[]),
+            Timeout(3000, &[]),
+        ],
+        timer: Timer::None,
+    },
+    Row {
+        name: "drained (Kill): an attached worker is stopped and let go of",
+        policy: CancelPolicy::Kill,
+        worker: ATTACHED,
+        valid: VALID,
+        steps: &[
+            Cancel(CancelReason::Shutdown, 1000, Some(false)),
+            DrainDeadline(&[Action::StopWorker, Action::FinishAttached]),
+        ],
+        timer: Timer::StopWorker(3000),
+    },
+    Row {
+        name: "drained (notify-only): nothing at the drain's deadline; validity end as usual",
+        policy: CancelPolicy::NotifyOnly,
+        worker: ATTACHED,
+        valid: VALID,
+        steps: &[
+            Cancel(CancelReason::Shutdown, 1000, Some(false)),
+            DrainDeadline(&[]),
+            Timeout(3000, &[Action::FinishAttached]),
+        ],
+        timer: Timer::StopWorker(3000),
+    },
+    Row {
+        name: "drain deadline before the cancellation, or when finishing: nothing",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[DrainDeadline(&[]), Finish, DrainDeadline(&[])],
+        timer: Timer::None,
+    },
+    Row {
         name: "watching: nothing to stop",
         policy: CancelPolicy::Kill,
         worker: CHILD,
@@ -281,6 +327,10 @@ fn every_row_of_the_watchdog_table() {
                 }
                 StopWorker(expected) => {
                     assert_eq!(dog.stop_worker(row.worker), expected, "{}", row.name);
+                }
+                DrainDeadline(expected) => {
+                    let actions = dog.on_drain_deadline(row.worker);
+                    assert_eq!(actions, expected, "{}: {step:?}", row.name);
                 }
                 Finish => dog.finish(),
             }

@@ -1,0 +1,155 @@
+//! The leases a runtime holds now: each one's slot in the runtime's limit, and the lease
+//! actor a drain must reach. Shared by every clone of a [`LeaseRuntime`](crate::runtime::LeaseRuntime).
+//!
+//! A [`Slot`] is taken before any I/O (the limit and a drain both refuse there) and lives
+//! as long as its lease: the lease actor gives it back when the release is over, just
+//! before its report, so a caller that reads the report finds the slot free.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ractor::ActorRef;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::RuntimeError;
+use crate::runtime::message::LeaseActorMsg;
+
+/// The live leases of one runtime.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    max: usize,
+    permits: Arc<Semaphore>,
+    actors: Mutex<Actors>,
+    /// How many slots are taken; a drain waits for zero.
+    live: watch::Sender<usize>,
+    /// Cancelled when a drain begins: acquisitions in flight give up.
+    drain: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct Actors {
+    next_id: u64,
+    /// Every taken slot, with its lease actor once it runs.
+    by_slot: HashMap<u64, Option<ActorRef<LeaseActorMsg>>>,
+}
+
+impl Registry {
+    pub(crate) fn new(max: usize) -> Arc<Registry> {
+        Arc::new(Registry {
+            max,
+            permits: Arc::new(Semaphore::new(max)),
+            actors: Mutex::new(Actors::default()),
+            live: watch::Sender::new(0),
+            drain: CancellationToken::new(),
+        })
+    }
+
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Slots taken now.
+    pub(crate) fn live(&self) -> usize {
+        *self.live.borrow()
+    }
+
+    /// Whether a drain began: no slot is given out any more.
+    pub(crate) fn draining(&self) -> bool {
+        self.drain.is_cancelled()
+    }
+
+    /// Completes when a drain begins.
+    pub(crate) async fn drain_began(&self) {
+        self.drain.cancelled().await;
+    }
+
+    fn actors(&self) -> std::sync::MutexGuard<'_, Actors> {
+        // A panic while holding the lock leaves the map consistent (every update is one
+        // insert or remove), so a poisoned lock is used as is.
+        self.actors.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot for one more lease, before any I/O.
+    pub(crate) fn slot(self: &Arc<Self>) -> Result<Slot, RuntimeError> {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(TryAcquireError::Closed) => return Err(RuntimeError::ShuttingDown),
+            Err(TryAcquireError::NoPermits) => {
+                return Err(RuntimeError::LimitReached { max: self.max });
+            }
+        };
+        let id = {
+            let mut actors = self.actors();
+            let id = actors.next_id;
+            actors.next_id += 1;
+            actors.by_slot.insert(id, None);
+            id
+        };
+        self.live.send_modify(|n| *n += 1);
+        Ok(Slot {
+            id,
+            registry: Arc::clone(self),
+            _permit: permit,
+        })
+    }
+
+    /// The lease actor of `slot` started. If a drain began meanwhile, it is told at once.
+    pub(crate) fn started(&self, slot: u64, actor: &ActorRef<LeaseActorMsg>) {
+        let draining = {
+            let mut actors = self.actors();
+            let Some(entry) = actors.by_slot.get_mut(&slot) else {
+                return; // Already over.
+            };
+            *entry = Some(actor.clone());
+            self.draining()
+        };
+        if draining {
+            let _ = actor.send_message(LeaseActorMsg::drain());
+        }
+    }
+
+    /// Begins a drain: no slot is given out from now on; the lease actors running now.
+    pub(crate) fn close(&self) -> Vec<ActorRef<LeaseActorMsg>> {
+        let actors = self.actors();
+        self.permits.close();
+        self.drain.cancel();
+        actors.by_slot.values().flatten().cloned().collect()
+    }
+
+    /// The lease actors running now.
+    pub(crate) fn running(&self) -> Vec<ActorRef<LeaseActorMsg>> {
+        self.actors().by_slot.values().flatten().cloned().collect()
+    }
+
+    /// Waits until no slot is taken, or `deadline`; whether none is.
+    pub(crate) async fn wait_empty_until(&self, deadline: Instant) -> bool {
+        let mut live = self.live.subscribe();
+        tokio::time::timeout_at(deadline, live.wait_for(|n| *n == 0))
+            .await
+            .is_ok()
+    }
+}
+
+/// One lease's place in its runtime: counted against the limit and reachable by a drain
+/// until dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    id: u64,
+    registry: Arc<Registry>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.registry.actors().by_slot.remove(&self.id);
+        self.registry.live.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
