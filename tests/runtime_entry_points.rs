@@ -325,7 +325,15 @@ async fn an_attached_lease_released_after_a_loss_reports_the_cancellation() {
             .unwrap();
         backend.delete(&keys(&rt));
         let lost = CancelReason::Lost(LostReason::Absent);
-        assert_eq!(rx.recv().await.unwrap().reason, lost);
+        let cancelled = rx.recv().await.unwrap();
+        assert_eq!(cancelled.reason, lost);
+        // The absolute instant the work must stop by: the context's, and as far away as the
+        // validity left said when it was sent (no time passed since, under paused time).
+        assert_eq!(cancelled.stop_by, lease.context().stop_by());
+        assert_eq!(
+            cancelled.stop_by - Instant::now(),
+            cancelled.remaining_validity
+        );
         let report = if release {
             lease.release().await
         } else {

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::lease::LostReason;
 use crate::protocol::FencingToken;
 
@@ -38,6 +40,10 @@ pub struct LeaseCancelled {
     /// How long until the worker is stopped under [`CancelPolicy::Kill`]: the local validity
     /// left when the message was sent. Zero means "now".
     pub remaining_validity: Duration,
+    /// The instant local validity ends, by which the work must have stopped (under
+    /// [`CancelPolicy::Kill`] it is stopped then). Unlike `remaining_validity` it does not
+    /// age while the message waits in a mailbox: compare it with `Instant::now()`.
+    pub stop_by: Instant,
 }
 
 /// Why a lease was cancelled.

@@ -95,6 +95,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
             reason,
             token: self.handle.token(),
             remaining_validity: cancellation.remaining,
+            stop_by: self.watchdog.valid_until(),
         };
         tracing::info!(
             reason = reason.as_str(),
