@@ -106,3 +106,8 @@ pub use protocol::{
     Attempt, FencingToken, LeaseKeys, LeaseRequest, Namespace, OperationId, OwnerToken, Purpose,
     ResourceDigest,
 };
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
