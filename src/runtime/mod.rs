@@ -29,6 +29,7 @@ mod worker;
 pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
 pub use context::{LeaseContext, LeaseStatus};
 pub use drain::ShutdownSummary;
+pub use lease_actor::is_lease_end;
 pub use message::LeaseActorMsg;
 pub use report::{JobEnd, LeaseReport};
 pub use run::RunOutcome;

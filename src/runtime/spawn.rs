@@ -222,7 +222,18 @@ impl LeaseRuntime {
 
     /// Starts a lease actor for a lease already held (`handle`), on behalf of a worker
     /// that already runs and outlives the lease — a long-running actor taking and dropping
-    /// leases over its life. The lease actor is linked under `supervisor` if given.
+    /// leases over its life.
+    ///
+    /// # Linked under `supervisor`
+    /// With `Some(supervisor)` the lease actor is linked under it, and ractor tells the
+    /// supervisor when it stops: an `ActorTerminated` every time a lease ends — every normal
+    /// release included — and `ActorFailed` if the lease actor fails. ractor's default
+    /// `handle_supervisor_evt` stops the supervisor (and its children) on either, so a
+    /// supervisor that links lease actors overrides it and lets [`is_lease_end`] events
+    /// pass. With `None`, nothing is linked: the worker still hears of losses, and
+    /// [`AttachedLease::wait`] reports the end.
+    ///
+    /// [`is_lease_end`]: crate::runtime::is_lease_end
     ///
     /// The worker receives one [`LeaseCancelled`] if the lease is lost or unknown; it ends
     /// the lease by sending [`LeaseActorMsg::release`] (or [`AttachedLease::release`]).

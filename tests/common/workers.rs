@@ -29,3 +29,29 @@ impl Actor for UntilCancelled {
         Ok(())
     }
 }
+
+/// A worker that hears its cancellation and carries on.
+pub struct Deaf;
+
+impl Actor for Deaf {
+    type Msg = LeaseCancelled;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: LeaseCancelled,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+}

@@ -53,6 +53,44 @@ impl<M> LeaseActor<M> {
     }
 }
 
+/// How a lease actor's stop reason begins when its lease ended and was released as it
+/// should (see [`is_lease_end`]).
+const LEASE_END: &str = "leasehold lease ended: ";
+
+/// Whether `event` is a lease actor ending normally: its lease ended — released, lost, or
+/// its work done — and the release was attempted. What an application's supervisor that
+/// links lease actors ([`LeaseRuntime::attach`](crate::runtime::LeaseRuntime::attach) with
+/// a supervisor) receives every time a lease ends; ractor's default
+/// `handle_supervisor_evt` stops the supervisor on any `ActorTerminated`, so a supervisor
+/// that links lease actors overrides it and lets these pass:
+///
+/// ```
+/// use leasehold::runtime::is_lease_end;
+/// use ractor::{ActorProcessingErr, ActorRef, SupervisionEvent};
+///
+/// # struct Msg;
+/// async fn handle_supervisor_evt(
+///     myself: ActorRef<Msg>,
+///     event: SupervisionEvent,
+/// ) -> Result<(), ActorProcessingErr> {
+///     if is_lease_end(&event) {
+///         return Ok(()); // a lease came and went; nothing failed
+///     }
+///     // ... the application's own policy for its other children
+///     # let _ = myself;
+///     Ok(())
+/// }
+/// ```
+///
+/// A lease actor that failed arrives as `ActorFailed`, and one killed from outside as an
+/// `ActorTerminated` with another reason: neither is a lease end.
+pub fn is_lease_end(event: &SupervisionEvent) -> bool {
+    matches!(
+        event,
+        SupervisionEvent::ActorTerminated(_, _, Some(reason)) if reason.starts_with(LEASE_END)
+    )
+}
+
 /// Bound on waiting for a killed worker to stop before releasing.
 const KILL_WAIT: Duration = Duration::from_secs(1);
 
@@ -235,14 +273,14 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                     None => state.end_for_exit(),
                 };
                 state.finish(end).await;
-                myself.stop(Some("work ended".to_owned()));
+                myself.stop(Some(format!("{LEASE_END}work ended")));
             }
             Command::Release => match &state.worker {
                 WorkerState::Attached(_) => {
                     // After a loss the lease ended cancelled, whoever asks for the release.
                     let end = state.end_for_exit();
                     state.finish(end).await;
-                    myself.stop(Some("released".to_owned()));
+                    myself.stop(Some(format!("{LEASE_END}released")));
                 }
                 _ => {
                     state.cancel(CancelReason::Shutdown);
@@ -267,7 +305,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                 Action::FinishAttached => {
                     let end = state.end_for_exit();
                     state.finish(end).await;
-                    myself.stop(Some("lease ended".to_owned()));
+                    myself.stop(Some(format!("{LEASE_END}lease ended")));
                 }
             }
         }
@@ -301,7 +339,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             None => {
                 let end = state.end_for_exit();
                 state.finish(end).await;
-                myself.stop(Some("worker exited".to_owned()));
+                myself.stop(Some(format!("{LEASE_END}worker exited")));
                 Ok(())
             }
             Some(error) => {

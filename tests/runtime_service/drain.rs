@@ -3,16 +3,14 @@
 //! supervisor), and on a real redis-server (a thousand leases, taken over by another
 //! runtime's waiters as the drain releases them).
 
-mod common;
-
 use std::time::Duration;
 
-use common::RedisServer;
-use common::backends::redis_settings;
-use common::workers::UntilCancelled;
+use crate::common::RedisServer;
+use crate::common::backends::redis_settings;
+use crate::common::workers::{Deaf, UntilCancelled};
 use leasehold::runtime::*;
 use leasehold::*;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::Actor;
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -39,32 +37,6 @@ const SHUT_DOWN: JobEnd = JobEnd::Cancelled {
     reason: CancelReason::Shutdown,
     killed: false,
 };
-
-/// A worker that hears its cancellation and carries on.
-struct Deaf;
-
-impl Actor for Deaf {
-    type Msg = LeaseCancelled;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _: ActorRef<LeaseCancelled>,
-        _: (),
-    ) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        _: ActorRef<LeaseCancelled>,
-        _: LeaseCancelled,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-}
 
 async fn spawn<W>(
     rt: &LeaseRuntime,
