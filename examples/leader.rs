@@ -61,16 +61,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ttl(Duration::from_secs(2))
         .wait_timeout(Duration::from_secs(30))
         .build()?;
-        let supervisor = runtime.supervise(
-            request,
-            |_ctx| (Lead, ()),
-            CancelPolicy::Kill,
-            SupervisorConfig::default(),
-        )?;
+        let supervisor = runtime
+            .supervise(
+                request,
+                |_ctx| (Lead, ()),
+                CancelPolicy::Kill,
+                SupervisorConfig::default(),
+            )
+            .await?;
         let mut watch = supervisor.watch();
         tokio::spawn(async move {
             while watch.changed().await.is_ok() {
-                if let SupervisorState::Holding { token } = *watch.borrow() {
+                if let Some(token) = watch.borrow().token() {
                     println!("{name} leads (fencing token {token})");
                 }
             }
@@ -86,8 +88,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(i) = leader {
             let (name, supervisor) = candidates.remove(i);
             println!("{name} steps down");
-            let reports = supervisor.shutdown().await;
-            if let Some(last) = reports.last() {
+            let summary = supervisor.shutdown().await;
+            if let Some(last) = &summary.last {
                 println!("{name}'s term ended: release {}", last.release.as_str());
             }
         }

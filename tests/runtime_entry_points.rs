@@ -351,10 +351,10 @@ async fn an_attached_lease_released_after_a_loss_reports_the_cancellation() {
     worker.stop(None);
 }
 
-async fn holding(w: &mut tokio::sync::watch::Receiver<SupervisorState>) -> FencingToken {
+async fn holding(w: &mut tokio::sync::watch::Receiver<SupervisorState>) -> LeaseContext {
     loop {
-        if let SupervisorState::Holding { token } = *w.borrow_and_update() {
-            return token;
+        if let SupervisorState::Holding { context, .. } = &*w.borrow_and_update() {
+            return context.clone();
         }
         w.changed().await.unwrap();
     }
@@ -370,27 +370,28 @@ async fn supervisor_reacquires_after_a_loss_with_a_larger_token() {
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )
+        .await
         .unwrap();
     let mut w = sup.watch();
     let first = holding(&mut w).await;
     backend.delete(&keys(&rt));
     w.changed().await.unwrap();
     let second = holding(&mut w).await;
-    assert!(second > first);
-    let reports = sup.shutdown().await;
-    assert_eq!(reports.len(), 2);
+    assert!(second.token() > first.token());
     assert_eq!(
-        reports[0].end,
-        JobEnd::Cancelled {
-            reason: CancelReason::Lost(LostReason::Absent),
-            killed: false
-        }
+        first.cancel_reason(),
+        Some(CancelReason::Lost(LostReason::Absent)),
+        "the first term's worker was told of the loss"
     );
+    let summary = sup.shutdown().await;
+    assert_eq!(summary.terms, 2);
+    let last = summary.last.expect("the last term's report");
+    assert_eq!(last.token, second.token());
     assert_eq!(
-        reports[1].cancelled.as_ref().map(|c| c.reason),
+        last.cancelled.as_ref().map(|c| c.reason),
         Some(CancelReason::Shutdown)
     );
-    assert_eq!(reports[1].release, ReleaseOutcome::Released);
+    assert_eq!(last.release, ReleaseOutcome::Released);
     assert_eq!(backend.held_leases(), 0);
 }
 
@@ -404,9 +405,10 @@ async fn two_supervisors_elect_one_leader_and_hand_over_on_shutdown() {
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )
+        .await
         .unwrap();
     let mut wa = a.watch();
-    let leader_token = holding(&mut wa).await;
+    let leader_token = holding(&mut wa).await.token();
     let b = rt
         .supervise(
             request(&rt, Duration::from_secs(10)),
@@ -414,6 +416,7 @@ async fn two_supervisors_elect_one_leader_and_hand_over_on_shutdown() {
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )
+        .await
         .unwrap();
     let mut wb = b.watch();
     sleep(TTL * 3).await;
@@ -424,7 +427,7 @@ async fn two_supervisors_elect_one_leader_and_hand_over_on_shutdown() {
     );
     let handed_over = Instant::now();
     let _ = a.shutdown().await;
-    let next = holding(&mut wb).await;
+    let next = holding(&mut wb).await.token();
     assert!(next > leader_token);
     assert!(
         handed_over.elapsed() < Duration::from_millis(100),

@@ -34,4 +34,6 @@ pub use message::LeaseActorMsg;
 pub use report::{JobEnd, LeaseReport};
 pub use run::RunOutcome;
 pub use spawn::{AttachedLease, LeaseJob, LeaseRuntime, RuntimeError, SpawnOutcome};
-pub use supervisor::{LeaseSupervisor, SupervisorConfig, SupervisorState};
+pub use supervisor::{
+    LeaseSupervisor, SupervisorConfig, SupervisorMsg, SupervisorState, SupervisorSummary,
+};

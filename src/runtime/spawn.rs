@@ -394,15 +394,12 @@ impl Started {
 }
 
 async fn wait_report(report: oneshot::Receiver<LeaseReport>, token: FencingToken) -> LeaseReport {
-    report_or_vanished(report.await, token)
+    report_or_vanished(report.await.ok(), token)
 }
 
 /// The report, or — if the LeaseActor vanished without one — an `Aborted` report.
-pub(crate) fn report_or_vanished(
-    report: Result<LeaseReport, oneshot::error::RecvError>,
-    token: FencingToken,
-) -> LeaseReport {
-    report.unwrap_or_else(|_| LeaseReport {
+pub(crate) fn report_or_vanished(report: Option<LeaseReport>, token: FencingToken) -> LeaseReport {
+    report.unwrap_or_else(|| LeaseReport {
         // The state's drop always sends a report; this only covers a runtime shutdown.
         end: JobEnd::Aborted,
         cancelled: None,

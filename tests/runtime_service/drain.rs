@@ -262,6 +262,7 @@ async fn a_supervisor_on_a_drained_runtime_ends_after_its_term() {
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )
+        .await
         .unwrap();
     let mut state = supervisor.watch();
     state
@@ -274,9 +275,9 @@ async fn a_supervisor_on_a_drained_runtime_ends_after_its_term() {
         .wait_for(|s| *s == SupervisorState::Stopped)
         .await
         .unwrap();
-    let reports = supervisor.join().await;
-    assert_eq!(reports.len(), 1);
-    assert_eq!(reports[0].end, SHUT_DOWN);
+    let summary = supervisor.join().await;
+    assert_eq!(summary.terms, 1);
+    assert_eq!(summary.last.map(|r| r.end), Some(SHUT_DOWN));
     assert_eq!(rt.held(), 0);
 }
 

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use leasehold::runtime::*;
 use leasehold::*;
-use ractor::{Actor, ActorProcessingErr, ActorRef, ActorStatus, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, ActorStatus};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::app::AppSupervisor;
 use crate::common::workers::Deaf;
 
 const TTL: Duration = Duration::from_secs(3);
@@ -38,49 +39,6 @@ async fn acquired(client: &LeaseClient) -> LeaseHandle {
         .unwrap()
         .into_handle()
         .unwrap()
-}
-
-/// An application's supervisor: reports every exit and failure it is told of; with `filter`
-/// it lets lease ends pass, without it it keeps ractor's default (stop on any exit).
-struct AppSupervisor {
-    filter: bool,
-}
-
-impl Actor for AppSupervisor {
-    type Msg = ();
-    type State = mpsc::UnboundedSender<(bool, String)>;
-    type Arguments = mpsc::UnboundedSender<(bool, String)>;
-
-    async fn pre_start(
-        &self,
-        _: ActorRef<()>,
-        tx: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(tx)
-    }
-
-    async fn handle_supervisor_evt(
-        &self,
-        myself: ActorRef<()>,
-        event: SupervisionEvent,
-        tx: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        if matches!(event, SupervisionEvent::ActorStarted(_)) {
-            return Ok(());
-        }
-        let _ = tx.send((is_lease_end(&event), format!("{event:?}")));
-        if self.filter && is_lease_end(&event) {
-            return Ok(());
-        }
-        // ractor's default handler: any child's exit or failure stops the supervisor.
-        if matches!(
-            event,
-            SupervisionEvent::ActorTerminated(..) | SupervisionEvent::ActorFailed(..)
-        ) {
-            myself.stop(None);
-        }
-        Ok(())
-    }
 }
 
 #[tokio::test(start_paused = true)]

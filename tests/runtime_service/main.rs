@@ -1,8 +1,15 @@
-//! Embedding the runtime in a long-running service: the drain on SIGTERM (`drain`), and a
-//! service's own supervision tree around lease actors (`embedding`).
+//! Embedding the runtime in a long-running service: the drain on SIGTERM (`drain`), a
+//! service's own supervision tree around lease actors (`embedding`), and the lease
+//! supervisor as an actor of that tree (`supervisor`).
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod app;
+mod counting;
 mod drain;
 mod embedding;
+mod supervisor;
+
+#[global_allocator]
+static ALLOCATOR: counting::Counting = counting::Counting;

@@ -1,0 +1,295 @@
+//! `LeaseSupervisor` as an actor of the application's tree: linked, failing, stopped from
+//! outside, shut down mid-acquisition, pacing a crash loop, and running ten thousand terms
+//! in bounded memory. `MemoryBackend`, paused time.
+
+use std::time::Duration;
+
+use leasehold::runtime::*;
+use leasehold::*;
+use ractor::{Actor, ActorProcessingErr, ActorRef, ActorStatus};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep};
+
+use crate::app::AppSupervisor;
+use crate::common::workers::UntilCancelled;
+use crate::counting::live_on_this_thread;
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn runtime() -> (LeaseRuntime, MemoryBackend) {
+    let backend = MemoryBackend::new();
+    let client = LeaseClient::new(backend.clone(), LeaseSettings::default()).unwrap();
+    (LeaseRuntime::new(client), backend)
+}
+
+fn request(client: &LeaseClient, wait: Duration) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("leader").unwrap(),
+        ResourceDigest::of("scheduler"),
+        client.new_attempt("candidate").unwrap(),
+    )
+    .ttl(TTL)
+    .wait_timeout(wait)
+    .build()
+    .unwrap()
+}
+
+fn keys(client: &LeaseClient) -> LeaseKeys {
+    client.keys(
+        &Purpose::new("leader").unwrap(),
+        &ResourceDigest::of("scheduler"),
+    )
+}
+
+/// The next term's context (a term other than `after`).
+async fn next_term(
+    state: &mut watch::Receiver<SupervisorState>,
+    after: Option<FencingToken>,
+) -> LeaseContext {
+    let held = state
+        .wait_for(|s| s.token().is_some() && s.token() != after)
+        .await
+        .expect("the supervisor stopped instead of holding");
+    match &*held {
+        SupervisorState::Holding { context, .. } => context.clone(),
+        other => unreachable!("{other:?}"),
+    }
+}
+
+/// `make` panicking fails the supervisor — its application's supervisor hears an
+/// `ActorFailed` — and the lease acquired for that term does not stay held.
+#[tokio::test(start_paused = true)]
+async fn a_linked_supervisor_whose_make_panics_fails_to_the_application_and_holds_nothing() {
+    let (rt, backend) = runtime();
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let (app, _) = Actor::spawn(None, AppSupervisor { filter: true }, tx)
+        .await
+        .unwrap();
+    let supervisor = rt
+        .supervise_linked(
+            request(rt.client(), Duration::ZERO),
+            |_| -> (UntilCancelled, ()) { panic!("the application's make failed") },
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+            app.get_cell(),
+        )
+        .await
+        .unwrap();
+    let (lease_end, event) = events.recv().await.unwrap();
+    assert!(!lease_end, "{event}");
+    assert!(
+        event.contains("panicked") && event.contains("the application's make failed"),
+        "{event}"
+    );
+    let summary = supervisor.join().await;
+    assert_eq!(summary.terms, 0);
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(backend.held_leases(), 0, "the handle's drop released it");
+    assert_eq!(rt.held(), 0);
+}
+
+/// The application's supervisor stopping takes the lease supervisor with it (ractor kills
+/// linked children): the term's worker is stopped and its lease released, not left to
+/// run on unsupervised.
+#[tokio::test(start_paused = true)]
+async fn stopping_the_application_stops_the_term_and_releases_its_lease() {
+    let (rt, backend) = runtime();
+    let (tx, _events) = mpsc::unbounded_channel();
+    let (app, _) = Actor::spawn(None, AppSupervisor { filter: true }, tx)
+        .await
+        .unwrap();
+    let supervisor = rt
+        .supervise_linked(
+            request(rt.client(), Duration::ZERO),
+            |_| (UntilCancelled, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+            app.get_cell(),
+        )
+        .await
+        .unwrap();
+    let term = next_term(&mut supervisor.watch(), None).await;
+    assert_eq!(backend.held_leases(), 1);
+    app.stop(None);
+    let summary = supervisor.join().await;
+    assert_eq!(summary.terms, 0, "killed, not ended: {summary:?}");
+    assert!(term.is_cancelled(), "the term's work was told to stop");
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(backend.held_leases(), 0);
+    assert_eq!(rt.held(), 0);
+    assert_eq!(app.get_status(), ActorStatus::Stopped);
+}
+
+/// Stopped through its actor, the supervisor ends its term before it goes: the worker is
+/// stopped, then the lease released, and the term is in the summary.
+#[tokio::test(start_paused = true)]
+async fn a_supervisor_stopped_through_its_actor_ends_its_term_first() {
+    let (rt, backend) = runtime();
+    let supervisor = rt
+        .supervise(
+            request(rt.client(), Duration::ZERO),
+            |_| (UntilCancelled, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )
+        .await
+        .unwrap();
+    let term = next_term(&mut supervisor.watch(), None).await;
+    supervisor.actor().stop(None);
+    let summary = supervisor.join().await;
+    assert_eq!(summary.terms, 1);
+    let last = summary.last.unwrap();
+    assert_eq!(last.token, term.token());
+    assert_eq!(last.end, JobEnd::Aborted);
+    assert_eq!(last.release, ReleaseOutcome::Released);
+    assert_eq!(backend.held_leases(), 0);
+}
+
+/// A shutdown while the supervisor waits for a lease someone else holds gives the wait up
+/// at once; when the holder lets go, the lease stays free.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_during_the_acquisition_gives_it_up_and_takes_nothing() {
+    let (rt, backend) = runtime();
+    let mut holder = rt
+        .client()
+        .try_acquire(&request(rt.client(), Duration::ZERO))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let supervisor = rt
+        .supervise(
+            request(rt.client(), Duration::from_secs(60)),
+            |_| (UntilCancelled, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )
+        .await
+        .unwrap();
+    sleep(TTL / 2).await;
+    assert_eq!(*supervisor.watch().borrow(), SupervisorState::Acquiring);
+    let asked = Instant::now();
+    let summary = supervisor.shutdown().await;
+    assert!(
+        asked.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(summary.terms, 0);
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+    sleep(TTL).await;
+    assert_eq!(
+        backend.held_leases(),
+        0,
+        "nobody took the lease after the shutdown"
+    );
+    assert_eq!(rt.held(), 0);
+}
+
+/// A worker that cannot start.
+struct FailsToStart;
+
+impl Actor for FailsToStart {
+    type Msg = LeaseCancelled;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Err("cannot open the job's input".into())
+    }
+}
+
+/// A job that fails as soon as it starts is restarted after a pause that doubles each
+/// time, up to the bound — not in a tight loop against Redis.
+#[tokio::test(start_paused = true)]
+async fn a_job_that_fails_at_once_is_restarted_after_a_doubling_pause() {
+    let (rt, backend) = runtime();
+    let config = SupervisorConfig {
+        backoff_min: Duration::from_millis(100),
+        backoff_max: Duration::from_millis(400),
+    };
+    // Each term's start is noted where it happens: a watch would coalesce a term that
+    // begins and fails within one instant.
+    let (started, mut starts) = mpsc::unbounded_channel();
+    let supervisor = rt
+        .supervise(
+            request(rt.client(), Duration::ZERO),
+            move |_| {
+                let _ = started.send(Instant::now());
+                (FailsToStart, ())
+            },
+            CancelPolicy::Kill,
+            config,
+        )
+        .await
+        .unwrap();
+    let mut last = starts.recv().await.unwrap();
+    for expected_ms in [100u64, 200, 400, 400] {
+        let next = starts.recv().await.unwrap();
+        let pause = next - last;
+        let expected = Duration::from_millis(expected_ms);
+        assert!(
+            pause >= expected * 3 / 4 && pause <= expected * 5 / 4 + Duration::from_millis(5),
+            "expected {expected:?} ± 25 %, paused {pause:?}"
+        );
+        last = next;
+    }
+    let summary = supervisor.shutdown().await;
+    assert!(summary.terms >= 5, "{summary:?}");
+    assert!(
+        matches!(summary.last.map(|r| r.end), Some(JobEnd::Failed { .. })),
+        "every term failed"
+    );
+    assert_eq!(backend.held_leases(), 0);
+}
+
+/// Leader election runs for months: the supervisor's memory must not grow with its terms.
+/// Ten thousand terms, each lost (its key deleted behind its back) and re-acquired, on one
+/// thread whose live bytes are counted.
+#[test]
+fn ten_thousand_terms_leave_the_supervisor_s_memory_flat() {
+    const WARM_UP: u64 = 500;
+    const TERMS: u64 = 10_000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (rt, backend) = runtime();
+        let supervisor = rt
+            .supervise(
+                request(rt.client(), Duration::ZERO),
+                |_| (UntilCancelled, ()),
+                CancelPolicy::Kill,
+                SupervisorConfig::default(),
+            )
+            .await
+            .unwrap();
+        let mut state = supervisor.watch();
+        let mut token = None;
+        let mut baseline = 0;
+        for term in 0..=TERMS {
+            if term == WARM_UP {
+                baseline = live_on_this_thread();
+            }
+            token = Some(next_term(&mut state, token).await.token());
+            assert!(
+                backend.delete(&keys(rt.client())),
+                "term {term} held its key"
+            );
+        }
+        let grown = live_on_this_thread() - baseline;
+        let summary = supervisor.shutdown().await;
+        assert!(summary.terms > TERMS, "{summary:?}");
+        assert!(
+            grown < 16 * 1024,
+            "{grown} bytes more after {} more terms",
+            TERMS - WARM_UP
+        );
+    });
+}
