@@ -210,7 +210,8 @@ impl Harness {
 
     /// Injects `fault` (or clears it). With companions, they are paused while a fault is on
     /// — once everything they sent has been answered — so the test's operation under the
-    /// fault is the one that meets it (`tests/batching.rs` covers faults in shared calls).
+    /// fault is the one that meets it (`tests/batching/certainty.rs` covers faults in shared
+    /// calls).
     pub async fn fault(&self, fault: Fault) {
         let mode = match fault {
             Fault::None => ProxyMode::Pass,
