@@ -7,15 +7,34 @@
 //! [`RedisServer::start_tls`] starts a server that speaks only TLS (`--port 0
 //! --tls-port P`) with a self-signed certificate made by the `openssl` CLI;
 //! `cmd`, `query` and `conn` then connect over TLS (`tls_url`).
+//!
+//! This file holds the type and its lifecycle; starting a process (`spawn`), TLS
+//! (`tls`), process plumbing (`process`) and command helpers (`commands`) live beside
+//! it in `redis_server/`. Those submodules are named by `#[path]` because
+//! `benches/load` includes this file by path, and a file included that way looks for
+//! its submodules beside itself, not in `redis_server/`.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+#[path = "redis_server/commands.rs"]
+pub mod commands;
+#[path = "redis_server/process.rs"]
+pub mod process;
+#[path = "redis_server/spawn.rs"]
+mod spawn;
+#[path = "redis_server/tls.rs"]
+mod tls;
+
+use commands::{HARNESS_COMMANDS, command, parse_command_calls};
+use process::{free_port, log_tail, make_temp_dir, signal, wait_exit};
+use spawn::{SpawnError, find_binary, spawn_and_wait};
+use tls::{TLS_DIR, make_self_signed_cert};
 
 /// How long to wait for a freshly started server to answer `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,22 +48,8 @@ const REBIND_TIMEOUT: Duration = Duration::from_secs(5);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read/write timeout of connections returned by `conn` and used by `cmd`.
 const CONN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Commands the harness itself sends; `command_calls` leaves them out.
-const HARNESS_COMMANDS: &[&str] = &["info", "config", "ping", "hello", "client", "select"];
-
-const NOT_FOUND: &str = "redis-server not found: install the Debian package redis-server \
-                         (.ci/run does this); tests that need Redis never skip";
-const OPENSSL_NOT_FOUND: &str = "openssl not found (needed by RedisServer::start_tls to make a \
-                                 self-signed certificate): install the Debian package openssl; \
-                                 TLS tests never skip";
-const REDIS_CLI_NOT_FOUND: &str = "redis-cli not found (needed by RedisServer::start_tls to wait \
-                                   for the TLS port): install the Debian package redis-tools \
-                                   (redis-server depends on it); TLS tests never skip";
-/// Subdirectory of the server's directory holding `cert.pem` and `key.pem`.
-const TLS_DIR: &str = "tls";
-
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+/// How many lines of `redis.log` a failure message shows.
+const LOG_TAIL_LINES: usize = 30;
 
 /// A `redis-server` child process bound to `127.0.0.1:<port>`.
 pub struct RedisServer {
@@ -89,7 +94,7 @@ impl RedisServer {
 
     fn launch(persistent: bool, tls: bool) -> RedisServer {
         let binary = find_binary();
-        let dir = make_temp_dir();
+        let dir = make_temp_dir("redis");
         if tls {
             if let Err(msg) = make_self_signed_cert(&dir.join(TLS_DIR)) {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -115,7 +120,7 @@ impl RedisServer {
                 }
                 Err(SpawnError::Exited(msg)) => failures.push(format!("port {port}: {msg}")),
                 Err(SpawnError::NotReady(msg)) => {
-                    let log = log_tail(&dir);
+                    let log = log_tail(&dir, "redis.log", LOG_TAIL_LINES);
                     let _ = std::fs::remove_dir_all(&dir);
                     panic!(
                         "redis-server on port {port} did not answer PING within {READY_TIMEOUT:?}: \
@@ -124,7 +129,7 @@ impl RedisServer {
                 }
             }
         }
-        let log = log_tail(&dir);
+        let log = log_tail(&dir, "redis.log", LOG_TAIL_LINES);
         let _ = std::fs::remove_dir_all(&dir);
         panic!(
             "redis-server failed to start after {START_ATTEMPTS} attempts:\n{}\n\
@@ -229,13 +234,7 @@ impl RedisServer {
     /// returned as `Err`. The cached connection is discarded after any
     /// error that is not a plain error reply (it is reconnected next time).
     pub fn try_cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
-        let (name, rest) = args
-            .split_first()
-            .expect("RedisServer::cmd needs at least a command name");
-        let mut cmd = redis::cmd(name);
-        for arg in rest {
-            cmd.arg(*arg);
-        }
+        let cmd = command(args);
         let mut guard = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
             *guard = Some(self.try_conn()?);
@@ -287,7 +286,7 @@ impl RedisServer {
     /// setting up to assert on what the code under test sent.
     pub fn command_calls(&self) -> u64 {
         let info: String = self.query(&["INFO", "commandstats"]);
-        parse_command_calls(&info)
+        parse_command_calls(&info, HARNESS_COMMANDS)
     }
 
     /// How many times the server ran `command` (lower case, as `INFO commandstats` names
@@ -361,7 +360,7 @@ impl RedisServer {
                 Err(SpawnError::Exited(msg)) | Err(SpawnError::NotReady(msg)) => panic!(
                     "redis-server did not restart on port {}: {msg}\n--- tail of redis.log ---\n{}",
                     self.port,
-                    log_tail(&self.dir)
+                    log_tail(&self.dir, "redis.log", LOG_TAIL_LINES)
                 ),
             }
         }
@@ -432,350 +431,4 @@ impl std::fmt::Debug for RedisServer {
             .field("dir", &self.dir)
             .finish()
     }
-}
-
-enum SpawnError {
-    /// The process exited before answering (typically: port in use).
-    Exited(String),
-    /// The process kept running but never answered `PING`.
-    NotReady(String),
-}
-
-fn find_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("LEASEHOLD_REDIS_SERVER") {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return path;
-        }
-        panic!(
-            "{NOT_FOUND} (LEASEHOLD_REDIS_SERVER={} does not exist)",
-            path.display()
-        );
-    }
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let candidate = dir.join("redis-server");
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    let fallback = PathBuf::from("/usr/bin/redis-server");
-    if fallback.is_file() {
-        return fallback;
-    }
-    panic!("{NOT_FOUND}");
-}
-
-fn make_temp_dir() -> PathBuf {
-    let base = std::env::temp_dir();
-    loop {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "leasehold-redis-{}-{n}-{nanos:08x}",
-            std::process::id()
-        ));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
-}
-
-fn spawn_and_wait(
-    binary: &Path,
-    port: u16,
-    dir: &Path,
-    persistent: bool,
-    tls: bool,
-    timeout: Duration,
-) -> Result<Child, SpawnError> {
-    let port_s = port.to_string();
-    let log = dir.join("redis.log");
-    let mut cmd = Command::new(binary);
-    if tls {
-        let certs = dir.join(TLS_DIR);
-        cmd.args(["--port", "0", "--tls-port", &port_s])
-            .arg("--tls-cert-file")
-            .arg(certs.join("cert.pem"))
-            .arg("--tls-key-file")
-            .arg(certs.join("key.pem"))
-            // Self-signed: the certificate is its own CA.
-            .arg("--tls-ca-cert-file")
-            .arg(certs.join("cert.pem"))
-            .args(["--tls-auth-clients", "no"]);
-    } else {
-        cmd.arg("--port").arg(&port_s);
-    }
-    cmd.args(["--bind", "127.0.0.1"])
-        .args(["--save", ""])
-        .args(["--daemonize", "no"])
-        .args(["--protected-mode", "no"])
-        .args(["--enable-debug-command", "local"])
-        .arg("--dir")
-        .arg(dir)
-        .arg("--logfile")
-        .arg(&log);
-    if persistent {
-        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-    } else {
-        cmd.args(["--appendonly", "no"]);
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
-    let pid = child.id();
-    let redis_cli = if tls {
-        Some(find_redis_cli(binary))
-    } else {
-        None
-    };
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(SpawnError::Exited(format!(
-                "redis-server exited with {status}"
-            )));
-        }
-        let answer = match &redis_cli {
-            Some(cli) => ping_pid_tls(cli, port),
-            None => ping_pid(port),
-        };
-        match answer {
-            Some(Some(p)) if p == pid => return Ok(child),
-            Some(other) => {
-                // Somebody else answered on our port: ours cannot have bound it.
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(SpawnError::Exited(format!(
-                    "port {port} is served by another process ({other:?})"
-                )));
-            }
-            None => {}
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(SpawnError::NotReady(format!("pid {pid}")));
-        }
-        thread::sleep(READY_POLL);
-    }
-}
-
-/// Sends `PING` and `INFO server` over a raw socket. `None`: not ready yet
-/// (refused, `-LOADING`, ...). `Some(pid)`: answered PONG, with the
-/// `process_id` from INFO if it could be parsed.
-fn ping_pid(port: u16) -> Option<Option<u32>> {
-    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    stream
-        .set_write_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    stream
-        .write_all(b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
-        .ok()?;
-    const PONG: &[u8] = b"+PONG\r\n";
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = stream.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.len() < PONG.len() {
-            if PONG.starts_with(&buf) {
-                continue;
-            }
-            return None;
-        }
-        if !buf.starts_with(PONG) {
-            // `-LOADING ...` and the like.
-            return None;
-        }
-        // The INFO reply: `$<len>\r\n<text>\r\n`.
-        let rest = &buf[PONG.len()..];
-        let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") else {
-            continue;
-        };
-        if rest.first() != Some(&b'$') {
-            return Some(None);
-        }
-        let len: usize = match std::str::from_utf8(&rest[1..line_end])
-            .ok()
-            .and_then(|l| l.parse().ok())
-        {
-            Some(len) => len,
-            None => return Some(None),
-        };
-        let body = &rest[line_end + 2..];
-        if body.len() < len {
-            continue;
-        }
-        let text = String::from_utf8_lossy(&body[..len]);
-        let pid = text
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .and_then(|p| p.trim().parse().ok());
-        return Some(pid);
-    }
-}
-
-/// `ping_pid` over TLS, with `redis-cli --tls --insecure` (`PING`, then
-/// `INFO server`); `None` while the server does not answer `PONG`.
-fn ping_pid_tls(redis_cli: &Path, port: u16) -> Option<Option<u32>> {
-    let run = |args: &[&str]| -> Option<String> {
-        let out = Command::new(redis_cli)
-            .args([
-                "--tls",
-                "--insecure",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .args(args)
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_cli.display()));
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    };
-    if run(&["PING"])?.trim() != "PONG" {
-        return None;
-    }
-    let info = run(&["INFO", "server"]).unwrap_or_default();
-    Some(
-        info.lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .and_then(|p| p.trim().parse().ok()),
-    )
-}
-
-/// `redis-cli` next to `redis_server`, else on `PATH`, else `/usr/bin`.
-fn find_redis_cli(redis_server: &Path) -> PathBuf {
-    let sibling = redis_server.with_file_name("redis-cli");
-    if sibling.is_file() {
-        return sibling;
-    }
-    find_on_path("redis-cli").unwrap_or_else(|| panic!("{REDIS_CLI_NOT_FOUND}"))
-}
-
-/// `name` on `PATH`, else in `/usr/bin`.
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|candidate| candidate.is_file())
-    });
-    on_path.or_else(|| {
-        let fallback = Path::new("/usr/bin").join(name);
-        fallback.is_file().then_some(fallback)
-    })
-}
-
-/// Writes `cert.pem` (self-signed, P-256, SAN `IP:127.0.0.1, DNS:localhost`,
-/// valid 2 days) and `key.pem` into `dir` with the `openssl` CLI.
-fn make_self_signed_cert(dir: &Path) -> Result<(), String> {
-    let openssl = find_on_path("openssl").ok_or_else(|| OPENSSL_NOT_FOUND.to_owned())?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let out = Command::new(&openssl)
-        .args(["req", "-x509", "-nodes", "-days", "2"])
-        .args(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
-        .args(["-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
-        .arg("-keyout")
-        .arg(dir.join("key.pem"))
-        .arg("-out")
-        .arg(dir.join("cert.pem"))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}; {OPENSSL_NOT_FOUND}", openssl.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} req -x509 failed with {}:\n{}",
-            openssl.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(())
-}
-
-fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `kill -s <sig> <pid>` (std has no way to send signals other than SIGKILL).
-fn signal(pid: u32, sig: &str) -> bool {
-    Command::new("kill")
-        .args(["-s", sig, &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-fn log_tail(dir: &Path) -> String {
-    match std::fs::read_to_string(dir.join("redis.log")) {
-        Ok(text) => {
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(30)..].join("\n")
-        }
-        Err(e) => format!("(cannot read redis.log: {e})"),
-    }
-}
-
-fn parse_command_calls(info: &str) -> u64 {
-    let mut total = 0;
-    for line in info.lines() {
-        let Some(rest) = line.trim().strip_prefix("cmdstat_") else {
-            continue;
-        };
-        let Some((name, stats)) = rest.split_once(':') else {
-            continue;
-        };
-        // Subcommands appear as `config|resetstat`, `client|setinfo`, ...
-        let base = name.split('|').next().unwrap_or(name).to_ascii_lowercase();
-        if HARNESS_COMMANDS.contains(&base.as_str()) {
-            continue;
-        }
-        for field in stats.split(',') {
-            if let Some((key, value)) = field.split_once('=')
-                && (key == "calls" || key == "rejected_calls")
-            {
-                total += value.parse::<u64>().unwrap_or(0);
-            }
-        }
-    }
-    total
 }

@@ -17,18 +17,22 @@
 //! data nodes go) and removes the temporary directories. Everything is synchronous (std
 //! only), independent of the test's tokio runtime: a test that needs tokio tasks to run
 //! while it waits here (the backend's sentinel watcher) uses a multi-thread runtime.
+//!
+//! One `redis-sentinel` process — its configuration, readiness and queries — is in
+//! `process`; this module puts a topology together from them and `RedisServer`s.
 
-use std::io::ErrorKind;
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use leasehold::{LeaseClient, LeaseSettings, RedisBackend, RedisConfig};
 
+use super::redis_server::commands::command;
 use super::{Proxy, RedisServer};
+
+mod process;
+
+use process::SentinelProcess;
 
 /// A master name for configurations without a topology. Each topology monitors its own
 /// name (`master_name`), so that should a killed primary's port be reused by another
@@ -48,10 +52,6 @@ const CONN_TIMEOUT: Duration = Duration::from_secs(2);
 /// The key `wait_replicated` writes (outside every lease namespace).
 const REPLICATION_MARKER: &str = "sentinel-harness:replication-marker";
 
-const NOT_FOUND: &str = "redis-sentinel not found: install the Debian package redis-sentinel; \
-                         sentinel tests never skip";
-
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 static NEXT_TOPOLOGY: AtomicU64 = AtomicU64::new(0);
 
 /// One primary, its replicas and three sentinels; see the module docs.
@@ -76,7 +76,7 @@ impl SentinelTopology {
     }
 
     fn launch(replicas: usize, proxied: bool, down_after_ms: u64) -> Self {
-        let binary = find_sentinel_binary();
+        let binary = process::find_sentinel_binary();
         let master_name = format!(
             "{MASTER_NAME}-{}-{}",
             std::process::id(),
@@ -304,13 +304,9 @@ impl Drop for SentinelTopology {
 /// `RedisServer::query` on nodes a failover touched: Sentinel sends `CLIENT KILL TYPE
 /// normal` to every node it reconfigures, which breaks `query`'s cached connection.
 pub fn query<T: redis::FromRedisValue>(node: &RedisServer, args: &[&str]) -> T {
-    let (name, rest) = args.split_first().expect("a command");
-    let mut cmd = redis::cmd(name);
-    for arg in rest {
-        cmd.arg(*arg);
-    }
     let mut conn = node.conn();
-    cmd.query(&mut conn)
+    command(args)
+        .query(&mut conn)
         .unwrap_or_else(|e| panic!("{args:?} on node {} failed: {e}", node.port()))
 }
 
@@ -328,204 +324,7 @@ pub fn role(node: &RedisServer) -> String {
     }
 }
 
-/// A `redis-sentinel` child process bound to `127.0.0.1:<port>`.
-struct SentinelProcess {
-    master_name: String,
-    child: Child,
-    pid: u32,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl SentinelProcess {
-    fn start(binary: &Path, master_name: &str, monitored: u16, down_after_ms: u64) -> Self {
-        let mut failures = Vec::new();
-        for _ in 0..START_ATTEMPTS {
-            let dir = make_temp_dir();
-            let port = free_port();
-            let conf = dir.join("sentinel.conf");
-            let text = format!(
-                "port {port}\n\
-                 bind 127.0.0.1\n\
-                 daemonize no\n\
-                 protected-mode no\n\
-                 dir {dir}\n\
-                 logfile {log}\n\
-                 sentinel resolve-hostnames no\n\
-                 sentinel monitor {master_name} 127.0.0.1 {monitored} {QUORUM}\n\
-                 sentinel down-after-milliseconds {master_name} {down_after_ms}\n\
-                 sentinel failover-timeout {master_name} {FAILOVER_TIMEOUT_MS}\n",
-                dir = dir.display(),
-                log = dir.join("sentinel.log").display(),
-            );
-            std::fs::write(&conf, text)
-                .unwrap_or_else(|e| panic!("cannot write {}: {e}", conf.display()));
-            let child = Command::new(binary)
-                .arg(&conf)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
-            let mut process = Self {
-                master_name: master_name.to_owned(),
-                pid: child.id(),
-                child,
-                port,
-                dir,
-            };
-            match process.wait_ready() {
-                Ok(()) => return process,
-                // Lost the port to another process, or failed to start: try another port.
-                Err(msg) => failures.push(format!("port {port}: {msg}\n{}", process.log_tail())),
-            }
-        }
-        panic!(
-            "redis-sentinel failed to start after {START_ATTEMPTS} attempts:\n{}",
-            failures.join("\n")
-        );
-    }
-
-    /// Waits until this very process answers `PING` as a sentinel.
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("redis-sentinel exited with {status}"));
-            }
-            if let Ok(info) = self.query::<String>(&["INFO", "server"]) {
-                let pid = info
-                    .lines()
-                    .find_map(|l| l.strip_prefix("process_id:"))
-                    .and_then(|p| p.trim().parse::<u32>().ok());
-                if pid != Some(self.pid) {
-                    return Err(format!("port {} is served by another process", self.port));
-                }
-                if info.contains("redis_mode:sentinel") {
-                    return Ok(());
-                }
-                return Err("answered, but not as a sentinel".to_owned());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("no answer within {READY_TIMEOUT:?}"));
-            }
-            thread::sleep(POLL);
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// One command on a fresh connection (sentinel state is polled rarely).
-    fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection_with_timeout(CONN_TIMEOUT)?;
-        conn.set_read_timeout(Some(CONN_TIMEOUT))?;
-        let (name, rest) = args.split_first().expect("a command");
-        let mut cmd = redis::cmd(name);
-        for arg in rest {
-            cmd.arg(*arg);
-        }
-        cmd.query(&mut conn)
-    }
-
-    /// The port this sentinel names for its master.
-    fn primary_port(&self) -> Option<u16> {
-        self.query::<Option<(String, u16)>>(&[
-            "SENTINEL",
-            "get-master-addr-by-name",
-            &self.master_name,
-        ])
-        .ok()
-        .flatten()
-        .map(|(_, port)| port)
-    }
-
-    /// Replicas this sentinel lists with the plain `slave` flag (not down, not
-    /// disconnected).
-    fn healthy_replicas(&self) -> usize {
-        self.query::<Vec<std::collections::HashMap<String, String>>>(&[
-            "SENTINEL",
-            "replicas",
-            &self.master_name,
-        ])
-        .map(|replicas| {
-            replicas
-                .iter()
-                .filter(|r| r.get("flags").map(String::as_str) == Some("slave"))
-                .count()
-        })
-        .unwrap_or(0)
-    }
-
-    /// Other sentinels this one knows for its master.
-    fn known_sentinels(&self) -> usize {
-        self.query::<Vec<redis::Value>>(&["SENTINEL", "sentinels", &self.master_name])
-            .map(|s| s.len())
-            .unwrap_or(0)
-    }
-
-    fn log_tail(&self) -> String {
-        match std::fs::read_to_string(self.dir.join("sentinel.log")) {
-            Ok(text) => {
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(25)..].join("\n")
-            }
-            Err(e) => format!("(cannot read sentinel.log: {e})"),
-        }
-    }
-}
-
-impl Drop for SentinelProcess {
-    fn drop(&mut self) {
-        // `Child::kill` signals this process by its PID only.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `redis-sentinel` on `PATH`, else `/usr/bin/redis-sentinel`; panics naming the package.
-fn find_sentinel_binary() -> PathBuf {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("redis-sentinel"))
-            .find(|candidate| candidate.is_file())
-    });
-    on_path
-        .or_else(|| {
-            let fallback = PathBuf::from("/usr/bin/redis-sentinel");
-            fallback.is_file().then_some(fallback)
-        })
-        .unwrap_or_else(|| panic!("{NOT_FOUND}"))
-}
-
-fn make_temp_dir() -> PathBuf {
-    let base = std::env::temp_dir();
-    loop {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "leasehold-sentinel-{}-{n}-{nanos:08x}",
-            std::process::id()
-        ));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
-}
-
+/// Polls `done` until it holds; past `deadline`, panics with `what` and `context()`.
 fn wait_for_or(
     deadline: Instant,
     context: impl Fn() -> String,

@@ -13,17 +13,25 @@
 //!
 //! Drop kills every process by PID and removes the temporary directories. Everything is
 //! synchronous (std only), independent of the test's tokio runtime.
+//!
+//! One node — its process, start-up and commands — is in `node`; this module spreads the
+//! slots over three of them and moves slots between them.
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use leasehold::{LeaseClient, LeaseSettings, RedisBackend, RedisConfig};
 
 use super::Proxy;
+use super::redis_server::process::find_on_path;
+
+mod node;
+
+pub use node::ClusterNode;
+use node::start_node;
 
 const PRIMARIES: usize = 3;
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -34,117 +42,6 @@ const SERVER_NOT_FOUND: &str = "redis-server not found: install the Debian packa
                                 redis-server; cluster tests never skip";
 const CLI_NOT_FOUND: &str = "redis-cli not found: install the Debian package redis-tools; \
                              cluster tests never skip";
-
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
-
-/// One cluster node: a `redis-server` child in cluster mode.
-pub struct ClusterNode {
-    child: Option<Child>,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl ClusterNode {
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// One command on a fresh connection; a Redis error reply is returned as `Err`.
-    pub fn try_cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
-        let mut conn =
-            redis::Client::open(self.url())?.get_connection_with_timeout(CONN_TIMEOUT)?;
-        conn.set_read_timeout(Some(CONN_TIMEOUT))?;
-        let (name, rest) = args.split_first().expect("a command name");
-        let mut cmd = redis::cmd(name);
-        for arg in rest {
-            cmd.arg(*arg);
-        }
-        cmd.query(&mut conn)
-    }
-
-    /// One command after `ASKING`, on one fresh connection: what a node importing a slot
-    /// holds for it (without `ASKING` it redirects with `MOVED`).
-    pub fn asking_query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let run = || -> redis::RedisResult<T> {
-            let mut conn =
-                redis::Client::open(self.url())?.get_connection_with_timeout(CONN_TIMEOUT)?;
-            conn.set_read_timeout(Some(CONN_TIMEOUT))?;
-            redis::cmd("ASKING").query::<()>(&mut conn)?;
-            let (name, rest) = args.split_first().expect("a command name");
-            let mut cmd = redis::cmd(name);
-            for arg in rest {
-                cmd.arg(*arg);
-            }
-            cmd.query(&mut conn)
-        };
-        run().unwrap_or_else(|e| panic!("ASKING {args:?} failed on port {}: {e}", self.port))
-    }
-
-    /// Runs one command and converts the reply, panicking on any error.
-    pub fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let value = self
-            .try_cmd(args)
-            .unwrap_or_else(|e| panic!("{args:?} failed on port {}: {e}", self.port));
-        redis::from_redis_value(value.clone())
-            .unwrap_or_else(|e| panic!("reply {value:?} to {args:?} has unexpected type: {e}"))
-    }
-
-    /// This node's cluster id.
-    pub fn id(&self) -> String {
-        self.query(&["CLUSTER", "MYID"])
-    }
-
-    /// Runs one command, panicking on any error.
-    pub fn cmd(&self, args: &[&str]) -> redis::Value {
-        self.query(args)
-    }
-
-    /// Commands executed on this node (`calls` + `rejected_calls` of `INFO commandstats`),
-    /// without those the harness and connection set-up send (`info`, `config`, `ping`,
-    /// `hello`, `client`, `select`, `cluster`).
-    pub fn command_calls(&self) -> u64 {
-        const SKIP: &[&str] = &[
-            "info", "config", "ping", "hello", "client", "select", "cluster",
-        ];
-        let info: String = self.query(&["INFO", "commandstats"]);
-        let mut total = 0;
-        for line in info.lines() {
-            let Some((name, stats)) = line
-                .trim()
-                .strip_prefix("cmdstat_")
-                .and_then(|rest| rest.split_once(':'))
-            else {
-                continue;
-            };
-            let base = name.split('|').next().unwrap_or(name).to_ascii_lowercase();
-            if SKIP.contains(&base.as_str()) {
-                continue;
-            }
-            for field in stats.split(',') {
-                if let Some((key, value)) = field.split_once('=')
-                    && (key == "calls" || key == "rejected_calls")
-                {
-                    total += value.parse::<u64>().unwrap_or(0);
-                }
-            }
-        }
-        total
-    }
-}
-
-impl Drop for ClusterNode {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Three primaries sharing the 16384 slots; see the module docs.
 pub struct ClusterTopology {
@@ -390,120 +287,7 @@ fn slot_owner_ports(node: &ClusterNode) -> Vec<i64> {
         .collect()
 }
 
+/// `name` on `PATH`, else in `/usr/bin`; panics with `not_found`.
 fn find_binary(name: &str, not_found: &str) -> PathBuf {
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    let fallback = Path::new("/usr/bin").join(name);
-    assert!(fallback.is_file(), "{not_found}");
-    fallback
-}
-
-fn make_temp_dir() -> PathBuf {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    loop {
-        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-cluster-{}-{n}-{nanos:08x}",
-            std::process::id()
-        ));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => panic!("cannot create temp dir {}: {e}", dir.display()),
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    // The cluster bus listens on port + 10000: keep both in range.
-    loop {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
-        if port < 55_535 && TcpListener::bind((Ipv4Addr::LOCALHOST, port + 10_000)).is_ok() {
-            return port;
-        }
-    }
-}
-
-/// A cluster-mode `redis-server` answering `PING`, retried on another port if it fails.
-fn start_node(binary: &Path) -> ClusterNode {
-    let mut problems = Vec::new();
-    for _ in 0..START_ATTEMPTS {
-        let port = free_port();
-        let dir = make_temp_dir();
-        let mut child = Command::new(binary)
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--cluster-enabled", "yes"])
-            .args(["--cluster-config-file", "nodes.conf"])
-            .args(["--cluster-node-timeout", "5000"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--daemonize", "no", "--protected-mode", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
-        let pid = child.id();
-        let node = |child| ClusterNode {
-            child: Some(child),
-            port,
-            dir: dir.clone(),
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                problems.push(format!("port {port}: exited with {status}"));
-                drop(node(child));
-                break;
-            }
-            let candidate = node(child);
-            match candidate.try_cmd(&["INFO", "server"]) {
-                Ok(value) => {
-                    let info: String = redis::from_redis_value(value).unwrap_or_default();
-                    if info.contains(&format!("process_id:{pid}\r")) {
-                        return candidate;
-                    }
-                    problems.push(format!("port {port}: served by another process"));
-                    drop(candidate);
-                    break;
-                }
-                Err(_) if Instant::now() < deadline => {
-                    child = ClusterNode::into_child(candidate);
-                    thread::sleep(POLL);
-                }
-                Err(e) => {
-                    problems.push(format!("port {port}: {e}"));
-                    drop(candidate);
-                    break;
-                }
-            }
-        }
-    }
-    panic!(
-        "cluster node failed to start after {START_ATTEMPTS} attempts: {}",
-        problems.join("; ")
-    )
-}
-
-impl ClusterNode {
-    /// Takes the child back without killing it (the directory stays).
-    fn into_child(mut self) -> Child {
-        let child = self.child.take().expect("a child");
-        self.dir = PathBuf::new();
-        child
-    }
+    find_on_path(name).unwrap_or_else(|| panic!("{not_found}"))
 }

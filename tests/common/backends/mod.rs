@@ -4,19 +4,22 @@
 //! its script call with others (`redis_batched`) — on a primary found through Sentinel
 //! (behind a proxy), and on a three-primary Redis Cluster (each node behind a proxy whose
 //! port it announces).
+//!
+//! The companions that keep a `redis_batched` backend busy are in `companions`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use leasehold::{
-    LeaseClient, LeaseKeys, LeaseSettings, MemoryBackend, MemoryFault, Purpose, RedisBackend,
-    RedisConfig, ResourceDigest,
+    LeaseClient, LeaseKeys, LeaseSettings, MemoryBackend, MemoryFault, RedisBackend, RedisConfig,
 };
 
 use super::cluster::{ClusterNode, ClusterTopology};
 use super::sentinel::SentinelTopology;
 use super::{Proxy, ProxyMode, RedisServer};
+
+mod companions;
+
+pub use companions::Companions;
 
 /// A fault the harness can inject on either backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +210,8 @@ impl Harness {
 
     /// Injects `fault` (or clears it). With companions, they are paused while a fault is on
     /// — once everything they sent has been answered — so the test's operation under the
-    /// fault is the one that meets it (`tests/batching.rs` covers faults in shared calls).
+    /// fault is the one that meets it (`tests/batching/certainty.rs` covers faults in shared
+    /// calls).
     pub async fn fault(&self, fault: Fault) {
         let mode = match fault {
             Fault::None => ProxyMode::Pass,
@@ -409,87 +413,4 @@ pub async fn assert_waiter_wakes_on_release(
         woke < Duration::from_secs(2),
         "woke {woke:?} after the release"
     );
-}
-
-/// Tasks that inspect absent leases in a loop on one client, so every operation on that
-/// client's backend finds calls in flight and waits to share the next script call.
-pub struct Companions {
-    paused: Arc<AtomicBool>,
-    /// Set for good by `stop`: `resume` no longer resumes.
-    stopped: Arc<AtomicBool>,
-    in_flight: Arc<AtomicUsize>,
-    /// Inspections answered, for tests that check the companions ran.
-    pub answered: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Companions {
-    /// More companions than the backend has calls in flight, so one always waits.
-    pub fn start(client: &LeaseClient) -> Self {
-        let paused = Arc::new(AtomicBool::new(false));
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let answered = Arc::new(AtomicU64::new(0));
-        let purpose = Purpose::new("companion").expect("valid purpose");
-        let tasks = (0..RedisBackend::CALLS_IN_FLIGHT + 2)
-            .map(|i| {
-                let (client, purpose) = (client.clone(), purpose.clone());
-                let (paused, in_flight) = (paused.clone(), in_flight.clone());
-                let answered = answered.clone();
-                tokio::spawn(async move {
-                    let attempt = client.new_attempt("companion").expect("valid operation id");
-                    for n in 0u64.. {
-                        // Counted before the check, so `pause` sees either the flag
-                        // honoured or the call in flight (both are SeqCst).
-                        in_flight.fetch_add(1, Ordering::SeqCst);
-                        if paused.load(Ordering::SeqCst) {
-                            in_flight.fetch_sub(1, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                            continue;
-                        }
-                        let resource = ResourceDigest::of(format!("companion-{i}-{n}"));
-                        let _ = client.inspect(&purpose, &resource, &attempt).await;
-                        answered.fetch_add(1, Ordering::SeqCst);
-                        in_flight.fetch_sub(1, Ordering::SeqCst);
-                    }
-                })
-            })
-            .collect();
-        Self {
-            paused,
-            stopped: Arc::new(AtomicBool::new(false)),
-            in_flight,
-            answered,
-            tasks,
-        }
-    }
-
-    /// Pauses the companions and waits until every call they made has been answered:
-    /// what they sent has run by then.
-    pub async fn pause(&self) {
-        self.paused.store(true, Ordering::SeqCst);
-        while self.in_flight.load(Ordering::SeqCst) > 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    /// Lets paused companions go on, unless they were stopped.
-    pub fn resume(&self) {
-        if !self.stopped.load(Ordering::SeqCst) {
-            self.paused.store(false, Ordering::SeqCst);
-        }
-    }
-
-    /// Pauses the companions for the rest of the test.
-    pub async fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        self.pause().await;
-    }
-}
-
-impl Drop for Companions {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
 }

@@ -1,0 +1,83 @@
+//! Processes and signals: the nemesis pauses a `leasehold` process together with the
+//! process group of the command it runs, and a worker kills a straggler with everything
+//! it started, so both find those groups here; and the `redis-cli` the command writes with.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `kill -s <sig> -- <target>`; `target` is a PID or `-<pgid>`.
+pub fn send_signal(sig: &str, target: &str) -> bool {
+    Command::new("kill")
+        .args(["-s", sig, "--", target])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub fn signal_group(sig: &str, pgid: u32) -> bool {
+    send_signal(sig, &format!("-{pgid}"))
+}
+
+/// Parent PID -> its direct children that lead their own process group (the commands
+/// leasehold started with `process_group(0)`), from `/proc/*/stat`. A child that has not
+/// called setpgid yet is still in its parent's group, which we signal as a whole anyway.
+pub fn command_groups() -> BTreeMap<u32, Vec<u32>> {
+    let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return groups;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(ppid), Some(pgrp)) = (
+            fields.get(1).and_then(|f| f.parse::<u32>().ok()),
+            fields.get(2).and_then(|f| f.parse::<u32>().ok()),
+        ) else {
+            continue;
+        };
+        if pgrp == pid {
+            groups.entry(ppid).or_default().push(pid);
+        }
+    }
+    groups
+}
+
+/// The command groups of one parent (see [`command_groups`]).
+pub fn command_groups_of(parent: u32) -> Vec<u32> {
+    command_groups().remove(&parent).unwrap_or_default()
+}
+
+pub fn find_redis_cli() -> PathBuf {
+    let fixed = Path::new("/usr/bin/redis-cli");
+    if fixed.is_file() {
+        return fixed.to_owned();
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("redis-cli"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "redis-cli not found: install the Debian package redis-tools \
+                 (redis-server depends on it); this test never skips"
+            )
+        })
+}
