@@ -16,6 +16,7 @@
 mod cancel;
 mod context;
 mod drain;
+mod job;
 mod lease_actor;
 mod message;
 mod registry;
@@ -29,11 +30,12 @@ mod worker;
 pub use cancel::{CancelPolicy, CancelReason, LeaseCancelled};
 pub use context::{LeaseContext, LeaseStatus};
 pub use drain::ShutdownSummary;
+pub use job::{AttachedLease, LeaseJob, SpawnOutcome};
 pub use lease_actor::is_lease_end;
 pub use message::LeaseActorMsg;
 pub use report::{JobEnd, LeaseReport};
 pub use run::RunOutcome;
-pub use spawn::{AttachedLease, LeaseJob, LeaseRuntime, RuntimeError, SpawnOutcome};
+pub use spawn::{LeaseRuntime, RuntimeError};
 pub use supervisor::{
     LeaseSupervisor, SupervisorConfig, SupervisorMsg, SupervisorState, SupervisorSummary,
 };

@@ -6,10 +6,6 @@
 mod common;
 
 mod app;
-mod counting;
 mod drain;
 mod embedding;
 mod supervisor;
-
-#[global_allocator]
-static ALLOCATOR: counting::Counting = counting::Counting;

@@ -1,6 +1,6 @@
 //! `LeaseSupervisor` as an actor of the application's tree: linked, failing, stopped from
-//! outside, shut down mid-acquisition, pacing a crash loop, and running ten thousand terms
-//! in bounded memory. `MemoryBackend`, paused time.
+//! outside, shut down mid-acquisition, pacing a crash loop. (Its memory over ten thousand
+//! terms: `tests/supervisor_memory`.) `MemoryBackend`, paused time.
 
 use std::time::Duration;
 
@@ -12,7 +12,6 @@ use tokio::time::{Instant, sleep};
 
 use crate::app::AppSupervisor;
 use crate::common::workers::UntilCancelled;
-use crate::counting::live_on_this_thread;
 
 const TTL: Duration = Duration::from_secs(3);
 
@@ -32,13 +31,6 @@ fn request(client: &LeaseClient, wait: Duration) -> LeaseRequest {
     .wait_timeout(wait)
     .build()
     .unwrap()
-}
-
-fn keys(client: &LeaseClient) -> LeaseKeys {
-    client.keys(
-        &Purpose::new("leader").unwrap(),
-        &ResourceDigest::of("scheduler"),
-    )
 }
 
 /// The next term's context (a term other than `after`).
@@ -245,51 +237,4 @@ async fn a_job_that_fails_at_once_is_restarted_after_a_doubling_pause() {
         "every term failed"
     );
     assert_eq!(backend.held_leases(), 0);
-}
-
-/// Leader election runs for months: the supervisor's memory must not grow with its terms.
-/// Ten thousand terms, each lost (its key deleted behind its back) and re-acquired, on one
-/// thread whose live bytes are counted.
-#[test]
-fn ten_thousand_terms_leave_the_supervisor_s_memory_flat() {
-    const WARM_UP: u64 = 500;
-    const TERMS: u64 = 10_000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (rt, backend) = runtime();
-        let supervisor = rt
-            .supervise(
-                request(rt.client(), Duration::ZERO),
-                |_| (UntilCancelled, ()),
-                CancelPolicy::Kill,
-                SupervisorConfig::default(),
-            )
-            .await
-            .unwrap();
-        let mut state = supervisor.watch();
-        let mut token = None;
-        let mut baseline = 0;
-        for term in 0..=TERMS {
-            if term == WARM_UP {
-                baseline = live_on_this_thread();
-            }
-            token = Some(next_term(&mut state, token).await.token());
-            assert!(
-                backend.delete(&keys(rt.client())),
-                "term {term} held its key"
-            );
-        }
-        let grown = live_on_this_thread() - baseline;
-        let summary = supervisor.shutdown().await;
-        assert!(summary.terms > TERMS, "{summary:?}");
-        assert!(
-            grown < 16 * 1024,
-            "{grown} bytes more after {} more terms",
-            TERMS - WARM_UP
-        );
-    });
 }

@@ -14,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lease::{AcquireOutcome, LeaseHandle};
 use crate::protocol::{FencingToken, LeaseRequest};
+use crate::runtime::job::report_or_vanished;
 use crate::runtime::lease_actor::release_time;
 use crate::runtime::message::LeaseActorMsg;
 use crate::runtime::registry::Slot;
-use crate::runtime::spawn::report_or_vanished;
 use crate::runtime::supervisor::pacing::{Pacing, jittered, retry_hint};
 use crate::runtime::supervisor::{
     SupervisorConfig, SupervisorMsg, SupervisorState, SupervisorSummary,
