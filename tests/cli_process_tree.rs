@@ -8,6 +8,7 @@
 mod common;
 
 use std::fs;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -59,6 +60,24 @@ fn process_report(pid: u32) -> String {
     format!("its stat: {own:?}; its parent's: {parent:?}")
 }
 
+/// Waits until `/proc` shows `pid` in `state` (`T`: stopped); false after `limit`.
+fn wait_for_state(pid: u32, state: char, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let now = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if now == Some(state) {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Reads a pid the command wrote to `file`, registering it for cleanup.
 #[track_caller]
 fn pid_in(run: &mut Running, file: &Path, what: &str) -> u32 {
@@ -90,6 +109,11 @@ fn start_tree(
     );
     let mut cmd = run_cmd(server, "tree");
     cmd.args(args).args(["--", "sh", "-c", &script]);
+    // A job of its own, as a shell with job control starts it: its process group (leasehold
+    // and the keeper) has a parent in another group of the session, so it is not orphaned
+    // and a ^Z stops it — the kernel discards SIGTSTP sent to an orphaned group, which the
+    // test binary's own group is whenever it was started outside a shell's job control.
+    cmd.process_group(0);
     let mut run = Running::spawn(cmd, dir, "run");
     let pids = [
         (
@@ -349,9 +373,19 @@ fn ctrl_z_stops_leasehold_but_never_the_keeper_so_the_deadline_still_holds() {
     let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "1s"], "sleep 300");
     let keeper = keeper_of(pids[0].0);
     wait_for_lease_key(&server);
-    // What a terminal's ^Z does to leasehold's process group (the command has its own).
-    assert!(send_signal(run.pid(), "TSTP"), "kill -TSTP leasehold");
-    assert!(send_signal(keeper, "TSTP"), "kill -TSTP keeper");
+    // What a terminal's ^Z does: SIGTSTP to leasehold's process group, the keeper's too
+    // (the command has a group of its own).
+    assert!(send_group_signal(run.pid(), "TSTP"), "kill -TSTP -group");
+    assert!(
+        wait_for_state(run.pid(), 'T', Duration::from_secs(5)),
+        "leasehold did not stop on SIGTSTP; {}",
+        process_report(run.pid())
+    );
+    assert!(
+        !wait_for_state(keeper, 'T', Duration::ZERO),
+        "the keeper ignores SIGTSTP; {}",
+        process_report(keeper)
+    );
     let took = assert_all_gone_within(&pids, Duration::from_secs(3), "^Z");
     assert!(send_signal(run.pid(), "CONT"), "kill -CONT leasehold");
     let done = run.finish_within(EXIT_TIMEOUT, "run after fg");

@@ -300,6 +300,17 @@ pub fn send_signal(pid: u32, sig: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// `kill -<sig> -- -<group>`: the signal to every process of a process group.
+pub fn send_group_signal(group: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args([&format!("-{sig}"), "--", &format!("-{group}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Whether `pid` is a live process. A zombie counts as gone: it runs nothing any more, and
 /// in a container whose PID 1 does not reap, an orphaned zombie is never removed.
 pub fn is_alive(pid: u32) -> bool {
