@@ -55,3 +55,20 @@ impl Actor for Deaf {
         Ok(())
     }
 }
+
+/// A worker that cannot start: its `pre_start` fails.
+pub struct FailsToStart;
+
+impl Actor for FailsToStart {
+    type Msg = LeaseCancelled;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Err("cannot open the job's input".into())
+    }
+}

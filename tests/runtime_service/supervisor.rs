@@ -1,17 +1,20 @@
 //! `LeaseSupervisor` as an actor of the application's tree: linked, failing, stopped from
 //! outside, shut down mid-acquisition, pacing a crash loop. (Its memory over ten thousand
-//! terms: `tests/supervisor_memory`.) `MemoryBackend`, paused time.
+//! terms: `tests/supervisor_memory`.) `MemoryBackend` and paused time, but for one test on
+//! a real redis-server.
 
 use std::time::Duration;
 
 use leasehold::runtime::*;
 use leasehold::*;
-use ractor::{Actor, ActorProcessingErr, ActorRef, ActorStatus};
+use ractor::{Actor, ActorStatus};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep};
 
 use crate::app::AppSupervisor;
-use crate::common::workers::UntilCancelled;
+use crate::common::RedisServer;
+use crate::common::backends::redis_settings;
+use crate::common::workers::{FailsToStart, UntilCancelled};
 
 const TTL: Duration = Duration::from_secs(3);
 
@@ -28,6 +31,20 @@ fn request(client: &LeaseClient, wait: Duration) -> LeaseRequest {
         client.new_attempt("candidate").unwrap(),
     )
     .ttl(TTL)
+    .wait_timeout(wait)
+    .build()
+    .unwrap()
+}
+
+/// As [`request`], with a TTL a real server's command timeout leaves room in (30 s: a
+/// lease left held would outlast the test's wait).
+fn redis_request(client: &LeaseClient, wait: Duration) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("leader").unwrap(),
+        ResourceDigest::of("scheduler"),
+        client.new_attempt("candidate").unwrap(),
+    )
+    .ttl(Duration::from_secs(30))
     .wait_timeout(wait)
     .build()
     .unwrap()
@@ -178,23 +195,6 @@ async fn a_shutdown_during_the_acquisition_gives_it_up_and_takes_nothing() {
     assert_eq!(rt.held(), 0);
 }
 
-/// A worker that cannot start.
-struct FailsToStart;
-
-impl Actor for FailsToStart {
-    type Msg = LeaseCancelled;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _: ActorRef<LeaseCancelled>,
-        _: (),
-    ) -> Result<(), ActorProcessingErr> {
-        Err("cannot open the job's input".into())
-    }
-}
-
 /// A job that fails as soon as it starts is restarted after a pause that doubles each
 /// time, up to the bound — not in a tight loop against Redis.
 #[tokio::test(start_paused = true)]
@@ -237,4 +237,89 @@ async fn a_job_that_fails_at_once_is_restarted_after_a_doubling_pause() {
         "every term failed"
     );
     assert_eq!(backend.held_leases(), 0);
+}
+
+/// A pacing that could loop hot, or make no sense, is refused before anything starts.
+#[tokio::test(start_paused = true)]
+async fn a_supervisor_config_out_of_bounds_is_refused_before_anything_starts() {
+    let (rt, backend) = runtime();
+    let ms = Duration::from_millis;
+    let rows = [
+        ("zero pause", ms(0), ms(100), "backoff_min"),
+        ("max below min", ms(200), ms(100), "backoff_max"),
+        (
+            "max beyond an hour",
+            ms(100),
+            Duration::from_secs(3601),
+            "backoff_max",
+        ),
+    ];
+    for (name, backoff_min, backoff_max, param) in rows {
+        let config = SupervisorConfig {
+            backoff_min,
+            backoff_max,
+        };
+        let refused = rt
+            .supervise(
+                request(rt.client(), Duration::ZERO),
+                |_| (UntilCancelled, ()),
+                CancelPolicy::Kill,
+                config,
+            )
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            matches!(
+                &refused,
+                RuntimeError::Invalid(LeaseError::InvalidDuration { param: p, .. }) if *p == param
+            ),
+            "{name}: {refused:?}"
+        );
+        assert_eq!(config.check().map_err(RuntimeError::from), Err(refused));
+    }
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(backend.held_leases(), 0);
+    assert_eq!(rt.held(), 0);
+}
+
+/// On a real redis-server: `make` panicking fails the linked supervisor to the application,
+/// and the lease taken for that term is released (the handle's drop), not left for its TTL —
+/// another client waiting for it gets it at once.
+#[tokio::test]
+async fn on_redis_a_linked_supervisor_whose_make_panics_fails_to_the_application_and_lets_go() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let rt = LeaseRuntime::new(client.clone());
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let (app, _) = Actor::spawn(None, AppSupervisor { filter: true }, tx)
+        .await
+        .unwrap();
+    let supervisor = rt
+        .supervise_linked(
+            redis_request(&client, Duration::ZERO),
+            |_| -> (UntilCancelled, ()) { panic!("the application's make failed") },
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+            app.get_cell(),
+        )
+        .await
+        .unwrap();
+    let (lease_end, event) = events.recv().await.unwrap();
+    assert!(!lease_end, "{event}");
+    assert!(event.contains("the application's make failed"), "{event}");
+    assert_eq!(supervisor.join().await.terms, 0);
+    let asked = std::time::Instant::now();
+    let next = client
+        .acquire(&redis_request(&client, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(next, AcquireOutcome::Acquired(_)),
+        "the lease was left held: {next:?}"
+    );
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    println!("measured: the panicked term's lease taken by the next client after {waited:?}");
+    app.stop(None);
 }

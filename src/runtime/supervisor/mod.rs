@@ -23,6 +23,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorCell, ActorRef};
 use tokio::sync::watch;
 
+use crate::error::{DurationProblem, LeaseError};
 use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::{
     CancelPolicy, LeaseCancelled, LeaseContext, LeaseReport, LeaseRuntime, RuntimeError,
@@ -38,6 +39,51 @@ pub struct SupervisorConfig {
     /// Upper bound of that pause. Default 5 s.
     pub backoff_max: Duration,
 }
+impl SupervisorConfig {
+    /// The shortest `backoff_min`: a zero pause would let a job that fails at once loop hot.
+    pub const MIN_BACKOFF: Duration = Duration::from_millis(1);
+    /// The longest `backoff_max`.
+    pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+    /// Checks the bounds: `MIN_BACKOFF ≤ backoff_min ≤ backoff_max ≤ MAX_BACKOFF`.
+    /// [`LeaseRuntime::supervise`] calls it before anything starts.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidDuration`] naming the parameter.
+    pub fn check(&self) -> Result<(), LeaseError> {
+        let invalid = |param, problem| Err(LeaseError::InvalidDuration { param, problem });
+        if self.backoff_min < Self::MIN_BACKOFF {
+            return invalid(
+                "backoff_min",
+                DurationProblem::BelowMinimum {
+                    value: self.backoff_min,
+                    min: Self::MIN_BACKOFF,
+                },
+            );
+        }
+        if self.backoff_max > Self::MAX_BACKOFF {
+            return invalid(
+                "backoff_max",
+                DurationProblem::AboveMaximum {
+                    value: self.backoff_max,
+                    max: Self::MAX_BACKOFF,
+                },
+            );
+        }
+        if self.backoff_max < self.backoff_min {
+            return invalid(
+                "backoff_max",
+                DurationProblem::NotAtLeast {
+                    value: self.backoff_max,
+                    other: "backoff_min",
+                    other_value: self.backoff_min,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for SupervisorConfig {
     fn default() -> Self {
         Self {
@@ -175,7 +221,8 @@ impl LeaseRuntime {
     ///
     /// # Errors
     /// [`RuntimeError::Invalid`] if the request's TTL (after its replica wait, if any) leaves
-    /// no room for renewals ([`LeaseSettings::check_request`](crate::LeaseSettings::check_request)),
+    /// no room for renewals ([`LeaseSettings::check_request`](crate::LeaseSettings::check_request))
+    /// or `config` is out of bounds ([`SupervisorConfig::check`]),
     /// [`RuntimeError::ShuttingDown`] — both before anything starts;
     /// [`RuntimeError::Spawn`] if the actor system refused.
     ///
@@ -238,6 +285,7 @@ impl LeaseRuntime {
         W::Msg: From<LeaseCancelled>,
     {
         self.client().settings().check_request(&request)?;
+        config.check()?;
         if self.is_shutting_down() {
             return Err(RuntimeError::ShuttingDown);
         }
