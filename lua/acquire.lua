@@ -1,11 +1,13 @@
 -- leasehold acquire (docs/design.md §4): one item of a batch; lua/batch.lua runs it. Atomic.
 --
--- lease   lease key: the string "<owner> <op> <token>", with a PX expiry
+-- lease   lease key: the string "<owner> <op> <token>", or "<owner> <op> <holder> <token>"
+--         when the acquisition gave a holder label, with a PX expiry
 -- fence   fence counter of the lease's group (the hash tag): the last token issued to any
 --         lease of the group; no expiry
 -- mine    "<owner> <op> " (owner token: base64url; operation id: printable ASCII; neither
 --         holds a space)
 -- ttl     ttl in milliseconds (integer text, > 0)
+-- holder  the holder label (printable ASCII, no space), or nil
 -- now     function returning the server's TIME in µs (read at most once per batch)
 --
 -- Replies, one line of words (status words match protocol::AcquireReply):
@@ -27,12 +29,12 @@
 -- is three calls: GET, SET … GET on the counter (read and write in one), SET … PX on the
 -- lease; a fourth only when the clock did not move past the counter.
 
-local function acquire(lease, fence, mine, ttl, now)
+local function acquire(lease, fence, mine, ttl, holder, now)
   local seen = read(lease)
   if seen then
     local held, left = seen[1], pttl(lease, seen)
     if string.find(held, mine, 1, true) == 1 then
-      return string.format('REPLAYED %d %s', left, string.sub(held, #mine + 1))
+      return string.format('REPLAYED %d %s', left, string.match(held, '%d+$'))
     end
     -- Contenders for one key often share a call: the holder's owner and the refusal are
     -- worked out once per key and call, not once per contender.
@@ -55,6 +57,10 @@ local function acquire(lease, fence, mine, ttl, now)
     redis.call('SET', fence, text)
   end
   local value = mine .. text
+  if holder then
+    -- Before the token, which stays the value's last word (inspect reads it there).
+    value = mine .. holder .. ' ' .. text
+  end
   redis.call('SET', lease, value, 'PX', ttl)
   wrote(lease, {value, tonumber(ttl)})
   return 'ACQUIRED ' .. ttl .. ' ' .. text

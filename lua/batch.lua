@@ -6,8 +6,9 @@
 -- ARGV[1] is the call's id, echoed first in the reply: a client that reads a reply meant
 -- for another call (a connection whose stream lost bytes) sees the wrong id and trusts
 -- none of it. Then each item takes two ARGV — its head (kind letter, then the ttl where
--- the kind has one) and "<owner> <op> " — and one or two KEYS:
---   acquire  KEYS lease, fence   ARGV 'A<ttl_ms>', mine
+-- the kind has one, and for acquire the holder label if any, after a space) and
+-- "<owner> <op> " — and one or two KEYS:
+--   acquire  KEYS lease, fence   ARGV 'A<ttl_ms>' or 'A<ttl_ms> <holder>', mine
 --   renew    KEYS lease          ARGV 'N<ttl_ms>', mine
 --   release  KEYS lease          ARGV 'R', mine
 --   inspect  KEYS lease          ARGV 'I', mine
@@ -52,7 +53,12 @@ end
 
 local function run(kind, head, at, mine)
   if kind == A then
-    return acquire(KEYS[at], KEYS[at + 1], mine, string.sub(head, 2), now)
+    local space = string.find(head, ' ', 2, true)
+    if space then
+      return acquire(KEYS[at], KEYS[at + 1], mine, string.sub(head, 2, space - 1),
+        string.sub(head, space + 1), now)
+    end
+    return acquire(KEYS[at], KEYS[at + 1], mine, string.sub(head, 2), nil, now)
   elseif kind == N then
     return renew(KEYS[at], mine, string.sub(head, 2))
   elseif kind == R then

@@ -1,12 +1,12 @@
 -- leasehold inspect (docs/design.md §4): one item of a batch; lua/batch.lua runs it. Read only.
 --
--- lease  lease key ("<owner> <op> <token>")
+-- lease  lease key ("<owner> <op> <token>" or "<owner> <op> <holder> <token>")
 -- mine   "<owner> <op> "
 --
 -- Replies (protocol::InspectReply):
---   'HELD_BY_ATTEMPT <pttl_ms> <token>'  held by exactly this attempt
---   'HELD_BY_OTHER <pttl_ms> <token>'    held by someone else; the owner token stays here,
---                                        the fencing token is public (effect targets compare it)
+--   'HELD_BY_ATTEMPT <pttl_ms> <token>[ <holder>]'  held by exactly this attempt
+--   'HELD_BY_OTHER <pttl_ms> <token>[ <holder>]'    held by someone else; the owner token
+--         stays here, the fencing token and the holder label are public
 --   'ABSENT'
 
 local function inspect(lease, mine)
@@ -16,8 +16,13 @@ local function inspect(lease, mine)
   end
   local held, left = seen[1], pttl(lease, seen)
   local token = string.match(held, '%d+$') or ''
+  local holder = string.match(held, '^%S+ %S+ (%S+) %d+$')
+  local status = 'HELD_BY_OTHER'
   if string.find(held, mine, 1, true) == 1 then
-    return string.format('HELD_BY_ATTEMPT %d %s', left, token)
+    status = 'HELD_BY_ATTEMPT'
   end
-  return string.format('HELD_BY_OTHER %d %s', left, token)
+  if holder then
+    return string.format('%s %d %s %s', status, left, token, holder)
+  end
+  return string.format('%s %d %s', status, left, token)
 end

@@ -8,7 +8,7 @@
 -- than the item it answers was still read after that item was sent, which is all the
 -- client's validity needs (it counts from before the send).
 --
--- lease  lease key: the string "<owner> <op> <token>", with a PX expiry
+-- lease  lease key: the string "<owner> <op> [<holder> ]<token>", with a PX expiry
 -- mine   "<owner> <op> ": the value's prefix when this attempt holds the lease
 
 local known = {}

@@ -45,6 +45,14 @@ pub enum LeaseError {
         /// The rule it broke.
         rule: &'static str,
     },
+    /// A [`HolderLabel`](crate::HolderLabel) was empty, too long or not printable.
+    #[error("holder label {value:?} is invalid: {rule}")]
+    InvalidHolder {
+        /// The rejected text (truncated to 80 characters).
+        value: String,
+        /// The rule it broke.
+        rule: &'static str,
+    },
     /// An [`OwnerToken`](crate::OwnerToken) text (one persisted with
     /// [`OwnerToken::expose`](crate::OwnerToken::expose)) was not one leasehold makes.
     ///

@@ -103,8 +103,8 @@ pub use lease::{
     LostReason, ReleaseOutcome, RenewOutcome, Replication, ValidityBudget,
 };
 pub use protocol::{
-    Attempt, FencingToken, LeaseKeys, LeaseRequest, Namespace, OperationId, OwnerToken, Purpose,
-    ResourceDigest,
+    Attempt, FencingToken, HolderLabel, LeaseKeys, LeaseRequest, Namespace, OperationId,
+    OwnerToken, Purpose, ResourceDigest,
 };
 
 /// The README's Rust examples, compiled and run as doc tests.

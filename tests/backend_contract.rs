@@ -194,10 +194,13 @@ async fn inspect_tells_attempt_other_and_absent_apart(h: Harness) {
         InspectOutcome::Absent
     );
     let mut lease = acquired(&h.client, &req).await;
-    let InspectOutcome::HeldByAttempt { remaining, token } =
-        h.client.inspect(&p, &r, req.attempt()).await
+    let InspectOutcome::HeldByAttempt {
+        remaining,
+        token,
+        holder: None,
+    } = h.client.inspect(&p, &r, req.attempt()).await
     else {
-        panic!("expected held by attempt")
+        panic!("expected held by attempt, no holder label")
     };
     assert_eq!(token, lease.token());
     assert!(remaining > Duration::from_secs(29));

@@ -301,6 +301,15 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
         "stdout: {:?}",
         text.stdout
     );
+    // By default the holder is `<hostname>:<pid>` of the leasehold that holds it.
+    let pid = holder.running.pid();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("holder: ") && l.ends_with(&format!(":{pid}"))),
+        "expected the holder label ending in :{pid}: {:?}",
+        text.stdout
+    );
     assert!(
         lines.contains(&format!("fencing_token: {}", holder.token).as_str()),
         "expected the holder's token {}: {:?}",
@@ -317,7 +326,13 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
     let object = value.as_object().expect("a JSON object");
     let mut fields: Vec<&str> = object.keys().map(String::as_str).collect();
     fields.sort_unstable();
-    assert_eq!(fields, ["fencing_token", "held", "remaining_ms"], "{value}");
+    assert_eq!(
+        fields,
+        ["fencing_token", "held", "holder", "remaining_ms"],
+        "{value}"
+    );
+    let label = value["holder"].as_str().expect("holder: a string");
+    assert!(label.ends_with(&format!(":{pid}")), "{value}");
     assert_eq!(value["held"], serde_json::json!(true));
     assert_eq!(
         value["fencing_token"].as_u64(),

@@ -27,6 +27,12 @@ fn bad_input_exits_125_with_one_line_naming_the_option_and_touches_nothing_in_re
             "--renew-every",
         ),
         ("--resource x --purpose Bad -- true", None, "--purpose"),
+        ("--resource x --holder wéb -- true", None, "--holder"),
+        (
+            "--resource x --holder xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx -- true",
+            None,
+            "--holder",
+        ),
         ("--resource x --redis http://x -- true", None, "--redis"),
         (
             "--resource x --ttl 1s -- true",
@@ -193,6 +199,7 @@ fn run_help_lists_every_exit_status_and_option() {
         "--namespace",
         "--purpose",
         "--resource",
+        "--holder",
         "--ttl",
         "--wait",
         "--renew-every",

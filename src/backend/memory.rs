@@ -16,8 +16,8 @@ use super::{
     SendFailure,
 };
 use crate::protocol::{
-    AcquireReply, Attempt, FencingToken, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
-    ReplicaWait,
+    AcquireReply, Attempt, FencingToken, HolderLabel, InspectReply, LeaseKeys, ReleaseReply,
+    RenewReply, ReplicaWait,
 };
 
 /// An in-process lease store with the same semantics as the Redis scripts.
@@ -87,6 +87,7 @@ struct Entry {
     owner: String,
     operation: String,
     token: u64,
+    holder: Option<HolderLabel>,
     expires_at: Instant,
 }
 
@@ -229,6 +230,7 @@ impl LeaseBackend for MemoryBackend {
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         ttl: Duration,
+        holder: Option<&'a HolderLabel>,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
         self.run(timeout, move |store, now| {
@@ -254,6 +256,7 @@ impl LeaseBackend for MemoryBackend {
                     owner: attempt.owner().expose().to_owned(),
                     operation: attempt.operation().as_str().to_owned(),
                     token,
+                    holder: holder.cloned(),
                     expires_at: now + ttl,
                 },
             );
@@ -270,11 +273,12 @@ impl LeaseBackend for MemoryBackend {
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         ttl: Duration,
+        holder: Option<&'a HolderLabel>,
         _wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
         Box::pin(async move {
-            let reply = self.acquire(keys, attempt, ttl, timeout).await?;
+            let reply = self.acquire(keys, attempt, ttl, holder, timeout).await?;
             let acked = matches!(reply, AcquireReply::Acquired { .. }).then_some(Ok(0));
             Ok(ReplicatedReply { reply, acked })
         })
@@ -329,10 +333,19 @@ impl LeaseBackend for MemoryBackend {
                 None => InspectReply::Absent,
                 Some(entry) => {
                     let (pttl, token) = (entry.pttl(now), FencingToken::new(entry.token));
+                    let holder = entry.holder.clone();
                     if entry.is(attempt) {
-                        InspectReply::HeldByAttempt { pttl, token }
+                        InspectReply::HeldByAttempt {
+                            pttl,
+                            token,
+                            holder,
+                        }
                     } else {
-                        InspectReply::HeldByOther { pttl, token }
+                        InspectReply::HeldByOther {
+                            pttl,
+                            token,
+                            holder,
+                        }
                     }
                 }
             }

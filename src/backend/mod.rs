@@ -14,7 +14,8 @@ use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
 
 use crate::protocol::{
-    AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply, ReplicaWait,
+    AcquireReply, Attempt, HolderLabel, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
+    ReplicaWait,
 };
 
 pub mod memory;
@@ -31,11 +32,14 @@ pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailur
 /// [`SendFailure::MaybeSent`].
 pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// Runs the acquire script: take the lease if absent, replay if this attempt holds it.
+    /// `holder` is stored with a lease it takes (a replay keeps what is stored) and
+    /// reported by [`inspect`](Self::inspect).
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         ttl: Duration,
+        holder: Option<&'a HolderLabel>,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply>;
 
@@ -48,6 +52,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         ttl: Duration,
+        holder: Option<&'a HolderLabel>,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply>;

@@ -100,7 +100,13 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
         None => {
             let timeout = settings.command_timeout;
             let result = backend
-                .acquire(&keys, request.attempt(), request.ttl(), timeout)
+                .acquire(
+                    &keys,
+                    request.attempt(),
+                    request.ttl(),
+                    request.holder(),
+                    timeout,
+                )
                 .await;
             (result, Replication::NotRequested)
         }
@@ -108,7 +114,14 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
             let timeout = settings.command_timeout + wait.timeout();
             let attempt = request.attempt();
             let result = backend
-                .acquire_replicated(&keys, attempt, request.ttl(), wait, timeout)
+                .acquire_replicated(
+                    &keys,
+                    attempt,
+                    request.ttl(),
+                    request.holder(),
+                    wait,
+                    timeout,
+                )
                 .await;
             let replication = match &result {
                 Ok(ReplicatedReply {

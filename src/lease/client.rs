@@ -226,13 +226,23 @@ impl LeaseClient {
             .instrument(span.clone())
             .await;
         let outcome = match result {
-            Ok(InspectReply::HeldByAttempt { pttl, token }) => InspectOutcome::HeldByAttempt {
+            Ok(InspectReply::HeldByAttempt {
+                pttl,
+                token,
+                holder,
+            }) => InspectOutcome::HeldByAttempt {
                 remaining: pttl,
                 token,
+                holder,
             },
-            Ok(InspectReply::HeldByOther { pttl, token }) => InspectOutcome::HeldByOther {
+            Ok(InspectReply::HeldByOther {
+                pttl,
+                token,
+                holder,
+            }) => InspectOutcome::HeldByOther {
                 remaining: pttl,
                 token,
+                holder,
             },
             Ok(InspectReply::Absent) => InspectOutcome::Absent,
             Err(SendFailure::NotSent(detail)) => InspectOutcome::Unavailable { detail },

@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{FailureDetail, SendFailure};
-use crate::protocol::{FencingToken, ReleaseReply};
+use crate::protocol::{FencingToken, HolderLabel, ReleaseReply};
 
 /// How many replicas hold an acquisition, as far as this process knows
 /// ([`LeaseHandle::replication`](crate::LeaseHandle::replication); asked for with
@@ -166,6 +166,10 @@ pub enum InspectOutcome {
         remaining: Duration,
         /// The attempt's fencing token.
         token: FencingToken,
+        /// The label its acquisition stored ([`LeaseRequestBuilder::holder`]), if any.
+        ///
+        /// [`LeaseRequestBuilder::holder`]: crate::protocol::LeaseRequestBuilder::holder
+        holder: Option<HolderLabel>,
     },
     /// *When*: `HELD_BY_OTHER` — someone else holds it. *What to do*: wait at least
     /// `remaining` before expecting it free (a renewal extends it); `token` is what the
@@ -175,6 +179,11 @@ pub enum InspectOutcome {
         remaining: Duration,
         /// The holder's fencing token (public: it is what effect targets compare).
         token: FencingToken,
+        /// Who holds it, as its acquisition labelled itself
+        /// ([`LeaseRequestBuilder::holder`]), if it did.
+        ///
+        /// [`LeaseRequestBuilder::holder`]: crate::protocol::LeaseRequestBuilder::holder
+        holder: Option<HolderLabel>,
     },
     /// *When*: `ABSENT` — nobody holds it. *What to do*: nothing held it at the read; an
     /// acquisition may still lose to a faster one.

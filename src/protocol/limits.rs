@@ -136,6 +136,8 @@ pub const PURPOSE_MAX_LEN: usize = 64;
 pub const NAMESPACE_MAX_LEN: usize = 64;
 /// Longest [`OperationId`](crate::OperationId), in bytes.
 pub const OPERATION_ID_MAX_LEN: usize = 128;
+/// Longest [`HolderLabel`](crate::HolderLabel), in bytes.
+pub const HOLDER_MAX_LEN: usize = 64;
 /// Bytes of OS randomness in an [`OwnerToken`](crate::OwnerToken).
 pub const OWNER_TOKEN_BYTES: usize = 24;
 /// Idempotent attempts one `renew` makes before it declares the lease UNKNOWN.

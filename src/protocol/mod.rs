@@ -6,6 +6,7 @@
 mod attempt;
 mod digest;
 mod fencing;
+mod holder;
 mod keys;
 pub mod limits;
 mod names;
@@ -15,6 +16,7 @@ mod request;
 pub use attempt::{Attempt, OperationId, OwnerToken};
 pub use digest::ResourceDigest;
 pub use fencing::FencingToken;
+pub use holder::HolderLabel;
 pub use keys::LeaseKeys;
 pub use names::{Namespace, Purpose};
 pub use reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::FencingToken;
+use crate::protocol::{FencingToken, HolderLabel};
 
 /// What `lua/acquire.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,21 +72,26 @@ pub enum ReleaseReply {
 }
 
 /// What `lua/inspect.lua` answered (read only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InspectReply {
-    /// `HELD_BY_ATTEMPT pttl token`: held by exactly this attempt.
+    /// `HELD_BY_ATTEMPT pttl token [holder]`: held by exactly this attempt.
     HeldByAttempt {
         /// Server's remaining time.
         pttl: Duration,
         /// The attempt's fencing token.
         token: FencingToken,
+        /// The label stored with the lease, if its acquisition gave one.
+        holder: Option<HolderLabel>,
     },
-    /// `HELD_BY_OTHER pttl token`: held by someone else (whose owner token stays in Redis).
+    /// `HELD_BY_OTHER pttl token [holder]`: held by someone else (whose owner token stays
+    /// in Redis).
     HeldByOther {
         /// Server's remaining time.
         pttl: Duration,
         /// The holder's fencing token (not a secret: it is what effect targets compare).
         token: FencingToken,
+        /// The label stored with the lease, if its acquisition gave one.
+        holder: Option<HolderLabel>,
     },
     /// `ABSENT`: not held.
     Absent,

@@ -6,7 +6,7 @@ use crate::error::LeaseError;
 use crate::protocol::limits::{
     DEFAULT_WAIT_TIMEOUT, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT,
 };
-use crate::protocol::{Attempt, Purpose, ResourceDigest};
+use crate::protocol::{Attempt, HolderLabel, Purpose, ResourceDigest};
 
 /// A validated acquisition request.
 ///
@@ -36,6 +36,7 @@ pub struct LeaseRequest {
     wait_timeout: Duration,
     attempt: Attempt,
     replicas: Option<ReplicaWait>,
+    holder: Option<HolderLabel>,
 }
 
 /// How many replicas an acquisition waits for, and for how long (Redis `WAIT`); see
@@ -72,6 +73,7 @@ impl LeaseRequest {
             ttl: LeaseRequestBuilder::DEFAULT_TTL,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
             replicas: None,
+            holder: None,
         }
     }
 
@@ -102,6 +104,12 @@ impl LeaseRequest {
         self.replicas
     }
 
+    /// The label stored with the lease for whoever inspects or observes it, if any
+    /// ([`LeaseRequestBuilder::holder`]).
+    pub fn holder(&self) -> Option<&HolderLabel> {
+        self.holder.as_ref()
+    }
+
     /// The same request under a fresh attempt (a new owner token, same operation id), for
     /// re-acquiring after a loss.
     ///
@@ -125,6 +133,7 @@ pub struct LeaseRequestBuilder {
     ttl: Duration,
     wait_timeout: Duration,
     replicas: Option<(u32, Duration)>,
+    holder: Option<HolderLabel>,
 }
 
 impl LeaseRequestBuilder {
@@ -158,6 +167,14 @@ impl LeaseRequestBuilder {
         self
     }
 
+    /// A public label stored with the lease — a hostname, a pod, `host:pid` — that
+    /// `inspect` and `observe` report, so a follower or an operator sees who holds it.
+    /// Default: none.
+    pub fn holder(mut self, holder: HolderLabel) -> Self {
+        self.holder = Some(holder);
+        self
+    }
+
     /// Validates every field.
     ///
     /// # Errors
@@ -187,6 +204,7 @@ impl LeaseRequestBuilder {
             wait_timeout,
             attempt: self.attempt,
             replicas,
+            holder: self.holder,
         })
     }
 }

@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use super::{RedisBackend, scripts};
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
-use crate::protocol::{Attempt, LeaseKeys};
+use crate::protocol::{Attempt, HolderLabel, LeaseKeys};
 
 /// Script calls in flight at once, at most. More than one lets this process prepare and
 /// answer calls while Redis runs another; four measured best on two cores (W2 of the load
@@ -75,7 +75,8 @@ pub(super) struct Item {
     lease: String,
     /// The group's fence counter: acquire only.
     fence: Option<String>,
-    /// The kind letter, then the ttl in milliseconds for acquire and renew: `A30000`.
+    /// The kind letter, then the ttl in milliseconds for acquire and renew, then for an
+    /// acquire the holder label if any: `A30000`, `A30000 web-7`.
     head: String,
     /// `"<owner> <op> "`: the lease value's prefix while this attempt holds it.
     mine: String,
@@ -96,8 +97,18 @@ impl Item {
         }
     }
 
-    pub(super) fn acquire(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {
-        Self::new(keys, attempt, true, format!("A{}", ttl.as_millis()))
+    pub(super) fn acquire(
+        keys: &LeaseKeys,
+        attempt: &Attempt,
+        ttl: Duration,
+        holder: Option<&HolderLabel>,
+    ) -> Self {
+        let head = match holder {
+            // A label holds no space (`HolderLabel`): the script splits at the first one.
+            Some(holder) => format!("A{} {holder}", ttl.as_millis()),
+            None => format!("A{}", ttl.as_millis()),
+        };
+        Self::new(keys, attempt, true, head)
     }
 
     pub(super) fn renew(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {

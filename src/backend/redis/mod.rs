@@ -113,7 +113,8 @@ use super::{
 use crate::error::LeaseError;
 use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
 use crate::protocol::{
-    AcquireReply, Attempt, InspectReply, LeaseKeys, ReleaseReply, RenewReply, ReplicaWait,
+    AcquireReply, Attempt, HolderLabel, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
+    ReplicaWait,
 };
 
 use call::malformed;
@@ -275,9 +276,10 @@ impl LeaseBackend for RedisBackend {
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         ttl: Duration,
+        holder: Option<&'a HolderLabel>,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
-        let item = batch::Item::acquire(keys, attempt, ttl);
+        let item = batch::Item::acquire(keys, attempt, ttl, holder);
         self.operation(item, timeout, parse::acquire)
     }
 
@@ -288,6 +290,7 @@ impl LeaseBackend for RedisBackend {
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         ttl: Duration,
+        holder: Option<&'a HolderLabel>,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
@@ -295,7 +298,7 @@ impl LeaseBackend for RedisBackend {
             let twin = self.inner.replicated.as_ref().unwrap_or(self);
             let deadline = Instant::now() + timeout;
             let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
-            let item = batch::Item::acquire(keys, attempt, ttl);
+            let item = batch::Item::acquire(keys, attempt, ttl, holder);
             let value = twin
                 .send_one(generation, &connected, &item, deadline)
                 .await?;

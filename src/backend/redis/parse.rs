@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::protocol::{AcquireReply, FencingToken, InspectReply, ReleaseReply, RenewReply};
+use crate::protocol::{
+    AcquireReply, FencingToken, HolderLabel, InspectReply, ReleaseReply, RenewReply,
+};
 
 type Parsed<T> = Result<T, String>;
 
@@ -72,6 +74,21 @@ impl<'a> Line<'a> {
             .ok_or_else(|| format!("fencing token {n} is not positive"))
     }
 
+    /// The holder label at `at`, if the reply has one.
+    fn holder(&self, at: usize) -> Parsed<Option<HolderLabel>> {
+        self.numbers
+            .get(at)
+            .map(|text| {
+                std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|t| HolderLabel::new(t).ok())
+                    .ok_or_else(|| {
+                        format!("holder {:?} is not a label", String::from_utf8_lossy(text))
+                    })
+            })
+            .transpose()
+    }
+
     fn unknown(&self, script: &str) -> String {
         format!(
             "unknown {script} reply {:?} with {} numbers",
@@ -123,13 +140,15 @@ pub(super) fn release(value: Value) -> Parsed<ReleaseReply> {
 pub(super) fn inspect(value: Value) -> Parsed<InspectReply> {
     let line = Line::read(&value)?;
     Ok(match (line.status, line.numbers.len()) {
-        (b"HELD_BY_ATTEMPT", 2) => InspectReply::HeldByAttempt {
+        (b"HELD_BY_ATTEMPT", 2 | 3) => InspectReply::HeldByAttempt {
             pttl: line.millis(0)?,
             token: line.token(1)?,
+            holder: line.holder(2)?,
         },
-        (b"HELD_BY_OTHER", 2) => InspectReply::HeldByOther {
+        (b"HELD_BY_OTHER", 2 | 3) => InspectReply::HeldByOther {
             pttl: line.millis(0)?,
             token: line.token(1)?,
+            holder: line.holder(2)?,
         },
         (b"ABSENT", 0) => InspectReply::Absent,
         _ => return Err(line.unknown("inspect")),
@@ -185,8 +204,23 @@ mod tests {
             inspect(bulk("HELD_BY_OTHER 1500 9")),
             Ok(InspectReply::HeldByOther {
                 pttl: Duration::from_millis(1500),
-                token: FencingToken::new(9)
+                token: FencingToken::new(9),
+                holder: None,
             })
+        );
+        assert_eq!(
+            inspect(bulk("HELD_BY_ATTEMPT 1500 9 web-7:42")),
+            Ok(InspectReply::HeldByAttempt {
+                pttl: Duration::from_millis(1500),
+                token: FencingToken::new(9),
+                holder: Some(HolderLabel::new("web-7:42").unwrap()),
+            })
+        );
+        let too_long = format!("HELD_BY_OTHER 1500 9 {}", "x".repeat(65));
+        assert!(
+            inspect(bulk(&too_long))
+                .unwrap_err()
+                .contains("not a label")
         );
         assert_eq!(release(bulk("NOT_OWNER")), Ok(ReleaseReply::NotOwner));
     }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::lease::{ENV_VARS, REDIS_URL_ENV};
 use leasehold::protocol::limits::{self, DurationBounds};
-use leasehold::{LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose, ResourceDigest};
+use leasehold::{
+    HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose, ResourceDigest,
+};
 
 use crate::diagnose::Server;
 
@@ -222,6 +224,26 @@ fn parse_namespace(text: &str) -> Result<Namespace, String> {
 
 fn parse_purpose(text: &str) -> Result<Purpose, String> {
     Purpose::new(text).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_holder(text: &str) -> Result<HolderLabel, String> {
+    HolderLabel::new(text).map_err(|e| e.to_string())
+}
+
+/// `<hostname>:<pid>`, the hostname cut to fit the label's 64 bytes; none if the host has
+/// no name a label can hold.
+pub(crate) fn default_holder() -> Option<HolderLabel> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the local buffer.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let host = std::str::from_utf8(&buf[..end]).ok()?;
+    let pid = format!(":{}", std::process::id());
+    let room = limits::HOLDER_MAX_LEN.saturating_sub(pid.len());
+    let host = host.get(..host.len().min(room))?;
+    HolderLabel::new(&format!("{host}{pid}")).ok()
 }
 
 /// A humantime duration within `bounds`, with the library's error text.

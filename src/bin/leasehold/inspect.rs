@@ -1,7 +1,8 @@
-//! `leasehold inspect`: is the resource held, for how long, under which fencing token.
+//! `leasehold inspect`: is the resource held, by whom, for how long, under which fencing
+//! token.
 
 use clap::Args;
-use leasehold::InspectOutcome;
+use leasehold::{HolderLabel, InspectOutcome};
 
 use crate::{Common, fail, status};
 
@@ -9,8 +10,8 @@ use crate::{Common, fail, status};
 pub(crate) struct InspectArgs {
     #[command(flatten)]
     common: Common,
-    /// Print one JSON object: {"held":true,"remaining_ms":…,"fencing_token":…} or
-    /// {"held":false}.
+    /// Print one JSON object: {"held":true,"remaining_ms":…,"fencing_token":…,"holder":…}
+    /// (holder null when the lease carries no label) or {"held":false}.
     #[arg(long)]
     json: bool,
 }
@@ -33,8 +34,16 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         .inspect(args.common.purpose(), &resource, &attempt)
         .await;
     let held = match outcome {
-        InspectOutcome::HeldByAttempt { remaining, token }
-        | InspectOutcome::HeldByOther { remaining, token } => Some((remaining, token)),
+        InspectOutcome::HeldByAttempt {
+            remaining,
+            token,
+            holder,
+        }
+        | InspectOutcome::HeldByOther {
+            remaining,
+            token,
+            holder,
+        } => Some((remaining, token, holder)),
         InspectOutcome::Absent => None,
         InspectOutcome::Unavailable { detail } => return fail(server.explain(&detail)),
         InspectOutcome::Indeterminate { detail } => {
@@ -43,20 +52,27 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     };
     if args.json {
         let value = match held {
-            Some((remaining, token)) => serde_json::json!({
+            Some((remaining, token, ref holder)) => serde_json::json!({
                 "held": true,
                 "remaining_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
                 "fencing_token": token.get(),
+                "holder": holder.as_ref().map(HolderLabel::as_str),
             }),
             None => serde_json::json!({ "held": false }),
         };
         println!("{value}");
     } else {
         match held {
-            Some((remaining, token)) => println!(
-                "held: yes\nremaining: {}\nfencing_token: {token}",
-                humantime::format_duration(remaining)
-            ),
+            Some((remaining, token, ref holder)) => {
+                println!("held: yes");
+                if let Some(holder) = holder {
+                    println!("holder: {holder}");
+                }
+                println!(
+                    "remaining: {}\nfencing_token: {token}",
+                    humantime::format_duration(remaining)
+                );
+            }
             None => println!("held: no"),
         }
     }

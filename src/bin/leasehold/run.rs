@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use clap::Args;
 use leasehold::runtime::{CancelPolicy, LeaseContext, LeaseRuntime, RunOutcome, RuntimeError};
-use leasehold::{AcquireOutcome, LeaseClient, LeaseRequest, OperationId, ReleaseOutcome};
+use leasehold::{
+    AcquireOutcome, HolderLabel, LeaseClient, LeaseRequest, OperationId, ReleaseOutcome,
+};
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
@@ -74,6 +76,10 @@ pub(crate) struct RunArgs {
     /// and exit 125. For work that must not run twice even across a failover.
     #[arg(long, requires = "replicas")]
     require_replicas: bool,
+    /// Who holds the lease, as `leasehold inspect` shows it [default: <hostname>:<pid>];
+    /// public (never a secret), printable ASCII, no spaces, ≤ 64 bytes.
+    #[arg(long, value_name = "LABEL", value_parser = config::parse_holder)]
+    holder: Option<HolderLabel>,
     /// Operation id of this run [default: run-<pid>]; printable ASCII, no spaces, ≤ 128 bytes.
     #[arg(long, value_name = "ID")]
     operation_id: Option<String>,
@@ -141,6 +147,9 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
     )
     .ttl(args.ttl)
     .wait_timeout(args.wait);
+    if let Some(holder) = args.holder.clone().or_else(config::default_holder) {
+        builder = builder.holder(holder);
+    }
     if let Some(policy) = replicas {
         builder = builder.wait_for_replicas(policy.wanted, policy.wait);
     }
