@@ -26,8 +26,9 @@
 --
 -- Cost: a refusal is two reads (GET, PTTL), none when an earlier item of the call read the
 -- key; it creates no string but its reply, and that once per key and call. An acquisition
--- is three calls: GET, SET … GET on the counter (read and write in one), SET … PX on the
--- lease; a fourth only when the clock did not move past the counter.
+-- is four calls: GET, SET … GET on the counter (read and write in one), SET … PX on the
+-- lease, PUBLISH of the acquisition notice; a fifth only when the clock did not move past
+-- the counter.
 
 local function acquire(lease, fence, mine, ttl, holder, now)
   local seen = read(lease)
@@ -63,5 +64,8 @@ local function acquire(lease, fence, mine, ttl, holder, now)
   end
   redis.call('SET', lease, value, 'PX', ttl)
   wrote(lease, {value, tonumber(ttl)})
+  -- For observers (LeaseClient::observe). A refusal (an ACL that allows publishing on the
+  -- release channel only) costs them their early wake-up, never the acquisition: pcall.
+  redis.pcall('PUBLISH', lease .. ':acquired', text)
   return 'ACQUIRED ' .. ttl .. ' ' .. text
 end

@@ -113,7 +113,7 @@ impl Store {
         self.leases.get_mut(key)
     }
 
-    fn notify_release(&mut self, channel: &str) {
+    fn notify(&mut self, channel: &str) {
         if let Some(senders) = self.watchers.get_mut(channel) {
             // Full means a notice is already pending: coalescing is the contract.
             senders.retain(|tx| !tx.is_closed());
@@ -260,6 +260,7 @@ impl LeaseBackend for MemoryBackend {
                     expires_at: now + ttl,
                 },
             );
+            store.notify(&keys.acquire_channel());
             AcquireReply::Acquired {
                 ttl,
                 token: FencingToken::new(token),
@@ -315,7 +316,7 @@ impl LeaseBackend for MemoryBackend {
                 Some(entry) if !entry.is(attempt) => ReleaseReply::NotOwner,
                 Some(_) => {
                     store.leases.remove(&keys.lease);
-                    store.notify_release(&keys.release_channel);
+                    store.notify(&keys.release_channel);
                     ReleaseReply::Released
                 }
             }
@@ -364,6 +365,20 @@ impl LeaseBackend for MemoryBackend {
                 .entry(keys.release_channel.clone())
                 .or_default()
                 .push(tx);
+            ReleaseNotices::from_channel(rx)
+        })
+    }
+
+    fn subscribe_changes<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices> {
+        self.run(timeout, move |store, _| {
+            let (tx, rx) = mpsc::channel(1);
+            for channel in [keys.release_channel.clone(), keys.acquire_channel()] {
+                store.watchers.entry(channel).or_default().push(tx.clone());
+            }
             ReleaseNotices::from_channel(rx)
         })
     }

@@ -89,6 +89,14 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
         keys: &'a LeaseKeys,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices>;
+
+    /// Subscribes to the release and the acquisition notices of one lease: every change of
+    /// holder but an expiry or a deletion from outside. Live when the future resolves.
+    fn subscribe_changes<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices>;
 }
 
 /// What [`LeaseBackend::acquire_replicated`] answered.

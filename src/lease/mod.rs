@@ -5,6 +5,7 @@
 mod acquire;
 mod client;
 mod handle;
+mod observe;
 mod outcome;
 mod release;
 mod session;
@@ -17,6 +18,7 @@ mod wait;
 pub use acquire::AcquireOutcome;
 pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::LeaseHandle;
+pub use observe::{LeaseObserver, ResourceHolder};
 pub use outcome::{
     InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };

@@ -47,6 +47,13 @@ impl LeaseKeys {
             lease,
         }
     }
+
+    /// Pub/sub channel on which an acquisition is announced, for observers: the lease key
+    /// followed by `:acquired` (`lua/acquire.lua` derives it by the same rule). Made on
+    /// demand: only an observer subscribes to it.
+    pub fn acquire_channel(&self) -> String {
+        format!("{}:acquired", self.lease)
+    }
 }
 
 #[cfg(test)]

@@ -136,6 +136,14 @@ pub const PURPOSE_MAX_LEN: usize = 64;
 pub const NAMESPACE_MAX_LEN: usize = 64;
 /// Longest [`OperationId`](crate::OperationId), in bytes.
 pub const OPERATION_ID_MAX_LEN: usize = 128;
+/// How often an observer reads the lease when nothing announced a change
+/// ([`LeaseClient::observe`](crate::LeaseClient::observe)): 10 ms ..= 1 h.
+pub const OBSERVE_POLL: DurationBounds = DurationBounds {
+    param: "poll",
+    min: Duration::from_millis(10),
+    max: Duration::from_secs(3600),
+};
+
 /// Longest [`HolderLabel`](crate::HolderLabel), in bytes.
 pub const HOLDER_MAX_LEN: usize = 64;
 /// Bytes of OS randomness in an [`OwnerToken`](crate::OwnerToken).

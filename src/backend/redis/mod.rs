@@ -350,6 +350,27 @@ impl LeaseBackend for RedisBackend {
         keys: &'a LeaseKeys,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
+        self.subscribe(keys, vec![keys.release_channel.clone()], timeout)
+    }
+
+    fn subscribe_changes<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices> {
+        let channels = vec![keys.release_channel.clone(), keys.acquire_channel()];
+        self.subscribe(keys, channels, timeout)
+    }
+}
+
+impl RedisBackend {
+    /// Subscribes to `channels` of the lease `keys` names, on the node its scripts run on.
+    fn subscribe<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        channels: Vec<String>,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices> {
         Box::pin(async move {
             let deadline = Instant::now() + timeout;
             // On the node of the shared connection: the primary the scripts publish on.
@@ -358,7 +379,7 @@ impl LeaseBackend for RedisBackend {
             let failed = |kind, m: String| SendFailure::NotSent(FailureDetail::new(kind, m));
             let subscribe = async {
                 let mut pubsub = current.node.client.get_async_pubsub().await?;
-                pubsub.subscribe(&keys.release_channel).await?;
+                pubsub.subscribe(&channels).await?;
                 Ok::<_, redis::RedisError>(pubsub)
             };
             let bound = deadline.min(Instant::now() + self.inner.connect_timeout);

@@ -1,0 +1,142 @@
+//! `LeaseClient::observe` on every backend: each change of holder is reported, woken by the
+//! release and acquisition notices (the fallback poll is an hour, so nothing else could
+//! explain a prompt report), an expiry when the holder's TTL runs out, and a deletion from
+//! outside at the next poll.
+
+mod common;
+
+use std::time::Duration;
+
+use common::backends::Harness;
+use common::leases::acquired;
+use leasehold::*;
+
+const HOUR: Duration = Duration::from_secs(3600);
+/// Far longer than any report takes, far shorter than the poll or the TTL: a report within
+/// it was woken by a notice or the expiry, nothing else.
+const PROMPT: Duration = Duration::from_secs(10);
+
+fn request(client: &LeaseClient, holder: &str, ttl: Duration) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("observed").unwrap(),
+        ResourceDigest::of("leader"),
+        client.new_attempt(holder).unwrap(),
+    )
+    .ttl(ttl)
+    .holder(HolderLabel::new(holder).unwrap())
+    .build()
+    .unwrap()
+}
+
+fn observe(h: &Harness, poll: Duration) -> LeaseObserver {
+    h.client
+        .observe(
+            &Purpose::new("observed").unwrap(),
+            &ResourceDigest::of("leader"),
+            poll,
+        )
+        .unwrap()
+}
+
+/// The next change, which must come within [`PROMPT`].
+async fn next(observer: &mut LeaseObserver, what: &str) -> ResourceHolder {
+    tokio::time::timeout(PROMPT, observer.changed())
+        .await
+        .unwrap_or_else(|_| panic!("no change reported within {PROMPT:?}: {what}"))
+}
+
+fn held_by(seen: &ResourceHolder) -> (Option<FencingToken>, Option<String>) {
+    match seen {
+        ResourceHolder::Held { token, holder, .. } => {
+            (Some(*token), holder.as_ref().map(|h| h.to_string()))
+        }
+        _ => (None, None),
+    }
+}
+
+async fn every_change_of_holder_is_reported_on_its_notice(h: Harness) {
+    let mut observer = observe(&h, HOUR);
+    assert_eq!(
+        next(&mut observer, "first read").await,
+        ResourceHolder::Free
+    );
+    let mut tokens = Vec::new();
+    for round in 0..3 {
+        for name in ["node-a", "node-b"] {
+            let mut lease = acquired(&h.client, &request(&h.client, name, HOUR)).await;
+            let seen = next(&mut observer, "an acquisition").await;
+            assert_eq!(
+                held_by(&seen),
+                (Some(lease.token()), Some(name.to_owned())),
+                "round {round}"
+            );
+            tokens.push(lease.token());
+            assert_eq!(lease.release().await, ReleaseOutcome::Released);
+            assert_eq!(next(&mut observer, "a release").await, ResourceHolder::Free);
+        }
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    assert_eq!(observer.current(), ResourceHolder::Free);
+}
+
+async fn a_holder_whose_ttl_runs_out_is_reported_gone_at_its_expiry(h: Harness) {
+    let mut observer = observe(&h, HOUR);
+    assert_eq!(
+        next(&mut observer, "first read").await,
+        ResourceHolder::Free
+    );
+    let lease = acquired(
+        &h.client,
+        &request(&h.client, "node-a", Duration::from_secs(1)),
+    )
+    .await;
+    let token = lease.token();
+    // Never renewed, never released: the key expires, which publishes nothing.
+    std::mem::forget(lease);
+    let seen = next(&mut observer, "the acquisition").await;
+    assert_eq!(held_by(&seen).0, Some(token));
+    assert_eq!(
+        next(&mut observer, "the expiry").await,
+        ResourceHolder::Free
+    );
+}
+
+async fn a_lease_deleted_from_outside_is_reported_free_at_the_next_poll(h: Harness) {
+    let mut observer = observe(&h, Duration::from_millis(100));
+    assert_eq!(
+        next(&mut observer, "first read").await,
+        ResourceHolder::Free
+    );
+    let lease = acquired(&h.client, &request(&h.client, "node-a", HOUR)).await;
+    assert_eq!(
+        held_by(&next(&mut observer, "the acquisition").await).0,
+        Some(lease.token())
+    );
+    h.delete(lease.keys());
+    std::mem::forget(lease);
+    assert_eq!(
+        next(&mut observer, "the deletion").await,
+        ResourceHolder::Free
+    );
+}
+
+async fn a_poll_out_of_bounds_is_refused_before_any_read(h: Harness) {
+    let (purpose, resource) = (Purpose::new("observed").unwrap(), ResourceDigest::of("x"));
+    for poll in [Duration::from_millis(9), HOUR + Duration::from_millis(1)] {
+        let refused = h.client.observe(&purpose, &resource, poll).map(|_| ());
+        assert!(
+            matches!(
+                refused,
+                Err(LeaseError::InvalidDuration { param: "poll", .. })
+            ),
+            "{poll:?}: {refused:?}"
+        );
+    }
+}
+
+contract_tests!(
+    every_change_of_holder_is_reported_on_its_notice,
+    a_holder_whose_ttl_runs_out_is_reported_gone_at_its_expiry,
+    a_lease_deleted_from_outside_is_reported_free_at_the_next_poll,
+    a_poll_out_of_bounds_is_refused_before_any_read,
+);
