@@ -1,6 +1,7 @@
 //! Leader election: three candidates run a `LeaseSupervisor` each over one lease. One
 //! leads; when it steps down, another takes over (woken by the release notice) with a
-//! larger fencing token.
+//! larger fencing token. An observer that holds nothing — a follower, a dashboard — sees
+//! each new leader by the label it acquired with.
 //!
 //! ```text
 //! cargo run --example leader                                          # in memory
@@ -12,7 +13,10 @@ use std::time::Duration;
 use leasehold::runtime::{
     CancelPolicy, LeaseCancelled, LeaseRuntime, LeaseSupervisor, SupervisorConfig, SupervisorState,
 };
-use leasehold::{LeaseClient, LeaseRequest, LeaseSettings, MemoryBackend, Purpose, ResourceDigest};
+use leasehold::{
+    HolderLabel, LeaseClient, LeaseRequest, LeaseSettings, MemoryBackend, Purpose, ResourceDigest,
+    ResourceHolder,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 /// The leader's job: runs until its lease ends.
@@ -46,18 +50,37 @@ impl Actor for Lead {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let memory = MemoryBackend::new();
     let redis_url = std::env::var(leasehold::lease::REDIS_URL_ENV).ok();
+    let connect = || match &redis_url {
+        Some(url) => LeaseClient::redis(url, LeaseSettings::default()),
+        None => LeaseClient::new(memory.clone(), LeaseSettings::default()),
+    };
+    let (purpose, resource) = (
+        Purpose::new("leader")?,
+        ResourceDigest::of(b"billing-scheduler"),
+    );
+    let mut observer = connect()?.observe(&purpose, &resource, Duration::from_secs(1))?;
+    tokio::spawn(async move {
+        loop {
+            if let ResourceHolder::Held {
+                holder: Some(holder),
+                token,
+                ..
+            } = observer.changed().await
+            {
+                println!("observer: the leader is {holder} (fencing token {token})");
+            }
+        }
+    });
     let mut candidates: Vec<(&str, LeaseSupervisor)> = Vec::new();
     for name in ["alpha", "beta", "gamma"] {
-        let client = match &redis_url {
-            Some(url) => LeaseClient::redis(url, LeaseSettings::default())?,
-            None => LeaseClient::new(memory.clone(), LeaseSettings::default())?,
-        };
+        let client = connect()?;
         let runtime = LeaseRuntime::new(client);
         let request = LeaseRequest::builder(
-            Purpose::new("leader")?,
-            ResourceDigest::of(b"billing-scheduler"),
+            purpose.clone(),
+            resource,
             runtime.client().new_attempt(name)?,
         )
+        .holder(HolderLabel::new(name)?)
         .ttl(Duration::from_secs(2))
         .wait_timeout(Duration::from_secs(30))
         .build()?;
