@@ -100,8 +100,8 @@ pub use backend::{
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
     AcquireOutcome, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver, LeaseSettings,
-    LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication, ResourceHolder,
-    ValidityBudget,
+    LeaseState, ListOutcome, ListedLease, LostReason, ReleaseOutcome, RenewOutcome, Replication,
+    ResourceHolder, ValidityBudget,
 };
 pub use protocol::{
     Attempt, FencingToken, HolderLabel, LeaseKeys, LeaseRequest, Namespace, OperationId,

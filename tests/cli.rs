@@ -371,3 +371,71 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
         closed.stderr
     );
 }
+
+#[test]
+fn list_shows_every_held_lease_with_its_holder_and_token_and_never_the_raw_id() {
+    let server = RedisServer::start();
+    let (dir_a, dir_b) = (TempDir::new("list-a"), TempDir::new("list-b"));
+    let a = Holder::start(&server, &dir_a, "listed-raw-id-a", "10s");
+    let b = Holder::start(&server, &dir_b, "listed-raw-id-b", "10s");
+
+    let text = finish(leasehold("list", &server), &dir_a, "list");
+    text.assert_code(0, "list");
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{:?}", text.stdout);
+    for (holder, raw) in [(&a, "listed-raw-id-a"), (&b, "listed-raw-id-b")] {
+        let digest = ResourceDigest::of(raw);
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&digest.to_string()))
+            .unwrap_or_else(|| panic!("{digest} not listed: {:?}", text.stdout));
+        let pid = holder.running.pid();
+        assert!(line.starts_with("run "), "{line}");
+        assert!(
+            line.contains(&format!(":{pid} ")),
+            "holder label of pid {pid}: {line}"
+        );
+        assert!(
+            line.contains(&format!("fencing_token={}", holder.token)),
+            "{line}"
+        );
+    }
+    assert!(!text.stdout.contains("listed-raw-id"), "{:?}", text.stdout);
+
+    let mut cmd = leasehold("list", &server);
+    cmd.args(["--json", "--purpose", "run"]);
+    let json = finish(cmd, &dir_a, "list-json");
+    json.assert_code(0, "list --json");
+    let value: serde_json::Value = serde_json::from_str(json.stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON: {e}: {:?}", json.stdout));
+    assert_eq!(value["truncated"], serde_json::json!(false));
+    let mut tokens: Vec<u64> = value["leases"]
+        .as_array()
+        .expect("leases: an array")
+        .iter()
+        .map(|l| l["fencing_token"].as_u64().expect("a token"))
+        .collect();
+    tokens.sort_unstable();
+    let mut expected = vec![a.token, b.token];
+    expected.sort_unstable();
+    assert_eq!(tokens, expected, "{value}");
+
+    let mut cmd = leasehold("list", &server);
+    cmd.args(["--purpose", "other"]);
+    let none = finish(cmd, &dir_a, "list-other");
+    none.assert_code(0, "list --purpose other");
+    assert_eq!(none.stdout, "", "no lease for another purpose");
+
+    let mut cmd = leasehold("list", &server);
+    cmd.args(["--limit", "1"]);
+    let cut = finish(cmd, &dir_a, "list-cut");
+    cut.assert_code(0, "list --limit 1");
+    assert_eq!(cut.stdout.lines().count(), 1);
+    assert!(cut.stderr.contains("--limit"), "{:?}", cut.stderr);
+
+    a.release().assert_code(0, "holder a");
+    b.release().assert_code(0, "holder b");
+    let empty = finish(leasehold("list", &server), &dir_a, "list-empty");
+    empty.assert_code(0, "list (nothing held)");
+    assert_eq!(empty.stdout, "");
+}

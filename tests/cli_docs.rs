@@ -86,9 +86,10 @@ fn the_readme_and_run_help_list_the_same_exit_statuses() {
 }
 
 #[test]
-fn inspect_and_doctor_help_list_their_own_statuses() {
+fn inspect_list_and_doctor_help_list_their_own_statuses() {
     let expected = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
     assert_eq!(help_statuses("inspect"), expected(&["0", "1", "125"]));
+    assert_eq!(help_statuses("list"), expected(&["0", "125"]));
     assert_eq!(help_statuses("doctor"), expected(&["0", "125"]));
 }
 

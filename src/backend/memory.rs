@@ -369,6 +369,25 @@ impl LeaseBackend for MemoryBackend {
         })
     }
 
+    fn scan_leases<'a>(
+        &'a self,
+        prefix: &'a str,
+        limit: usize,
+        timeout: Duration,
+    ) -> BackendFuture<'a, (Vec<String>, bool)> {
+        self.run(timeout, move |store, now| {
+            let mut keys: Vec<String> = store
+                .leases
+                .iter()
+                .filter(|(key, entry)| key.starts_with(prefix) && entry.expires_at > now)
+                .map(|(key, _)| key.clone())
+                .collect();
+            let more = keys.len() > limit;
+            keys.truncate(limit);
+            (keys, more)
+        })
+    }
+
     fn subscribe_changes<'a>(
         &'a self,
         keys: &'a LeaseKeys,

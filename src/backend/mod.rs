@@ -90,6 +90,17 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices>;
 
+    /// The lease keys (never a fence counter) that start with `prefix`
+    /// (`<namespace>:lease:v2:` and maybe a purpose and `:`), at most `limit` of them; the
+    /// flag says whether more were left. Read only, bounded by `timeout`; on Redis a
+    /// `SCAN`, on every primary of a Cluster.
+    fn scan_leases<'a>(
+        &'a self,
+        prefix: &'a str,
+        limit: usize,
+        timeout: Duration,
+    ) -> BackendFuture<'a, (Vec<String>, bool)>;
+
     /// Subscribes to the release and the acquisition notices of one lease: every change of
     /// holder but an expiry or a deletion from outside. Live when the future resolves.
     fn subscribe_changes<'a>(

@@ -5,6 +5,7 @@
 mod acquire;
 mod client;
 mod handle;
+mod list;
 mod observe;
 mod outcome;
 mod release;
@@ -18,6 +19,7 @@ mod wait;
 pub use acquire::AcquireOutcome;
 pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::LeaseHandle;
+pub use list::{ListOutcome, ListedLease};
 pub use observe::{LeaseObserver, ResourceHolder};
 pub use outcome::{
     InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,

@@ -145,19 +145,26 @@ impl Cluster {
         bound: Instant,
     ) -> Result<(u64, Connected), SendFailure> {
         let slot = slot(key.as_bytes());
-        let map = self.state().slots.clone();
-        let map = match map {
-            Some(map) => map,
-            None => {
-                let map = self.fetch_map(bound).await?;
-                self.state().slots = Some(map.clone());
-                map
-            }
-        };
+        let map = self.map(bound).await?;
         let (host, port) =
             owner(&map, slot).ok_or_else(|| not_sent(format!("no node serves slot {slot}")))?;
         let (host, port) = (host.to_owned(), port);
         self.node(&host, port, bound).await
+    }
+
+    /// Every primary the slot map names (fetched by `bound` if there is none).
+    pub(super) async fn primaries(
+        &self,
+        bound: Instant,
+    ) -> Result<Vec<(String, u16)>, SendFailure> {
+        let map = self.map(bound).await?;
+        let mut primaries: Vec<(String, u16)> = map
+            .into_iter()
+            .map(|(_, _, host, port)| (host, port))
+            .collect();
+        primaries.sort();
+        primaries.dedup();
+        Ok(primaries)
     }
 
     /// The connection to the node at `host:port` (which an `ASK` named, say), if it is open.
@@ -198,6 +205,19 @@ impl Cluster {
             .nodes
             .insert(endpoint(host, port), (generation, connected.clone()));
         Ok((generation, connected))
+    }
+
+    /// The slot map, fetched by `bound` if there is none.
+    async fn map(&self, bound: Instant) -> Result<SlotMap, SendFailure> {
+        let known = self.state().slots.clone();
+        match known {
+            Some(map) => Ok(map),
+            None => {
+                let map = self.fetch_map(bound).await?;
+                self.state().slots = Some(map.clone());
+                Ok(map)
+            }
+        }
     }
 
     /// `CLUSTER SLOTS` from the first seed to answer by `bound`. Every seed is asked at

@@ -91,6 +91,7 @@ mod connection;
 pub mod fuzzing;
 mod parse;
 mod replicas;
+mod scan;
 mod scripts;
 mod sentinel;
 
@@ -351,6 +352,21 @@ impl LeaseBackend for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.subscribe(keys, vec![keys.release_channel.clone()], timeout)
+    }
+
+    fn scan_leases<'a>(
+        &'a self,
+        prefix: &'a str,
+        limit: usize,
+        timeout: Duration,
+    ) -> BackendFuture<'a, (Vec<String>, bool)> {
+        Box::pin(async move {
+            // Namespaces and purposes hold no glob character (`[a-z0-9._:-]`). A lease key
+            // ends `{<4 hex>}:<64 hex>`; a fence counter `{<4 hex>}:fence` does not match.
+            let pattern = format!("{prefix}*{{????}}:{}", "?".repeat(64));
+            self.scan_keys(&pattern, limit, Instant::now() + timeout)
+                .await
+        })
     }
 
     fn subscribe_changes<'a>(

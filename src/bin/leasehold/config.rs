@@ -41,9 +41,9 @@ const RENEW_EVERY: DurationBounds = DurationBounds {
     max: limits::TTL.max,
 };
 
-/// Options shared by every subcommand.
+/// Where Redis is, and the namespace: what every subcommand needs.
 #[derive(Debug, Args)]
-pub(crate) struct Common {
+pub(crate) struct Connection {
     /// Redis URL: redis://[user:password@]host:port[/db], rediss://… for TLS
     /// [env: LEASEHOLD_REDIS_URL] [default: redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL")]
@@ -52,6 +52,13 @@ pub(crate) struct Common {
     /// [env: LEASEHOLD_NAMESPACE] [default: leasehold].
     #[arg(long, value_parser = parse_namespace)]
     namespace: Option<Namespace>,
+}
+
+/// Options shared by the subcommands about one lease.
+#[derive(Debug, Args)]
+pub(crate) struct Common {
+    #[command(flatten)]
+    connection: Connection,
     /// What the lease is for: [a-z0-9][a-z0-9._-]{0,63}.
     #[arg(long, default_value = "run", value_parser = parse_purpose)]
     purpose: Purpose,
@@ -87,7 +94,7 @@ impl<T> Sourced<T> {
     }
 }
 
-impl Common {
+impl Connection {
     /// The client: settings from the `LEASEHOLD_*` variables, overridden by `--namespace`
     /// and `renew_every` when given, and Redis at `--redis` or `$LEASEHOLD_REDIS_URL`.
     ///
@@ -139,6 +146,21 @@ impl Common {
             source,
             settings,
         })
+    }
+}
+
+impl Common {
+    /// As [`Connection::client`].
+    pub(crate) fn client(
+        &self,
+        renew_every: Option<Sourced<Duration>>,
+    ) -> Result<(LeaseClient, Server), String> {
+        self.connection.client(renew_every)
+    }
+
+    /// As [`Connection::target`].
+    pub(crate) fn target(&self, renew_every: Option<Sourced<Duration>>) -> Result<Target, String> {
+        self.connection.target(renew_every)
     }
 
     pub(crate) fn purpose(&self) -> &Purpose {
@@ -222,7 +244,7 @@ fn parse_namespace(text: &str) -> Result<Namespace, String> {
     Namespace::new(text).map_err(|e| e.to_string())
 }
 
-fn parse_purpose(text: &str) -> Result<Purpose, String> {
+pub(crate) fn parse_purpose(text: &str) -> Result<Purpose, String> {
     Purpose::new(text).map_err(|e| e.to_string())
 }
 

@@ -18,6 +18,7 @@ mod diagnose;
 mod doctor;
 mod inspect;
 mod keeper;
+mod list;
 mod replicas;
 mod run;
 mod say;
@@ -88,6 +89,14 @@ Exit status:
 Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
 LEASEHOLD_RESOURCE; LEASEHOLD_COMMAND_TIMEOUT, LEASEHOLD_CONNECT_TIMEOUT.";
 
+const LIST_EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0     listed (none held is an empty list)
+  125   leasehold itself failed: invalid arguments, Redis unavailable
+
+Each line: purpose, resource digest (the raw id is never stored), holder label, fencing
+token, remaining time. Never an owner token.";
+
 const DOCTOR_EXIT_STATUS_HELP: &str = "\
 Exit status:
   0     leases work for this user (warnings, if any, say what a setting risks)
@@ -147,6 +156,11 @@ enum Command {
     /// (never an owner token).
     #[command(after_help = INSPECT_EXIT_STATUS_HELP)]
     Inspect(inspect::InspectArgs),
+    /// List the leases held in the namespace (every purpose, or --purpose): resource
+    /// digest, holder, fencing token, remaining time. A bounded SCAN, on every primary of
+    /// a Cluster; read only.
+    #[command(after_help = LIST_EXIT_STATUS_HELP)]
+    List(list::ListArgs),
     /// Check that Redis can hold leases for this user (connect, version, ACL: scripts,
     /// keys, PUBLISH, SUBSCRIBE) and say what its eviction, persistence and replicas mean
     /// for a held lease. It takes and releases a throwaway lease (purpose `doctor`).
@@ -206,7 +220,7 @@ fn main() -> ExitCode {
             Ok(keeper) => Some(keeper),
             Err(e) => return ExitCode::from(fail(format!("cannot start the process keeper: {e}"))),
         },
-        Command::Inspect(_) | Command::Doctor(_) => None,
+        Command::Inspect(_) | Command::List(_) | Command::Doctor(_) => None,
     };
     init_logging(cli.log_format, cli.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -222,6 +236,7 @@ fn main() -> ExitCode {
             (Command::Run(args), Some(keeper)) => run::run(args, keeper).await,
             (Command::Run(_), None) => fail("internal error: no process keeper"),
             (Command::Inspect(args), _) => inspect::inspect(args).await,
+            (Command::List(args), _) => list::list(args).await,
             (Command::Doctor(args), _) => doctor::doctor(args).await,
         }
     });

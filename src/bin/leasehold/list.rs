@@ -1,0 +1,72 @@
+//! `leasehold list`: the leases held in a namespace — purpose, resource digest, holder,
+//! fencing token and remaining time. What an operator asks first during an incident.
+
+use clap::Args;
+use leasehold::{HolderLabel, ListOutcome, Purpose};
+
+use crate::config::{self, Connection};
+use crate::fail;
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    connection: Connection,
+    /// Only the leases for this purpose [default: every purpose].
+    #[arg(long, value_parser = config::parse_purpose)]
+    purpose: Option<Purpose>,
+    /// List at most this many leases (1 ..= 1000000); a line on stderr says when more
+    /// were held.
+    #[arg(long, default_value_t = 10_000, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    limit: u32,
+    /// Print one JSON object: {"leases":[{"purpose":…,"resource":"sha256:…",
+    /// "fencing_token":…,"remaining_ms":…,"holder":…},…],"truncated":false}.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn list(args: ListArgs) -> u8 {
+    let (client, server) = match args.connection.client(None) {
+        Ok(c) => c,
+        Err(message) => return fail(message),
+    };
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    let (leases, truncated) = match client.list(args.purpose.as_ref(), limit).await {
+        Ok(ListOutcome::Listed { leases, truncated }) => (leases, truncated),
+        Ok(ListOutcome::Unavailable { detail }) => return fail(server.explain(&detail)),
+        Err(e) => return fail(e),
+    };
+    if args.json {
+        let rows: Vec<_> = leases
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "purpose": l.purpose.as_str(),
+                    "resource": l.resource.to_string(),
+                    "fencing_token": l.token.get(),
+                    "remaining_ms": u64::try_from(l.remaining.as_millis()).unwrap_or(u64::MAX),
+                    "holder": l.holder.as_ref().map(HolderLabel::as_str),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "leases": rows, "truncated": truncated })
+        );
+    } else {
+        for l in &leases {
+            println!(
+                "{} {} holder={} fencing_token={} remaining={}",
+                l.purpose,
+                l.resource,
+                l.holder.as_ref().map_or("-", HolderLabel::as_str),
+                l.token,
+                humantime::format_duration(l.remaining)
+            );
+        }
+    }
+    if truncated {
+        say!("more than {limit} leases are held; raise --limit to see them all");
+    }
+    0
+}
