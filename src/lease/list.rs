@@ -11,7 +11,7 @@ use futures_util::StreamExt as _;
 
 use crate::backend::FailureDetail;
 use crate::error::LeaseError;
-use crate::lease::{InspectOutcome, LeaseClient};
+use crate::lease::LeaseClient;
 use crate::protocol::{FencingToken, HolderLabel, Purpose, ResourceDigest};
 
 /// Leases read at once while listing: the batcher sends them together.
@@ -115,17 +115,8 @@ impl LeaseClient {
             .buffer_unordered(READS_AT_ONCE);
         let mut leases = Vec::new();
         while let Some((purpose, resource, outcome)) = reads.next().await {
-            match outcome {
-                InspectOutcome::HeldByOther {
-                    remaining,
-                    token,
-                    holder,
-                }
-                | InspectOutcome::HeldByAttempt {
-                    remaining,
-                    token,
-                    holder,
-                } => leases.push(ListedLease {
+            match outcome.into_held() {
+                Ok(Some((remaining, token, holder))) => leases.push(ListedLease {
                     purpose,
                     resource,
                     token,
@@ -133,9 +124,8 @@ impl LeaseClient {
                     remaining,
                 }),
                 // Expired or released since the scan.
-                InspectOutcome::Absent => {}
-                InspectOutcome::Unavailable { detail }
-                | InspectOutcome::Indeterminate { detail } => {
+                Ok(None) => {}
+                Err(detail) => {
                     return Ok(ListOutcome::Unavailable { detail });
                 }
             }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::backend::{FailureDetail, ReleaseNotices};
 use crate::error::LeaseError;
-use crate::lease::{InspectOutcome, LeaseClient};
+use crate::lease::LeaseClient;
 use crate::protocol::limits::OBSERVE_POLL;
 use crate::protocol::{Attempt, FencingToken, HolderLabel, Purpose, ResourceDigest};
 
@@ -245,31 +245,20 @@ impl Reader {
 
     async fn read(&self) -> ResourceHolder {
         let sent = Instant::now();
-        match self
+        let read = self
             .client
             .inspect(&self.purpose, &self.resource, &self.attempt)
-            .await
-        {
-            InspectOutcome::HeldByOther {
-                remaining,
-                token,
-                holder,
-            }
-            | InspectOutcome::HeldByAttempt {
-                remaining,
-                token,
-                holder,
-            } => ResourceHolder::Held {
+            .await;
+        match read.into_held() {
+            Ok(Some((remaining, token, holder))) => ResourceHolder::Held {
                 token,
                 holder,
                 expires_at: sent + remaining,
             },
-            InspectOutcome::Absent => ResourceHolder::Free,
-            InspectOutcome::Unavailable { detail } | InspectOutcome::Indeterminate { detail } => {
-                ResourceHolder::Unknown {
-                    detail: Some(detail),
-                }
-            }
+            Ok(None) => ResourceHolder::Free,
+            Err(detail) => ResourceHolder::Unknown {
+                detail: Some(detail),
+            },
         }
     }
 }

@@ -202,7 +202,29 @@ pub enum InspectOutcome {
     },
 }
 
+/// What a read of a held lease says: remaining time, token, holder label.
+pub(crate) type Held = (Duration, FencingToken, Option<HolderLabel>);
+
 impl InspectOutcome {
+    /// The holding, whoever holds it; `None` when absent; the detail when nothing is
+    /// known — what every reader of another's lease (observe, list) wants.
+    pub(crate) fn into_held(self) -> Result<Option<Held>, FailureDetail> {
+        match self {
+            Self::HeldByAttempt {
+                remaining,
+                token,
+                holder,
+            }
+            | Self::HeldByOther {
+                remaining,
+                token,
+                holder,
+            } => Ok(Some((remaining, token, holder))),
+            Self::Absent => Ok(None),
+            Self::Unavailable { detail } | Self::Indeterminate { detail } => Err(detail),
+        }
+    }
+
     /// snake_case name for logs, metrics and the CLI.
     pub fn as_str(&self) -> &'static str {
         match self {
