@@ -30,7 +30,7 @@
 //!
 //! | layer | module | may import |
 //! |---|---|---|
-//! | cli | the `leasehold` binary (`run`, `inspect`), feature `cli` | runtime, lease core |
+//! | cli | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`), feature `cli` | runtime, lease core |
 //! | runtime | [`runtime`]: [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core |
 //! | lease core | [`lease`]: [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | backend, protocol |
 //! | backend | [`backend`]: [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol |
@@ -55,6 +55,20 @@
 //! [`spawn_under_lease`](runtime::LeaseRuntime::spawn_under_lease) runs a worker actor,
 //! which receives a typed [`LeaseCancelled`](runtime::LeaseCancelled) message and can be
 //! part of a supervision tree.
+//!
+//! # Running inside a service
+//!
+//! * **Supervision tree.** [`supervise_linked`](runtime::LeaseRuntime::supervise_linked)
+//!   runs a [`LeaseSupervisor`](runtime::LeaseSupervisor) (leader election: one job kept
+//!   running under one lease across losses) as a child of the application's own supervisor
+//!   actor; its failure reaches that supervisor, and stopping it stops the term and
+//!   releases the lease. Its memory does not grow with its terms.
+//! * **Drain on SIGTERM.** [`LeaseRuntime::shutdown`](runtime::LeaseRuntime::shutdown)
+//!   cancels every job, waits for them within a grace period, releases every lease (waiters
+//!   elsewhere wake on the release notice) and refuses new ones; example `drain_on_sigterm`.
+//! * **Observing the leader.** [`LeaseClient::observe`] reports who holds a resource —
+//!   its token and [`HolderLabel`] — each time that changes; [`LeaseClient::list`] (and
+//!   `leasehold list`) shows every lease held in a namespace; example `leader`.
 //!
 //! # Quickstart
 //!
