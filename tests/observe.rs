@@ -61,10 +61,13 @@ async fn every_change_of_holder_is_reported_on_its_notice(h: Harness) {
         ResourceHolder::Free
     );
     let mut tokens = Vec::new();
+    let mut waits = Vec::new();
     for round in 0..3 {
         for name in ["node-a", "node-b"] {
             let mut lease = acquired(&h.client, &request(&h.client, name, HOUR)).await;
+            let acquired_at = std::time::Instant::now();
             let seen = next(&mut observer, "an acquisition").await;
+            waits.push(acquired_at.elapsed());
             assert_eq!(
                 held_by(&seen),
                 (Some(lease.token()), Some(name.to_owned())),
@@ -72,10 +75,19 @@ async fn every_change_of_holder_is_reported_on_its_notice(h: Harness) {
             );
             tokens.push(lease.token());
             assert_eq!(lease.release().await, ReleaseOutcome::Released);
+            let released_at = std::time::Instant::now();
             assert_eq!(next(&mut observer, "a release").await, ResourceHolder::Free);
+            waits.push(released_at.elapsed());
         }
     }
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    waits.sort();
+    println!(
+        "measured: {} observer reported each change {:?} (median) .. {:?} (max) after it",
+        h.name(),
+        waits[waits.len() / 2],
+        waits[waits.len() - 1]
+    );
     assert_eq!(observer.current(), ResourceHolder::Free);
 }
 
