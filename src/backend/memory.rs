@@ -113,6 +113,15 @@ impl Store {
         self.leases.get_mut(key)
     }
 
+    /// One subscription to every channel of `channels`.
+    fn subscribe<const N: usize>(&mut self, channels: [String; N]) -> ReleaseNotices {
+        let (tx, rx) = mpsc::channel(1);
+        for channel in channels {
+            self.watchers.entry(channel).or_default().push(tx.clone());
+        }
+        ReleaseNotices::from_channel(rx)
+    }
+
     fn notify(&mut self, channel: &str) {
         if let Some(senders) = self.watchers.get_mut(channel) {
             // Full means a notice is already pending: coalescing is the contract.
@@ -260,7 +269,10 @@ impl LeaseBackend for MemoryBackend {
                     expires_at: now + ttl,
                 },
             );
-            store.notify(&keys.acquire_channel());
+            if !store.watchers.is_empty() {
+                // The channel's name is made only when someone may listen.
+                store.notify(&keys.acquire_channel());
+            }
             AcquireReply::Acquired {
                 ttl,
                 token: FencingToken::new(token),
@@ -359,13 +371,7 @@ impl LeaseBackend for MemoryBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.run(timeout, move |store, _| {
-            let (tx, rx) = mpsc::channel(1);
-            store
-                .watchers
-                .entry(keys.release_channel.clone())
-                .or_default()
-                .push(tx);
-            ReleaseNotices::from_channel(rx)
+            store.subscribe([keys.release_channel.clone()])
         })
     }
 
@@ -394,11 +400,7 @@ impl LeaseBackend for MemoryBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.run(timeout, move |store, _| {
-            let (tx, rx) = mpsc::channel(1);
-            for channel in [keys.release_channel.clone(), keys.acquire_channel()] {
-                store.watchers.entry(channel).or_default().push(tx.clone());
-            }
-            ReleaseNotices::from_channel(rx)
+            store.subscribe([keys.release_channel.clone(), keys.acquire_channel()])
         })
     }
 }

@@ -196,15 +196,11 @@ impl Reader {
                 ResourceHolder::Held { expires_at, .. } => Some(*expires_at + EXPIRY_GRACE),
                 _ => None,
             };
+            // The same holding keeps its newest expiry but tells nobody.
             tx.send_if_modified(|current| {
-                if *current == read {
-                    // The same holding: keep its newest expiry, tell nobody.
-                    *current = read;
-                    false
-                } else {
-                    *current = read;
-                    true
-                }
+                let changed = *current != read;
+                *current = read;
+                changed
             });
             let wake = expiry.map_or(Instant::now() + self.poll, |at| {
                 at.min(Instant::now() + self.poll)

@@ -25,26 +25,22 @@ fn runtime() -> (LeaseRuntime, MemoryBackend) {
 }
 
 fn request(client: &LeaseClient, wait: Duration) -> LeaseRequest {
-    LeaseRequest::builder(
-        Purpose::new("leader").unwrap(),
-        ResourceDigest::of("scheduler"),
-        client.new_attempt("candidate").unwrap(),
-    )
-    .ttl(TTL)
-    .wait_timeout(wait)
-    .build()
-    .unwrap()
+    request_for(client, TTL, wait)
 }
 
 /// As [`request`], with a TTL a real server's command timeout leaves room in (30 s: a
 /// lease left held would outlast the test's wait).
 fn redis_request(client: &LeaseClient, wait: Duration) -> LeaseRequest {
+    request_for(client, Duration::from_secs(30), wait)
+}
+
+fn request_for(client: &LeaseClient, ttl: Duration, wait: Duration) -> LeaseRequest {
     LeaseRequest::builder(
         Purpose::new("leader").unwrap(),
         ResourceDigest::of("scheduler"),
         client.new_attempt("candidate").unwrap(),
     )
-    .ttl(Duration::from_secs(30))
+    .ttl(ttl)
     .wait_timeout(wait)
     .build()
     .unwrap()
