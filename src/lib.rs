@@ -70,6 +70,33 @@
 //!   its token and [`HolderLabel`] — each time that changes; [`LeaseClient::list`] (and
 //!   `leasehold list`) shows every lease held in a namespace; example `leader`.
 //!
+//! # Feature flags
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tls` | yes | `rediss://` URLs, over rustls with the ring provider |
+//! | `cli` | no | the `leasehold` binary (`cargo install leasehold --features cli`) and what only it needs: clap, the log formatter, the Prometheus exporter |
+//! | `fuzzing` | no | not for users, no stability promise: the script-reply decoders for the fuzz targets |
+//!
+//! The library itself needs tokio's `rt`, `time`, `sync` and `macros`; the application
+//! chooses its runtime flavour.
+//!
+//! # Examples
+//!
+//! Each runs in memory, or on Redis with `LEASEHOLD_REDIS_URL=redis://…`
+//! (`cargo run --example NAME`):
+//!
+//! * `quickstart`: acquire a lease, renew it, use its fencing token, release it.
+//! * `supervised_job`: a worker actor under a lease; a waiter takes over when the lease is
+//!   deleted behind the holder's back.
+//! * `leader`: three candidates elect a leader, hand over on step-down, and an observer
+//!   names each leader.
+//! * `fenced_write`: a stale holder's write refused by the fencing token at the target.
+//! * `drain_on_sigterm`: a service drains its partitions on SIGTERM and its successor takes
+//!   them over at once.
+//! * `observed_worker` (feature `cli`, for the exporter): metrics of a lease through a
+//!   fault, scraped as Prometheus text.
+//!
 //! # Quickstart
 //!
 //! ```
@@ -99,6 +126,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 mod error;

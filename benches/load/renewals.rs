@@ -126,7 +126,7 @@ pub(crate) async fn renewals(env: Env, n: usize) {
         quantiles_us(latencies)
     };
     let rss_per_lease = (rss_after as f64 - rss_before as f64) * 1024.0 / n as f64;
-    let workload = if n % 1000 == 0 {
+    let workload = if n.is_multiple_of(1000) {
         format!("R{}k", n / 1000)
     } else {
         format!("R{n}")

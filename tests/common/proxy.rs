@@ -392,10 +392,10 @@ fn read_loop(shared: &Shared, conn: &Conn, dir: Direction, tx: &mpsc::Sender<(In
             Ok(n) => {
                 let now = Instant::now();
                 let mode = *lock(&shared.mode);
-                if let Some(delay) = mode.action(dir) {
-                    if tx.send((now + delay, buf[..n].to_vec())).is_err() {
-                        return;
-                    }
+                if let Some(delay) = mode.action(dir)
+                    && tx.send((now + delay, buf[..n].to_vec())).is_err()
+                {
+                    return;
                 }
             }
             Err(e) if is_retry(&e) => {}

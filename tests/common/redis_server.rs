@@ -95,11 +95,9 @@ impl RedisServer {
     fn launch(persistent: bool, tls: bool) -> RedisServer {
         let binary = find_binary();
         let dir = make_temp_dir("redis");
-        if tls {
-            if let Err(msg) = make_self_signed_cert(&dir.join(TLS_DIR)) {
-                let _ = std::fs::remove_dir_all(&dir);
-                panic!("{msg}");
-            }
+        if tls && let Err(msg) = make_self_signed_cert(&dir.join(TLS_DIR)) {
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("{msg}");
         }
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
