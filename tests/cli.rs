@@ -328,9 +328,13 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
     fields.sort_unstable();
     assert_eq!(
         fields,
-        ["fencing_token", "held", "holder", "remaining_ms"],
+        ["fencing_token", "held", "holder", "key", "remaining_ms"],
         "{value}"
     );
+    // The key an operator deletes to take the lease away (README: breaking a stuck lease).
+    let key = keys_of("inspected").lease;
+    assert_eq!(value["key"].as_str(), Some(key.as_str()), "{value}");
+    assert!(lease_keys(&server).contains(&key), "{value}");
     let label = value["holder"].as_str().expect("holder: a string");
     assert!(label.ends_with(&format!(":{pid}")), "{value}");
     assert_eq!(value["held"], serde_json::json!(true));
@@ -352,7 +356,7 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
     free.assert_code(1, "inspect --json (free)");
     let value: serde_json::Value = serde_json::from_str(free.stdout.trim())
         .unwrap_or_else(|e| panic!("not JSON: {e}: {:?}", free.stdout));
-    assert_eq!(value, serde_json::json!({ "held": false }));
+    assert_eq!(value, serde_json::json!({ "held": false, "key": key }));
 
     let mut cmd = bare();
     cmd.args([

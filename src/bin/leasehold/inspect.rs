@@ -10,8 +10,9 @@ use crate::{Common, fail, status};
 pub(crate) struct InspectArgs {
     #[command(flatten)]
     common: Common,
-    /// Print one JSON object: {"held":true,"remaining_ms":…,"fencing_token":…,"holder":…}
-    /// (holder null when the lease carries no label) or {"held":false}.
+    /// Print one JSON object: {"held":true,"key":…,"remaining_ms":…,"fencing_token":…,
+    /// "holder":…} (holder null when the lease carries no label) or {"held":false,"key":…}.
+    /// `key` is the lease's Redis key: deleting it takes the lease away from its holder.
     #[arg(long)]
     json: bool,
 }
@@ -51,14 +52,16 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         }
     };
     if args.json {
+        let key = client.keys(args.common.purpose(), &resource).lease;
         let value = match held {
             Some((remaining, token, ref holder)) => serde_json::json!({
                 "held": true,
+                "key": key,
                 "remaining_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
                 "fencing_token": token.get(),
                 "holder": holder.as_ref().map(HolderLabel::as_str),
             }),
-            None => serde_json::json!({ "held": false }),
+            None => serde_json::json!({ "held": false, "key": key }),
         };
         println!("{value}");
     } else {
