@@ -216,7 +216,9 @@ fn proxy_drop_requests_and_black_hole_never_reach_redis() {
 
 #[test]
 fn proxy_delay_holds_each_direction() {
-    const D: Duration = Duration::from_millis(200);
+    // Long enough that each bound below leaves a whole D for a starved scheduler: what is
+    // told apart is 2·D from 4·D (serialised), not 2·D from 2·D plus a quiet machine.
+    const D: Duration = Duration::from_millis(500);
     let server = RedisServer::start();
     let proxy = Proxy::start(server.addr());
     let mut conn = connect(&proxy.url(), Duration::from_secs(5));
@@ -230,7 +232,7 @@ fn proxy_delay_holds_each_direction() {
     assert!(round_trip < 2 * D + D, "round trip took {round_trip:?}");
 
     // Chunks are queued with timestamps, not serialised: two requests sent
-    // 20 ms apart both get their replies after about 2 * D + 20 ms.
+    // 20 ms apart both get their replies after about 2 * D + 20 ms (serialised: 4 * D).
     let mut raw = TcpStream::connect(proxy.addr()).unwrap();
     raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let start = Instant::now();
@@ -247,10 +249,7 @@ fn proxy_delay_holds_each_direction() {
     assert_eq!(got, b"+PONG\r\n+PONG\r\n");
     let both = start.elapsed();
     assert!(both >= 2 * D, "took {both:?}");
-    assert!(
-        both < 2 * D + D / 2,
-        "took {both:?}: chunks were serialised"
-    );
+    assert!(both < 3 * D, "took {both:?}: chunks were serialised");
 
     // Back to Pass: no delay any more.
     proxy.set_mode(ProxyMode::Pass);

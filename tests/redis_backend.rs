@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use common::backends::redis_settings;
+use common::backends::{LONG_TIMEOUT, long_timeouts, redis_settings};
 use common::fault::FaultLine;
 use common::leases::acquired;
 use common::{Proxy, ProxyMode, RedisServer};
@@ -37,7 +37,7 @@ async fn closed_port_is_unavailable_without_waiting_for_a_timeout() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.addr());
     proxy.stop_listening();
-    let client = LeaseClient::redis(&proxy.url(), redis_settings()).unwrap();
+    let client = LeaseClient::redis(&proxy.url(), long_timeouts()).unwrap();
     let req = request(&client, "r");
     let started = Instant::now();
     let outcome = client.try_acquire(&req).await.unwrap();
@@ -64,8 +64,8 @@ async fn closed_port_is_unavailable_without_waiting_for_a_timeout() {
         "{outcome:?}"
     );
     assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "refusal must be fast"
+        took < LONG_TIMEOUT / 2,
+        "refusal waited out a timeout: {took:?}"
     );
     assert!(!lease_exists(
         &server,

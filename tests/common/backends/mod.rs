@@ -87,6 +87,18 @@ pub fn redis_settings() -> LeaseSettings {
     LeaseSettings::default().with_command_timeout(Duration::from_secs(2))
 }
 
+/// Connect and command timeouts far longer than an answer takes even on a starved machine,
+/// for tests that show something does not wait for a timeout: their bound is a fraction of
+/// this, so "fast" means "no timeout was waited out", not "the machine was quiet".
+pub const LONG_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// [`redis_settings`] with both timeouts [`LONG_TIMEOUT`].
+pub fn long_timeouts() -> LeaseSettings {
+    redis_settings()
+        .with_connect_timeout(LONG_TIMEOUT)
+        .with_command_timeout(LONG_TIMEOUT)
+}
+
 impl Harness {
     /// MemoryBackend with default settings; use under `start_paused = true`.
     pub fn memory() -> Self {
