@@ -184,13 +184,4 @@ impl Floor {
             .expect("floor release script");
         assert_eq!(deleted, 1, "floor release of {key} deleted nothing");
     }
-
-    pub(crate) async fn cycle(&mut self, key: &str) {
-        let token = self.token();
-        assert!(
-            self.try_lock(key, &token).await,
-            "floor SET NX of fresh key {key} refused"
-        );
-        self.unlock(key, &token).await;
-    }
 }

@@ -21,6 +21,8 @@ impl Env {
 pub(crate) async fn core(env: Env) {
     let client = env.client();
     let mut floor = Floor::new(&env).await;
+    let peers = Peers::new(&env).await;
+    let (rs, arl) = (&peers.rslock, &peers.async_redis_lock);
     let mut info = env.connection().await;
     // Warm up: connections made and scripts loaded before anything is timed.
     for i in 0..50 {
@@ -38,38 +40,63 @@ pub(crate) async fn core(env: Env) {
         floor.cycle(&format!("floor:{}:warm:{i}", env.run)).await;
     }
 
-    // W1: 2 s each in 250 ms slices (quick: 0.3 s).
+    // Each workload runs leasehold, the floor and the peers in alternating slices, so all
+    // see the same background load. W1: 2 s each in 250 ms slices (quick: 0.3 s).
     let s = env.slicing((3, 100), (8, 250));
-    let (mut f, mut l) = (Part::default(), Part::default());
+    let mut parts = Parts::default();
     for k in 0..s.slices {
-        f.add(w1_floor(&env, &floor, &mut info, s.slice, k).await);
-        l.add(w1_lease(&env, &client, &mut info, s.slice, k).await);
+        parts
+            .floor
+            .add(w1_baseline(&env, &floor, &mut info, s.slice, k).await);
+        parts
+            .rslock
+            .add(w1_baseline(&env, rs, &mut info, s.slice, k).await);
+        parts
+            .arl
+            .add(w1_baseline(&env, arl, &mut info, s.slice, k).await);
+        parts
+            .lease
+            .add(w1_lease(&env, &client, &mut info, s.slice, k).await);
     }
-    let ratio_w1 = ratio(l.ops_per_s(), f.ops_per_s());
-    cycle_row(&env, "floor-W1", f, None, Some(1.0)).print();
-    cycle_row(&env, "W1", l, None, ratio_w1).print();
+    parts.cycle_rows(&env, "W1", None);
 
     // W2: 10 s each in 1 s slices (quick: 1 s).
     let s = env.slicing((2, 500), (10, 1000));
-    let (mut f, mut l) = (Part::default(), Part::default());
+    let mut parts = Parts::default();
     for k in 0..s.slices {
-        f.add(w2_floor(&env, &floor, &mut info, s.slice, k).await);
-        l.add(w2_lease(&env, &client, &mut info, s.slice, k).await);
+        parts
+            .floor
+            .add(w2_baseline(&env, &floor, &mut info, s.slice, k).await);
+        parts
+            .rslock
+            .add(w2_baseline(&env, rs, &mut info, s.slice, k).await);
+        parts
+            .arl
+            .add(w2_baseline(&env, arl, &mut info, s.slice, k).await);
+        parts
+            .lease
+            .add(w2_lease(&env, &client, &mut info, s.slice, k).await);
     }
-    let ratio_w2 = ratio(l.ops_per_s(), f.ops_per_s());
-    cycle_row(&env, "floor-W2", f, Some(W2_TASKS), Some(1.0)).print();
-    cycle_row(&env, "W2", l, Some(W2_TASKS), ratio_w2).print();
+    parts.cycle_rows(&env, "W2", Some(W2_TASKS));
 
     // W3: 2 s each in 500 ms slices (quick: 0.5 s).
     let s = env.slicing((2, 250), (4, 500));
-    let (mut f, mut l) = (Part::default(), Part::default());
+    let mut parts = Parts::default();
     for k in 0..s.slices {
-        f.add(w3_floor(&env, &floor, &mut info, s.slice, k).await);
-        l.add(w3_lease(&env, &client, &mut info, s.slice, k).await);
+        parts
+            .floor
+            .add(w3_baseline(&env, &floor, &mut info, s.slice, k).await);
+        parts
+            .rslock
+            .add(w3_baseline(&env, rs, &mut info, s.slice, k).await);
+        parts
+            .arl
+            .add(w3_baseline(&env, arl, &mut info, s.slice, k).await);
+        parts
+            .lease
+            .add(w3_lease(&env, &client, &mut info, s.slice, k).await);
     }
-    let ratio_w3 = ratio(l.ops_per_s(), f.ops_per_s());
-    contention_row(&env, "floor-W3", f, Some(1.0)).print();
-    contention_row(&env, "W3", l, ratio_w3).print();
+    parts.contention_rows(&env, "W3");
 
     let ping = ping(&env, &floor, &mut info).await;
     ping.print();
@@ -91,6 +118,62 @@ pub(crate) fn field_of_row(row: &Row, name: &str) -> f64 {
         .find(|(k, _)| *k == name)
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(f64::NAN)
+}
+
+/// One workload's parts: leasehold's, the floor's and each peer's, added up over its slices.
+#[derive(Default)]
+pub(crate) struct Parts {
+    pub(crate) lease: Part,
+    pub(crate) floor: Part,
+    pub(crate) rslock: Part,
+    pub(crate) arl: Part,
+}
+
+impl Parts {
+    /// `ratio_to_rslock` and `ratio_to_async_redis_lock` of leasehold's row: its rate over
+    /// each peer's (> 1: leasehold does more per second).
+    fn peer_ratios(&self) -> [(&'static str, String); 2] {
+        let lease = self.lease.ops_per_s();
+        let text = |r: Option<f64>| r.map_or("na".to_owned(), |r| format!("{r:.3}"));
+        [
+            (
+                "ratio_to_rslock",
+                text(ratio(lease, self.rslock.ops_per_s())),
+            ),
+            (
+                "ratio_to_async_redis_lock",
+                text(ratio(lease, self.arl.ops_per_s())),
+            ),
+        ]
+    }
+
+    /// The rows of a lock-cycle workload (W1, W2): the floor, each peer, then leasehold.
+    pub(crate) fn cycle_rows(self, env: &Env, workload: &str, tasks: Option<usize>) {
+        self.print_rows(workload, |name, part, ratio_to_floor| {
+            cycle_row(env, name, part, tasks, ratio_to_floor)
+        });
+    }
+
+    /// The rows of a contention workload (W3): the floor, each peer, then leasehold.
+    pub(crate) fn contention_rows(self, env: &Env, workload: &str) {
+        self.print_rows(workload, |name, part, ratio_to_floor| {
+            contention_row(env, name, part, ratio_to_floor)
+        });
+    }
+
+    fn print_rows(self, workload: &str, row: impl Fn(&str, Part, Option<f64>) -> Row) {
+        let peer_ratios = self.peer_ratios();
+        let floor = self.floor.ops_per_s();
+        let to_floor = |part: &Part| ratio(part.ops_per_s(), floor);
+        let (rs, arl) = (to_floor(&self.rslock), to_floor(&self.arl));
+        let lease = to_floor(&self.lease);
+        row(&format!("floor-{workload}"), self.floor, Some(1.0)).print();
+        row(&format!("rslock-{workload}"), self.rslock, rs).print();
+        row(&format!("async-redis-lock-{workload}"), self.arl, arl).print();
+        let mut leasehold = row(workload, self.lease, lease);
+        leasehold.extra.extend(peer_ratios);
+        leasehold.print();
+    }
 }
 
 pub(crate) fn cycle_row(
@@ -121,20 +204,19 @@ pub(crate) fn cycle_row(
     )
 }
 
-/// W1 floor slice: one task, SET NX PX → owner-checked DEL on distinct keys.
-pub(crate) async fn w1_floor(
+/// W1 baseline slice: one task, lock → unlock on distinct keys.
+pub(crate) async fn w1_baseline<B: Baseline>(
     env: &Env,
-    floor: &Floor,
+    base: &B,
     info: &mut MultiplexedConnection,
     d: Duration,
     slice: usize,
 ) -> Part {
-    let mut floor = floor.clone();
+    let mut base = base.clone();
     with_cpu(info, async {
         timed_until!(Instant::now() + d, |i, _lap| {
-            floor
-                .cycle(&format!("floor:{}:w1:{slice}:{i}", env.run))
-                .await;
+            let key = format!("{}:{}:w1:{slice}:{i}", base.name(), env.run);
+            base.cycle(&key).await;
             Step::Done
         })
     })
@@ -162,21 +244,22 @@ pub(crate) async fn w1_lease(
 
 pub(crate) const W2_TASKS: usize = 64;
 
-pub(crate) async fn w2_floor(
+/// W2 baseline slice: 64 tasks, each doing W1 on its own keys.
+pub(crate) async fn w2_baseline<B: Baseline>(
     env: &Env,
-    floor: &Floor,
+    base: &B,
     info: &mut MultiplexedConnection,
     d: Duration,
     slice: usize,
 ) -> Part {
-    timed_tasks(info, W2_TASKS, d, "floor-W2", |task, deadline| {
-        let mut floor = floor.clone();
+    let what = format!("{}-W2", base.name());
+    timed_tasks(info, W2_TASKS, d, &what, |task, deadline| {
+        let mut base = base.clone();
         let run = env.run.clone();
         tokio::spawn(async move {
             timed_until!(deadline, |i, _lap| {
-                floor
-                    .cycle(&format!("floor:{run}:w2:{slice}:{task}:{i}"))
-                    .await;
+                let key = format!("{}:{run}:w2:{slice}:{task}:{i}", base.name());
+                base.cycle(&key).await;
                 Step::Done
             })
         })
@@ -208,30 +291,30 @@ pub(crate) async fn w2_lease(
 
 pub(crate) const W3_TASKS: usize = 16;
 
-/// W3 floor slice: 16 tasks, one `SET NX PX` per iteration on one key; the winner deletes
-/// (owner-checked) at once. Only the try is timed.
-pub(crate) async fn w3_floor(
+/// W3 baseline slice: 16 tasks, one try per iteration on one key (for the floor a `SET NX
+/// PX`); the winner unlocks at once. Only the try is timed.
+pub(crate) async fn w3_baseline<B: Baseline>(
     env: &Env,
-    floor: &Floor,
+    base: &B,
     info: &mut MultiplexedConnection,
     d: Duration,
     slice: usize,
 ) -> Part {
-    let key: Arc<str> = format!("floor:{}:w3:{slice}", env.run).into();
-    timed_tasks(info, W3_TASKS, d, "floor-W3", |_, deadline| {
-        let mut floor = floor.clone();
+    let key: Arc<str> = format!("{}:{}:w3:{slice}", base.name(), env.run).into();
+    let what = format!("{}-W3", base.name());
+    timed_tasks(info, W3_TASKS, d, &what, |_, deadline| {
+        let mut base = base.clone();
         let key = key.clone();
         tokio::spawn(async move {
-            let mut token = floor.token();
             timed_until!(deadline, |_i, lap| {
-                let won = floor.try_lock(&key, &token).await;
+                let held = base.try_lock_once(&key).await;
                 lap.stop();
-                if won {
-                    floor.unlock(&key, &token).await;
-                    token = floor.token();
-                    Step::Done
-                } else {
-                    Step::Refused
+                match held {
+                    Some(held) => {
+                        base.unlock_held(held).await;
+                        Step::Done
+                    }
+                    None => Step::Refused,
                 }
             })
         })

@@ -1,14 +1,16 @@
 //! Load benchmark: leasehold against a real redis-server, next to the cheapest correct lock
-//! cycle done with the raw `redis` crate ("floor"), under both tokio flavours
+//! cycle done with the raw `redis` crate ("floor") and the lock crates a Rust user would
+//! otherwise pick (rslock, async-redis-lock: `peers`), under both tokio flavours
 //! (`current_thread`, and `multi_thread` with 2 workers; both built by hand).
 //!
 //! Files: this one runs the children and prints; `children` what every child shares (the
-//! environment, one lease cycle, the raw-redis floor); `core` W1, W2, W3 and PING;
+//! environment, one lease cycle, the raw-redis floor); `peers` the floor and the peer crates
+//! behind one `Baseline` trait; `core` W1, W2, W3 and PING;
 //! `handoff` H; `actors` A; `renewals` R<n>; `measure` and `probes` the measuring; the
 //! redis-server is the tests' own harness (`tests/common/redis_server.rs`).
 //!
 //! ```sh
-//! cargo bench --bench load             # the full run (~3 minutes on 2 cores)
+//! cargo bench --bench load             # the full run (~4 minutes on 2 cores)
 //! cargo bench --bench load -- --quick  # CI smoke run (~15 s)
 //! ```
 //!
@@ -29,6 +31,11 @@
 //! The floor is `SET key token NX PX ttl`, then an owner-checked `DEL` (a Lua script by
 //! `EVALSHA`), on one multiplexed connection, like leasehold's.
 //!
+//! W1, W2 and W3 run the same workload on rslock 0.10 and async-redis-lock 0.4 too (rows
+//! `rslock-W…`, `async-redis-lock-W…`, one try per call, the same TTL), and leasehold's row
+//! carries `ratio_to_rslock` and `ratio_to_async_redis_lock`: its `ops_per_s` over theirs,
+//! > 1 when leasehold does more per second.
+//!
 //! * `W1` one task, sequential `acquire` → `release` on distinct keys (the request — digest,
 //!   fresh attempt, builder — is made inside the timed cycle); p50/p99 per cycle. 2 s.
 //! * `W2` 64 tasks doing the same, each on its own keys. 10 s (quick: 1 s).
@@ -46,7 +53,7 @@
 //!   = owner-checked `DEL` + `PUBLISH` in one script, then `SET NX` again). `ops_per_s` =
 //!   handoffs per second of handoff time.
 //! * `R<n>` n = 10k (quick: 1k) and 100k (not in quick; skipped, with the reason printed, if
-//!   it would not fit in memory or in the ~3 minute budget) leases held by
+//!   it would not fit in memory or in the ~4 minute budget) leases held by
 //!   `LeaseRuntime::spawn_under_lease` (an idle worker actor), 30 s TTL (quick: 4 s, so
 //!   renewals happen), for 2 renewal periods (`cadence_s`: ttl/3, or half-way to the
 //!   cancellation deadline if sooner — with the quick TTL and the 2 s command timeout as
@@ -109,6 +116,7 @@ mod children;
 mod core;
 mod handoff;
 mod measure;
+mod peers;
 mod probes;
 #[path = "../../tests/common/redis_server.rs"]
 #[allow(dead_code)]
@@ -120,6 +128,7 @@ use children::*;
 use core::*;
 use handoff::*;
 use measure::*;
+use peers::*;
 use probes::*;
 use redis_server::RedisServer;
 use renewals::*;
@@ -140,8 +149,8 @@ const FLOOR_RENEW_LUA: &str = "local held = redis.call('GET', KEYS[1]) \
      redis.call('PEXPIRE', KEYS[1], ARGV[2]) return {'RENEWED'}";
 /// TTL of the floor's and the W/H/A workloads' locks (they are released at once).
 const LOCK_TTL: Duration = Duration::from_secs(30);
-/// The whole non-quick run should stay under ~3 minutes; R100k is skipped past this.
-const FULL_RUN_BUDGET: Duration = Duration::from_secs(185);
+/// The whole non-quick run should stay under ~4 minutes; R100k is skipped past this.
+const FULL_RUN_BUDGET: Duration = Duration::from_secs(245);
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
