@@ -42,6 +42,18 @@ pub(crate) fn child_main(args: &[String]) {
                     .expect("renewal workload");
             });
         }
+        "renew-peer" => {
+            let n: usize = args
+                .get(4)
+                .and_then(|n| n.parse().ok())
+                .expect("lock count");
+            let peer = args.get(5).expect("peer name").clone();
+            runtime.block_on(async move {
+                tokio::spawn(async move { peer_renewals(env, n, &peer).await })
+                    .await
+                    .expect("peer renewal workload");
+            });
+        }
         other => panic!("unknown child role {other}"),
     }
     // Leftover background tasks (connection drivers) end with the runtime.

@@ -116,6 +116,7 @@ mod children;
 mod core;
 mod handoff;
 mod measure;
+mod peer_renewals;
 mod peers;
 mod probes;
 #[path = "../../tests/common/redis_server.rs"]
@@ -128,6 +129,7 @@ use children::*;
 use core::*;
 use handoff::*;
 use measure::*;
+use peer_renewals::*;
 use peers::*;
 use probes::*;
 use redis_server::RedisServer;
@@ -184,6 +186,25 @@ fn main() {
             .into_iter()
             .find(|l| l.starts_with("RESULT workload=R"))
             .expect("the renew child printed no RESULT line");
+        // The same n locks, TTL and cadence on each peer, each in a child of its own.
+        let mut peer_rows = Vec::new();
+        for peer in ["rslock", "async-redis-lock"] {
+            server.cmd(&["FLUSHALL"]);
+            let args = [
+                "renew-peer",
+                flavor,
+                &url,
+                &quick.to_string(),
+                &small.to_string(),
+                peer,
+            ];
+            let row = run_child(&args)
+                .into_iter()
+                .find(|l| l.starts_with("RESULT workload="))
+                .expect("the peer renew child printed no RESULT line");
+            peer_rows.push((peer, row));
+        }
+        r_peer_ratios(flavor, &line, &peer_rows);
         r_small.push((flavor.to_owned(), line));
     }
     // R100k takes ~35 s per flavour: multi_thread (the usual server set-up) first, then

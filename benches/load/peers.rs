@@ -58,7 +58,7 @@ impl Baseline for Floor {
 
 /// rslock 0.10: `LockManager` on the one server, one try per `lock`.
 #[derive(Clone)]
-pub(crate) struct Rslock(rslock::LockManager);
+pub(crate) struct Rslock(pub(crate) rslock::LockManager);
 
 impl Rslock {
     pub(crate) fn new(env: &Env) -> Self {
@@ -93,8 +93,8 @@ impl Baseline for Rslock {
 /// background every TTL/3 until released — its own renewal, as leasehold's actors do.
 #[derive(Clone)]
 pub(crate) struct AsyncRedisLock {
-    locker: async_redis_lock::Locker,
-    options: async_redis_lock::Options,
+    pub(crate) locker: async_redis_lock::Locker,
+    pub(crate) options: async_redis_lock::Options,
 }
 
 impl AsyncRedisLock {

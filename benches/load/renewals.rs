@@ -5,9 +5,8 @@ use super::*;
 /// Acquisitions in flight at once while the leases are taken (and releases at the end).
 pub(crate) const R_IN_FLIGHT: usize = 256;
 
-pub(crate) async fn renewals(env: Env, n: usize) {
-    let client = env.client();
-    let mut info = env.connection().await;
+/// R's TTL and renewal cadence, which the peers' R rows use too.
+pub(crate) fn r_schedule(env: &Env, client: &LeaseClient) -> (Duration, Duration) {
     let ttl = env.pick(Duration::from_secs(4), Duration::from_secs(30));
     let settings = client.settings();
     // The lease actor renews every `renew_every` from the previous renewal's start, or
@@ -15,7 +14,23 @@ pub(crate) async fn renewals(env: Env, n: usize) {
     // sooner: with the quick run's 4 s TTL and 2 s command timeout (= safety margin), that
     // is ~1 s, not ttl/3.
     let to_cancel = ttl - settings.drift_budget - settings.safety_margin();
-    let renew_every = settings.renew_every(ttl).min(to_cancel / 2);
+    (ttl, settings.renew_every(ttl).min(to_cancel / 2))
+}
+
+/// `R10k`, `R100k`, or `R<n>` when n is not whole thousands.
+pub(crate) fn r_workload(n: usize) -> String {
+    if n.is_multiple_of(1000) {
+        format!("R{}k", n / 1000)
+    } else {
+        format!("R{n}")
+    }
+}
+
+pub(crate) async fn renewals(env: Env, n: usize) {
+    let client = env.client();
+    let mut info = env.connection().await;
+    let settings = client.settings();
+    let (ttl, renew_every) = r_schedule(&env, &client);
     let window = renew_every * 2;
     let runtime = LeaseRuntime::new(client.clone()).with_max_leases(n + 16);
     // Warm up the connection, the scripts and the actor machinery.
@@ -126,11 +141,7 @@ pub(crate) async fn renewals(env: Env, n: usize) {
         quantiles_us(latencies)
     };
     let rss_per_lease = (rss_after as f64 - rss_before as f64) * 1024.0 / n as f64;
-    let workload = if n.is_multiple_of(1000) {
-        format!("R{}k", n / 1000)
-    } else {
-        format!("R{n}")
-    };
+    let workload = r_workload(n);
     let expected = n as f64 * window.as_secs_f64() / renew_every.as_secs_f64();
     env.row(
         &workload,

@@ -1,0 +1,181 @@
+//! The peer renew children: R<n> for rslock and async-redis-lock — n locks held, each
+//! extended on leasehold's cadence the way that crate's user does it, measured like
+//! leasehold's R (client and Redis CPU per renewal in a window of two periods, RSS per
+//! held lock).
+//!
+//! * async-redis-lock extends each lock itself, from a task it spawns per lock.
+//! * rslock does not renew: its user extends each lock from a task of their own
+//!   (`sleep(cadence)` then `LockManager::extend`), which is what runs here.
+
+use super::*;
+
+/// Renewals a peer made: its extension script calls (`EVALSHA`/`EVAL`, from `INFO
+/// commandstats`), between two readings.
+async fn script_calls(info: &mut MultiplexedConnection) -> u64 {
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(info)
+        .await
+        .expect("INFO commandstats");
+    text.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// The locks one peer holds, and how they end.
+enum Held {
+    Rslock {
+        manager: rslock::LockManager,
+        locks: Vec<(Arc<rslock::Lock>, tokio::task::JoinHandle<()>)>,
+    },
+    AsyncRedisLock(Vec<async_redis_lock::Lock>),
+}
+
+impl Held {
+    async fn acquire(env: &Env, peer: &str, n: usize, ttl: Duration, cadence: Duration) -> Self {
+        let key = |i: usize| format!("{peer}:{}:r:{i}", env.run);
+        match peer {
+            "rslock" => {
+                let Rslock(manager) = Rslock::new(env);
+                let mut locks = Vec::with_capacity(n);
+                for i in 0..n {
+                    let lock = manager
+                        .lock(key(i).as_bytes(), ttl)
+                        .await
+                        .unwrap_or_else(|e| panic!("rslock-R: lock: {e}"));
+                    let lock = Arc::new(lock);
+                    let (manager, held) = (manager.clone(), lock.clone());
+                    let renew = tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(cadence).await;
+                            if let Err(e) = manager.extend(&held, ttl).await {
+                                panic!("rslock-R: extend: {e}");
+                            }
+                        }
+                    });
+                    locks.push((lock, renew));
+                }
+                Held::Rslock { manager, locks }
+            }
+            "async-redis-lock" => {
+                let peer = AsyncRedisLock::new(env).await;
+                let options = peer.options.clone().ttl(ttl).extend(cadence);
+                let mut locks = Vec::with_capacity(n);
+                for i in 0..n {
+                    let lock = peer
+                        .locker
+                        .acquire_with_options(&options, key(i))
+                        .await
+                        .unwrap_or_else(|e| panic!("async-redis-lock-R: acquire: {e}"));
+                    locks.push(lock);
+                }
+                Held::AsyncRedisLock(locks)
+            }
+            other => panic!("unknown peer {other}"),
+        }
+    }
+
+    /// How many locks are known lost (async-redis-lock's flag; rslock panics instead).
+    fn lost(&self) -> usize {
+        match self {
+            Held::Rslock { .. } => 0,
+            Held::AsyncRedisLock(locks) => locks.iter().filter(|l| l.is_lost()).count(),
+        }
+    }
+
+    async fn release(self) {
+        match self {
+            Held::Rslock { manager, locks } => {
+                for (lock, renew) in locks {
+                    renew.abort();
+                    manager.unlock(&lock).await;
+                }
+            }
+            Held::AsyncRedisLock(locks) => {
+                for lock in locks {
+                    lock.release().await.expect("async-redis-lock-R: release");
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn peer_renewals(env: Env, n: usize, peer: &str) {
+    let mut info = env.connection().await;
+    let (ttl, cadence) = r_schedule(&env, &env.client());
+    let window = cadence * 2;
+    let rss_before = rss_kb();
+    let acquiring = Instant::now();
+    let held = Held::acquire(&env, peer, n, ttl, cadence).await;
+    let acquire_s = acquiring.elapsed().as_secs_f64();
+    let rss_after = rss_kb();
+
+    let calls_before = script_calls(&mut info).await;
+    let cpu = CpuMeter::start(&mut info).await;
+    let window_start = Instant::now();
+    tokio::time::sleep(window).await;
+    let window_s = window_start.elapsed().as_secs_f64();
+    let used = cpu.finish(&mut info).await;
+    // The two INFO calls themselves are not script calls.
+    let renewals = script_calls(&mut info).await - calls_before;
+    let (client_us, server_us) = used.per(renewals);
+    let lost = held.lost();
+    held.release().await;
+
+    let rss_per_lease = (rss_after as f64 - rss_before as f64) * 1024.0 / n as f64;
+    let expected = n as f64 * window.as_secs_f64() / cadence.as_secs_f64();
+    env.row(
+        &format!("{peer}-{}", r_workload(n)),
+        renewals as f64 / window_s,
+        (f64::NAN, f64::NAN),
+        ("ratio_to_floor", None),
+        vec![
+            ("leases", n.to_string()),
+            ("ttl_s", format!("{}", ttl.as_secs_f64())),
+            ("cadence_s", format!("{:.3}", cadence.as_secs_f64())),
+            ("window_s", format!("{window_s:.2}")),
+            ("renewals", renewals.to_string()),
+            ("expected_renewals", format!("{expected:.0}")),
+            ("client_cpu_us_per_renewal", format!("{client_us:.1}")),
+            ("srv_cpu_us_per_renewal", format!("{server_us:.1}")),
+            ("rss_bytes_per_lease", format!("{rss_per_lease:.0}")),
+            ("lost", lost.to_string()),
+            ("acquire_s", format!("{acquire_s:.2}")),
+            ("bg_cores", used.bg_cores()),
+        ],
+    )
+    .print();
+    assert_eq!(lost, 0, "{peer}-R: locks were lost during the run");
+}
+
+/// The line comparing leasehold's R row with the peers' (each `leasehold ÷ peer`: below 1,
+/// leasehold spends less), from the rows the children printed.
+pub(crate) fn r_peer_ratios(flavor: &str, leasehold: &str, peers: &[(&str, String)]) {
+    let value = |line: &str, name: &str| -> f64 {
+        field_of(line, name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let workload = field_of(leasehold, "workload").unwrap_or("R");
+    let mut line = format!("RESULT workload={workload}-vs-peers flavor={flavor}");
+    for (peer, row) in peers {
+        let peer = peer.replace('-', "_");
+        for (field, short) in [
+            ("client_cpu_us_per_renewal", "client_cpu"),
+            ("srv_cpu_us_per_renewal", "srv_cpu"),
+            ("rss_bytes_per_lease", "rss"),
+        ] {
+            let ratio = value(leasehold, field) / value(row, field);
+            line.push_str(&format!(" {short}_ratio_to_{peer}={ratio:.3}"));
+        }
+    }
+    println!("{line}");
+}
