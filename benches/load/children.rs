@@ -117,15 +117,13 @@ pub(crate) fn request(
     ttl: Duration,
     wait: Duration,
 ) -> LeaseRequest {
-    LeaseRequest::builder(
-        purpose(),
-        ResourceDigest::of(resource),
-        client.new_attempt("bench").expect("attempt"),
-    )
-    .ttl(ttl)
-    .wait_timeout(wait)
-    .build()
-    .expect("request")
+    client
+        .request(purpose().as_str(), resource)
+        .expect("request")
+        .ttl(ttl)
+        .wait_timeout(wait)
+        .build()
+        .expect("request")
 }
 
 /// One acquire (waiting up to the request's wait) that must be `Acquired`, then a release

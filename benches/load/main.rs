@@ -105,7 +105,6 @@ use leasehold::runtime::{CancelReason, LeaseJob, SpawnOutcome};
 use leasehold::telemetry::names;
 use leasehold::{
     AcquireOutcome, LeaseClient, LeaseRequest, LeaseSettings, LeaseState, Purpose, ReleaseOutcome,
-    ResourceDigest,
 };
 use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
 use ractor::{Actor, ActorProcessingErr, ActorRef};

@@ -17,7 +17,8 @@ use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::wait;
 use crate::protocol::{
-    Attempt, InspectReply, LeaseKeys, LeaseRequest, OperationId, Purpose, ResourceDigest,
+    Attempt, InspectReply, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose,
+    ResourceDigest,
 };
 use crate::telemetry::{self, Operation};
 
@@ -135,6 +136,43 @@ impl LeaseClient {
     /// [`LeaseError::InvalidOperationId`], [`LeaseError::EntropyUnavailable`].
     pub fn new_attempt(&self, operation_id: &str) -> Result<Attempt, LeaseError> {
         Attempt::new(OperationId::new(operation_id)?)
+    }
+
+    /// A request for `resource` under `purpose`, ready for its options: the one-line way to
+    /// start one. `resource` is hashed here ([`ResourceDigest::of`]; the raw id never
+    /// leaves the process), and the request gets a fresh attempt whose operation id is the
+    /// purpose. Build it with [`LeaseRequest::builder`] instead to name the operation (logs
+    /// and traces carry it as `op_id`) or to send an attempt again (a replay).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), leasehold::LeaseError> {
+    /// use std::time::Duration;
+    /// use leasehold::{LeaseClient, LeaseSettings, MemoryBackend};
+    ///
+    /// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+    /// let request = client
+    ///     .request("reports", "tenant-42")?
+    ///     .ttl(Duration::from_secs(30))
+    ///     .build()?;
+    /// assert_eq!(request.purpose().as_str(), "reports");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidPurpose`] (before anything else),
+    /// [`LeaseError::EntropyUnavailable`].
+    pub fn request(
+        &self,
+        purpose: &str,
+        resource: impl AsRef<[u8]>,
+    ) -> Result<LeaseRequestBuilder, LeaseError> {
+        let purpose = Purpose::new(purpose)?;
+        let attempt = self.new_attempt(purpose.as_str())?;
+        Ok(LeaseRequest::builder(
+            purpose,
+            ResourceDigest::of(resource),
+            attempt,
+        ))
     }
 
     /// The Redis keys of a lease under this client's namespace.

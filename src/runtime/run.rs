@@ -38,6 +38,25 @@ pub enum RunOutcome<T> {
     NotAcquired(AcquireOutcome),
 }
 
+impl<T> RunOutcome<T> {
+    /// The future's output if it ran to its end under the lease; `None` when the lease was
+    /// not acquired, or the future was stopped (validity ran out under
+    /// [`CancelPolicy::Kill`]) or panicked. Match on the outcome to tell those apart.
+    ///
+    /// ```
+    /// # use leasehold::runtime::RunOutcome;
+    /// fn total(outcome: RunOutcome<u64>) -> u64 {
+    ///     outcome.into_output().unwrap_or(0)
+    /// }
+    /// ```
+    pub fn into_output(self) -> Option<T> {
+        match self {
+            RunOutcome::Ran { output, .. } => output,
+            RunOutcome::NotAcquired(_) => None,
+        }
+    }
+}
+
 /// The lease actor's worker message type when the worker is a task: there are no worker
 /// messages (the work watches its context's token), so none is ever built.
 pub(crate) struct NoWorkerMessages;
