@@ -130,7 +130,7 @@ async fn an_acquisition_that_waits_for_replicas_reports_how_many_acknowledged_it
         },
         "two replicas exist"
     );
-    assert!(took >= wait - Duration::from_millis(10), "waited {took:?}");
+    assert!(took >= wait / 2, "waited {took:?}");
     assert_eq!(lease.state(), LeaseState::Active, "held all the same");
     let plain = acquired(&client, &request(&client, "plain", "op")).await;
     assert_eq!(plain.replication(), &Replication::NotRequested);
@@ -179,7 +179,9 @@ async fn a_stopped_replica_shortens_the_count_and_holds_up_no_other_operation() 
             wanted: 2
         }
     );
-    assert!(took >= wait - Duration::from_millis(10), "waited {took:?}");
+    // Redis times `WAIT` out on its own clock, which once ended a 4 s wait 0.9 s early on
+    // a loaded machine: the bound shows the wait happened, not Redis's timer precision.
+    assert!(took >= wait / 2, "waited {took:?}");
     assert!(
         slowest < wait / 2,
         "other operations waited behind WAIT: slowest {slowest:?}"

@@ -59,6 +59,8 @@ pub(super) struct Node {
     pub(super) client: Client,
     /// `host:port` of the node, as the sentinels spell it in `+switch-master`.
     pub(super) endpoint: String,
+    /// The node's pub/sub connection, shared by every subscription of the backend.
+    pub(super) notices: pubsub::Hub,
 }
 
 impl Connected {
@@ -66,7 +68,11 @@ impl Connected {
         let endpoint = client.get_connection_info().addr().to_string();
         Self {
             connection,
-            node: Arc::new(Node { client, endpoint }),
+            node: Arc::new(Node {
+                client,
+                endpoint,
+                notices: pubsub::Hub::default(),
+            }),
         }
     }
 

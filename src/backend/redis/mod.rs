@@ -90,6 +90,7 @@ mod connection;
 #[doc(hidden)]
 pub mod fuzzing;
 mod parse;
+mod pubsub;
 mod replicas;
 mod scan;
 mod scripts;
@@ -393,13 +394,10 @@ impl RedisBackend {
             // Under Cluster a PUBLISH reaches every node: the slot owner's will do.
             let (_, current) = self.connection(deadline, &keys.lease).await?;
             let failed = |kind, m: String| SendFailure::NotSent(FailureDetail::new(kind, m));
-            let subscribe = async {
-                let mut pubsub = current.node.client.get_async_pubsub().await?;
-                pubsub.subscribe(&channels).await?;
-                Ok::<_, redis::RedisError>(pubsub)
-            };
+            let node = &current.node;
+            let subscribe = node.notices.subscribe(&node.client, channels);
             let bound = deadline.min(Instant::now() + self.inner.connect_timeout);
-            let pubsub = tokio::time::timeout_at(bound, subscribe)
+            let notices = tokio::time::timeout_at(bound, subscribe)
                 .await
                 .map_err(|_| failed(FailureKind::Timeout, "subscribe timed out".into()))?
                 .map_err(|e| failed(FailureKind::Connect, e.to_string()))?;
@@ -423,8 +421,7 @@ impl RedisBackend {
                     }
                 }
             };
-            let notices = pubsub.into_on_message().map(|_| ()).take_until(moved);
-            Ok(ReleaseNotices::new(notices))
+            Ok(ReleaseNotices::new(notices.take_until(moved)))
         })
     }
 }

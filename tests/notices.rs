@@ -1,0 +1,166 @@
+//! Release notices on a real redis-server: every waiter of a client listens on one shared
+//! pub/sub connection (docs/design.md §10), which stays open for the next wait; a channel is
+//! unsubscribed once nobody waits on it; and when that connection dies the waiters still
+//! get their leases (by polling) and the next wait opens a new one.
+
+mod common;
+
+use std::time::Duration;
+
+use common::RedisServer;
+use common::backends::redis_settings;
+use common::leases::acquired;
+use leasehold::*;
+use tokio::time::{Instant, sleep};
+
+const WAITERS: usize = 20;
+const LONG: Duration = Duration::from_secs(30);
+const SHORT: Duration = Duration::from_secs(3);
+
+fn request(client: &LeaseClient, resource: &str, ttl: Duration, wait: Duration) -> LeaseRequest {
+    client
+        .request("notices", resource)
+        .unwrap()
+        .ttl(ttl)
+        .wait_timeout(wait)
+        .build()
+        .unwrap()
+}
+
+/// The ids of the server's pub/sub connections: those subscribed to a channel now
+/// (`CLIENT LIST TYPE pubsub`).
+fn pubsub_connections(server: &RedisServer) -> Vec<String> {
+    connections(server, &["CLIENT", "LIST", "TYPE", "pubsub"])
+}
+
+/// The ids of every connection to the server.
+fn all_connections(server: &RedisServer) -> Vec<String> {
+    connections(server, &["CLIENT", "LIST"])
+}
+
+fn connections(server: &RedisServer, command: &[&str]) -> Vec<String> {
+    let list: String = server.query(command);
+    list.lines()
+        .filter_map(|l| l.split(' ').next()?.strip_prefix("id=").map(str::to_owned))
+        .collect()
+}
+
+fn subscribed_channels(server: &RedisServer) -> usize {
+    server.query::<Vec<String>>(&["PUBSUB", "CHANNELS"]).len()
+}
+
+/// Polls `check` every 10 ms until it holds, for at most 10 s.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Holds `WAITERS` leases of `ttl` on `holder` and starts a waiter for each on `waiter`;
+/// returns the held leases and the waiting tasks once every waiter is subscribed.
+async fn contended(
+    server: &RedisServer,
+    holder: &LeaseClient,
+    waiter: &LeaseClient,
+    round: usize,
+    ttl: Duration,
+) -> (
+    Vec<LeaseHandle>,
+    Vec<tokio::task::JoinHandle<AcquireOutcome>>,
+) {
+    let mut held = Vec::new();
+    let mut waiting = Vec::new();
+    for i in 0..WAITERS {
+        let resource = format!("r{round}-{i}");
+        held.push(acquired(holder, &request(holder, &resource, ttl, Duration::ZERO)).await);
+        let req = request(waiter, &resource, ttl, Duration::from_secs(20));
+        let client = waiter.clone();
+        waiting.push(tokio::spawn(
+            async move { client.acquire(&req).await.unwrap() },
+        ));
+    }
+    until("every waiter is subscribed", || {
+        subscribed_channels(server) == WAITERS
+    })
+    .await;
+    (held, waiting)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_waiter_of_a_client_listens_on_one_connection_which_stays_for_the_next_wait() {
+    let server = RedisServer::start();
+    let holder = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let waiter = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+
+    let (held, waiting) = contended(&server, &holder, &waiter, 0, LONG).await;
+    let first = pubsub_connections(&server);
+    assert_eq!(
+        first.len(),
+        1,
+        "{WAITERS} waiters, one connection: {first:?}"
+    );
+    for mut lease in held {
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+    for task in waiting {
+        let mut lease = task.await.unwrap().into_handle().expect("acquired");
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+    // Nobody waits any more: every channel is unsubscribed (so Redis no longer counts the
+    // connection as pub/sub), and the connection stays open.
+    until("no channel is subscribed", || {
+        subscribed_channels(&server) == 0
+    })
+    .await;
+    assert!(all_connections(&server).contains(&first[0]));
+
+    // The next waits use the same connection.
+    let (held, waiting) = contended(&server, &holder, &waiter, 1, LONG).await;
+    assert_eq!(pubsub_connections(&server), first);
+    for mut lease in held {
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+    for task in waiting {
+        assert!(task.await.unwrap().into_handle().is_some());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_shared_connection_dies_waiters_still_acquire_and_the_next_wait_opens_another() {
+    let server = RedisServer::start();
+    let holder = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let waiter = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+
+    // Without notices a contended waiter tries again when the holder's lease would end:
+    // a short TTL keeps that wait short.
+    let (held, waiting) = contended(&server, &holder, &waiter, 0, SHORT).await;
+    let first = pubsub_connections(&server);
+    let _: i64 = server.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    until("the connection is gone", || {
+        pubsub_connections(&server).is_empty()
+    })
+    .await;
+    // Released while nobody listens: the waiters find out by polling, within the wait.
+    for mut lease in held {
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+    for task in waiting {
+        assert!(
+            task.await.unwrap().into_handle().is_some(),
+            "acquired by polling"
+        );
+    }
+
+    let (held, waiting) = contended(&server, &holder, &waiter, 1, LONG).await;
+    let second = pubsub_connections(&server);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first, "a new connection");
+    for mut lease in held {
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+    for task in waiting {
+        assert!(task.await.unwrap().into_handle().is_some());
+    }
+}
