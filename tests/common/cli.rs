@@ -311,8 +311,13 @@ pub fn send_group_signal(group: u32, sig: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether `pid` is a live process. A zombie counts as gone: it runs nothing any more, and
-/// in a container whose PID 1 does not reap, an orphaned zombie is never removed.
+/// Whether `pid` is a live process: one that may still run code of its own. A zombie
+/// counts as gone: it runs nothing any more, and in a container whose PID 1 does not reap,
+/// an orphaned zombie is never removed. So does a process with SIGKILL pending: the kernel
+/// ends it the moment it is next scheduled, before it runs another instruction of its own —
+/// on a starved machine that moment can come a second or more later (seen: a process
+/// between `setsid()` and `exec`, SIGKILLed by the keeper, still runnable 1 s on, never
+/// having been scheduled again).
 pub fn is_alive(pid: u32) -> bool {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
@@ -321,7 +326,22 @@ pub fn is_alive(pid: u32) -> bool {
     let state = stat
         .rsplit_once(')')
         .and_then(|(_, rest)| rest.trim_start().chars().next());
-    !matches!(state, Some('Z' | 'X') | None)
+    !matches!(state, Some('Z' | 'X') | None) && !sigkill_pending(pid)
+}
+
+/// Whether SIGKILL (bit 9 of the pending masks in `/proc/<pid>/status`) awaits `pid`.
+fn sigkill_pending(pid: u32) -> bool {
+    const SIGKILL_BIT: u64 = 1 << (9 - 1);
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status.lines().any(|line| {
+        let mask = line
+            .strip_prefix("SigPnd:")
+            .or_else(|| line.strip_prefix("ShdPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & SIGKILL_BIT != 0)
+    })
 }
 
 /// Whether `pid` still runs one of the commands these tests start (`sh`, or `sleep` after
