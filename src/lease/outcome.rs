@@ -271,7 +271,9 @@ impl fmt::Display for LostReason {
 pub enum LeaseState {
     /// Held, with local validity left.
     Active,
-    /// Gone, or no longer vouched for by this process's clock. Terminal.
+    /// Gone, or no longer vouched for by this process's clock. Terminal for renewal and
+    /// for the reason; a release that still finds the key this attempt's (local validity
+    /// ends a drift budget before the server's TTL) deletes it and makes it `Released`.
     Lost(LostReason),
     /// A renewal or release may or may not have landed. Terminal for renewal; release is
     /// still allowed.
