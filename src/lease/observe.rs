@@ -81,6 +81,10 @@ impl ResourceHolder {
 /// How long after a holder's TTL runs out its expiry is read: the server's clock may be a
 /// little behind ours.
 const EXPIRY_GRACE: Duration = Duration::from_millis(5);
+/// How soon a reader without a subscription (it failed: a timeout, a connection lost, a
+/// primary moved) tries again — reading too — when `poll` is longer: one failed subscribe
+/// must not leave the observer blind to notices for a whole poll.
+const RESUBSCRIBE: Duration = Duration::from_secs(1);
 
 /// A running observation of one resource; dropping it (and every receiver from
 /// [`watch`](Self::watch)) stops it.
@@ -124,8 +128,10 @@ impl LeaseObserver {
 impl LeaseClient {
     /// Observes who holds `resource` under `purpose`: the holder's token and label, each
     /// time they change. Changes are read one round trip after the release or acquisition
-    /// notice that announces them; an expiry when the holder's TTL runs out; anything else
-    /// (a key deleted from outside, notices unavailable) within `poll` (10 ms ..= 1 h).
+    /// notice that announces them; an expiry when the holder's TTL runs out; a key deleted
+    /// from outside within `poll` (10 ms ..= 1 h). While notices are unavailable (the
+    /// subscription failed or ended) it reads and subscribes again every second, or every
+    /// `poll` if shorter.
     ///
     /// Spawns a task on the current tokio runtime; it reads the lease only, never writes.
     ///
@@ -202,8 +208,12 @@ impl Reader {
                 *current = read;
                 changed
             });
-            let wake = expiry.map_or(Instant::now() + self.poll, |at| {
-                at.min(Instant::now() + self.poll)
+            let next_read = match notices {
+                Some(_) => self.poll,
+                None => self.poll.min(RESUBSCRIBE),
+            };
+            let wake = expiry.map_or(Instant::now() + next_read, |at| {
+                at.min(Instant::now() + next_read)
             });
             let noticed = async {
                 match &mut notices {
