@@ -8,6 +8,8 @@
 --         holds a space)
 -- ttl     ttl in milliseconds (integer text, > 0)
 -- holder  the holder label (printable ASCII, no space), or nil
+-- delay   the lock-delay in milliseconds (integer text, > 0), or nil: stored at the value's
+--         end as " d<delay>", and the key kept that much longer than the lease (owner.lua)
 -- now     function returning the server's TIME in µs (read at most once per batch)
 --
 -- Replies, one line of words (status words match protocol::AcquireReply):
@@ -15,6 +17,14 @@
 --   'REPLAYED <pttl_ms> <token>'  this very attempt holds it; nothing changed (no TTL reset)
 --   'CONFLICT <pttl_ms>'          same owner token, other operation id
 --   'CONTENDED <pttl_ms>'         another holder; its value never leaves Redis
+--   'DELAYED <pttl_ms>'           the last lease ended unreleased and its lock-delay runs
+--                                 for pttl_ms more (whoever asks, its own attempt too)
+--
+-- A counted lease (acquire_slot) is N slot keys "<name>#0" … "<name>#<N-1>", each an
+-- ordinary lease key: the attempt's own slot is replayed, else the first free one taken
+-- (both replies then end with the slot's number), else CONTENDED with the earliest
+-- slot's PTTL (DELAYED if that slot is in its lock-delay). One fence counter serves
+-- every slot, so tokens increase across them.
 --
 -- Invariant (fencing): token = max(last + 1, server TIME in µs), where last is the largest
 -- token the group's counter holds. It is strictly greater than every token issued before
@@ -30,25 +40,8 @@
 -- lease, PUBLISH of the acquisition notice; a fifth only when the clock did not move past
 -- the counter.
 
-local function acquire(lease, fence, mine, ttl, holder, now)
-  local seen = read(lease)
-  if seen then
-    local held, left = seen[1], pttl(lease, seen)
-    if string.find(held, mine, 1, true) == 1 then
-      return string.format('REPLAYED %d %s', left, string.match(held, '%d+$'))
-    end
-    -- Contenders for one key often share a call: the holder's owner and the refusal are
-    -- worked out once per key and call, not once per contender.
-    if seen.contended == nil then
-      seen.holder = string.match(held, '^[^ ]+ ') or false
-      seen.contended = string.format('CONTENDED %d', left)
-    end
-    if seen.holder and string.find(mine, seen.holder, 1, true) == 1 then
-      return string.format('CONFLICT %d', left)
-    end
-    return seen.contended
-  end
-
+-- Issues a token and stores this attempt in `lease` (absent); returns the token's text.
+local function take(lease, fence, mine, ttl, holder, delay, now)
   local token = now()
   local text = string.format('%d', token)
   local last = tonumber(redis.call('SET', fence, text, 'GET'))
@@ -59,13 +52,91 @@ local function acquire(lease, fence, mine, ttl, holder, now)
   end
   local value = mine .. text
   if holder then
-    -- Before the token, which stays the value's last word (inspect reads it there).
+    -- Before the token, which stays the value's last word but for the lock-delay (inspect
+    -- reads it there).
     value = mine .. holder .. ' ' .. text
   end
-  redis.call('SET', lease, value, 'PX', ttl)
-  wrote(lease, {value, tonumber(ttl)})
+  local px = tonumber(ttl)
+  if delay then
+    value = value .. ' d' .. delay
+    px = px + tonumber(delay)
+  end
+  redis.call('SET', lease, value, 'PX', px)
+  wrote(lease, {value, px})
   -- For observers (LeaseClient::observe). A refusal (an ACL that allows publishing on the
   -- release channel only) costs them their early wake-up, never the acquisition: pcall.
-  redis.pcall('PUBLISH', lease .. ':acquired', text)
-  return 'ACQUIRED ' .. ttl .. ' ' .. text
+  redis.pcall('PUBLISH', channel(lease, ':acquired'), text)
+  return text
+end
+
+-- Whose `seen` (a held key's read) is, for this attempt: 'mine', 'conflict' (same owner
+-- token, other operation) or nil (someone else).
+local function whose(seen, mine)
+  local held = seen[1]
+  if string.find(held, mine, 1, true) == 1 then
+    return 'mine'
+  end
+  -- Contenders for one key often share a call: the holder's owner is worked out once per
+  -- key and call, not once per contender.
+  if seen.holder == nil then
+    seen.holder = string.match(held, '^[^ ]+ ') or false
+  end
+  if seen.holder and string.find(mine, seen.holder, 1, true) == 1 then
+    return 'conflict'
+  end
+  return nil
+end
+
+local function acquire(lease, fence, mine, ttl, holder, delay, now)
+  local seen = read(lease)
+  if not seen then
+    return 'ACQUIRED ' .. ttl .. ' ' .. take(lease, fence, mine, ttl, holder, delay, now)
+  end
+  local left, delayed = left_of(lease, seen)
+  if delayed then
+    return string.format('DELAYED %d', left)
+  end
+  local who = whose(seen, mine)
+  if who == 'mine' then
+    return string.format('REPLAYED %d %s', left, (token_and_holder(seen)))
+  elseif who == 'conflict' then
+    return string.format('CONFLICT %d', left)
+  end
+  if not seen.contended then
+    seen.contended = string.format('CONTENDED %d', left)
+  end
+  return seen.contended
+end
+
+-- slots: the KEYS index of slot 0; n slots follow it, then the fence counter.
+local function acquire_slot(slots, n, mine, ttl, holder, delay, now)
+  local free, least, least_delayed, conflict
+  for i = 0, n - 1 do
+    local key = KEYS[slots + i]
+    local seen = read(key)
+    if not seen then
+      free = free or i
+    else
+      local left, delayed = left_of(key, seen)
+      local who = not delayed and whose(seen, mine)
+      if who == 'mine' then
+        local token = token_and_holder(seen)
+        return string.format('REPLAYED %d %s %d', left, token, i)
+      elseif who == 'conflict' then
+        conflict = conflict or left
+      end
+      if not least or left < least then
+        least, least_delayed = left, delayed
+      end
+    end
+  end
+  if conflict then
+    return string.format('CONFLICT %d', conflict)
+  elseif free then
+    local text = take(KEYS[slots + free], KEYS[slots + n], mine, ttl, holder, delay, now)
+    return 'ACQUIRED ' .. ttl .. ' ' .. text .. ' ' .. free
+  elseif least_delayed then
+    return string.format('DELAYED %d', least)
+  end
+  return string.format('CONTENDED %d', least)
 end

@@ -9,6 +9,10 @@
 -- the kind has one, and for acquire the holder label if any, after a space) and
 -- "<owner> <op> " — and one or two KEYS:
 --   acquire  KEYS lease, fence   ARGV 'A<ttl_ms>' or 'A<ttl_ms> <holder>', mine
+--   counted  KEYS slot 0 … slot n-1, fence
+--                                ARGV 'P<n> <ttl_ms>' or 'P<n> <ttl_ms> <holder>', mine
+--            (an acquisition of a counted lease of n permits, 1 < n <= 64)
+--            either acquisition's ttl may be followed by '/<delay_ms>': its lock-delay
 --   renew    KEYS lease          ARGV 'N<ttl_ms>', mine
 --   release  KEYS lease          ARGV 'R', mine
 --   inspect  KEYS lease          ARGV 'I', mine
@@ -25,14 +29,27 @@
 -- a malformed item runs nothing and answers one error.
 
 -- Kinds by their letter's byte (string.byte makes no string).
-local A, N, R, I = string.byte('ANRI', 1, 4)
-local width = {[A] = 2, [N] = 1, [R] = 1, [I] = 1}
+local A, N, R, I, P = string.byte('ANRIP', 1, 5)
+local fixed = {[A] = 2, [N] = 1, [R] = 1, [I] = 1}
+-- The keys an item takes: its kind's, or for a counted acquisition its slots and the fence
+-- (nil for a malformed head).
+local function width(head)
+  local kind = string.byte(head)
+  if kind == P then
+    local n = tonumber(string.match(head, '^P(%d+) %d'))
+    if n and n > 1 and n <= 64 then
+      return n + 1
+    end
+    return nil
+  end
+  return fixed[kind]
+end
 if #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR leasehold batch: items take two arguments each')
 end
 local k = 1
 for a = 2, #ARGV, 2 do
-  local keys = width[string.byte(ARGV[a])]
+  local keys = width(ARGV[a])
   if not keys then
     return redis.error_reply('ERR leasehold batch: unknown item kind at ARGV ' .. a)
   end
@@ -53,12 +70,25 @@ end
 
 local function run(kind, head, at, mine)
   if kind == A then
+    local ttl, holder, delay = string.sub(head, 2), nil, nil
     local space = string.find(head, ' ', 2, true)
     if space then
-      return acquire(KEYS[at], KEYS[at + 1], mine, string.sub(head, 2, space - 1),
-        string.sub(head, space + 1), now)
+      ttl, holder = string.sub(head, 2, space - 1), string.sub(head, space + 1)
     end
-    return acquire(KEYS[at], KEYS[at + 1], mine, string.sub(head, 2), nil, now)
+    local slash = string.find(ttl, '/', 1, true)
+    if slash then
+      ttl, delay = string.sub(ttl, 1, slash - 1), string.sub(ttl, slash + 1)
+    end
+    return acquire(KEYS[at], KEYS[at + 1], mine, ttl, holder, delay, now)
+  elseif kind == P then
+    local n, ttl, delay, holder = string.match(head, '^P(%d+) (%d+)/?(%d*) ?(.*)$')
+    if holder == '' then
+      holder = nil
+    end
+    if delay == '' then
+      delay = nil
+    end
+    return acquire_slot(at, tonumber(n), mine, ttl, holder, delay, now)
   elseif kind == N then
     return renew(KEYS[at], mine, string.sub(head, 2))
   elseif kind == R then
@@ -91,6 +121,6 @@ for a = 2, #ARGV, 2 do
     end
   end
   replies[#replies + 1] = reply
-  k = k + width[kind]
+  k = k + width(head)
 end
 return replies

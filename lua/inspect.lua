@@ -7,6 +7,8 @@
 --   'HELD_BY_ATTEMPT <pttl_ms> <token>[ <holder>]'  held by exactly this attempt
 --   'HELD_BY_OTHER <pttl_ms> <token>[ <holder>]'    held by someone else; the owner token
 --         stays here, the fencing token and the holder label are public
+--   'DELAYED <pttl_ms> <token>[ <holder>]'          not held: the last lease ended unreleased
+--         and its lock-delay runs for pttl_ms more (owner.lua), whoever asks
 --   'ABSENT'
 
 local function inspect(lease, mine)
@@ -14,11 +16,12 @@ local function inspect(lease, mine)
   if not seen then
     return 'ABSENT'
   end
-  local held, left = seen[1], pttl(lease, seen)
-  local token = string.match(held, '%d+$') or ''
-  local holder = string.match(held, '^%S+ %S+ (%S+) %d+$')
+  local left, delayed = left_of(lease, seen)
+  local token, holder = token_and_holder(seen)
   local status = 'HELD_BY_OTHER'
-  if string.find(held, mine, 1, true) == 1 then
+  if delayed then
+    status = 'DELAYED'
+  elseif string.find(seen[1], mine, 1, true) == 1 then
     status = 'HELD_BY_ATTEMPT'
   end
   if holder then

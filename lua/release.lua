@@ -6,11 +6,14 @@
 --
 -- Replies (protocol::ReleaseReply):
 --   'RELEASED'   held by this attempt; deleted and a notice published on the release
---                channel, "<lease>:released" (protocol::LeaseKeys::release_channel)
+--                channel, "<lease>:released" (protocol::LeaseKeys::release_channel; a
+--                counted lease's slot "<name>#<i>" announces on "<name>:released")
 --   'ABSENT'     no lease key
 --   'NOT_OWNER'  held by someone else; untouched
 --
--- The fence counter is left in place: the next holder's token must be greater.
+-- The fence counter is left in place: the next holder's token must be greater. A release
+-- deletes a lease's lock-delay too (owner.lua), even once the lease ended: its holder says
+-- its work is over, which is all the delay waits for.
 --
 -- The notice is published before the key is deleted: the script is atomic, so no client
 -- sees the order, and an ACL that refuses PUBLISH (or a channel) refuses the release
@@ -22,7 +25,7 @@ local function release(lease, mine)
   if refusal then
     return refusal
   end
-  local published = redis.pcall('PUBLISH', lease .. ':released', 'released')
+  local published = redis.pcall('PUBLISH', channel(lease, ':released'), 'released')
   if type(published) == 'table' and published.err then
     -- Named here: Redis 7.0 does not say which command a script was refused.
     return redis.error_reply('NOPERM PUBLISH to the release channel refused ('

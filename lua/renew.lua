@@ -6,8 +6,9 @@
 -- ttl    ttl in milliseconds (integer text, > 0)
 --
 -- Replies (protocol::RenewReply):
---   'RENEWED'    held by this attempt; expiry reset to ttl from now
---   'ABSENT'     no lease key
+--   'RENEWED'    held by this attempt; expiry reset to ttl from now (and the key's to ttl
+--                plus the lock-delay, for a lease with one)
+--   'ABSENT'     no lease key, or only its lock-delay: the lease ended (owner.lua)
 --   'NOT_OWNER'  held by someone else; untouched
 
 local function renew(lease, mine, ttl)
@@ -15,7 +16,17 @@ local function renew(lease, mine, ttl)
   if refusal then
     return refusal
   end
-  redis.call('PEXPIRE', lease, ttl)
-  wrote(lease, {seen[1], tonumber(ttl)})
+  local px, delay = tonumber(ttl), delay_of(seen)
+  if delay > 0 then
+    -- A lease with a lock-delay is renewed only while it has not ended: a renewal must
+    -- not bring back a lease whose holder others were told had lost it.
+    local _, ended = left_of(lease, seen)
+    if ended then
+      return 'ABSENT'
+    end
+    px = px + delay
+  end
+  redis.call('PEXPIRE', lease, px)
+  wrote(lease, {seen[1], px})
   return 'RENEWED'
 end

@@ -79,6 +79,14 @@ pub enum LeaseError {
         /// The largest allowed ([`MAX_REPLICAS`](crate::protocol::limits::MAX_REPLICAS)).
         max: u32,
     },
+    /// A counted lease's number of permits is 0 or above the maximum.
+    #[error("permits {value} is invalid: must be 1 ..= {max}")]
+    InvalidPermits {
+        /// The number given.
+        value: u32,
+        /// The largest allowed ([`MAX_PERMITS`](crate::protocol::limits::MAX_PERMITS)).
+        max: u16,
+    },
     /// A Redis URL could not be parsed or names an unsupported scheme.
     ///
     /// The URL is not echoed: it may carry a password.

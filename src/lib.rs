@@ -92,6 +92,8 @@
 //! * `leader`: three candidates elect a leader, hand over on step-down, and an observer
 //!   names each leader.
 //! * `fenced_write`: a stale holder's write refused by the fencing token at the target.
+//! * `pool`: a counted lease — six exports, at most two at a time, each with its own
+//!   fencing token.
 //! * `drain_on_sigterm`: a service drains its partitions on SIGTERM and its successor takes
 //!   them over at once.
 //! * `observed_worker` (feature `cli`, for the exporter): metrics of a lease through a
@@ -142,8 +144,8 @@ pub use backend::{
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
     AcquireOutcome, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver, LeaseSettings,
-    LeaseState, ListOutcome, ListedLease, LostReason, ReleaseOutcome, RenewOutcome, Replication,
-    ResourceHolder, ValidityBudget,
+    LeaseState, ListOutcome, ListedLease, ListedSlot, LostReason, ReleaseOutcome, RenewOutcome,
+    Replication, ResourceHolder, ValidityBudget,
 };
 pub use protocol::{
     Attempt, FencingToken, HolderLabel, LeaseKeys, LeaseRequest, Namespace, OperationId,

@@ -82,6 +82,7 @@ pub(crate) async fn core(env: Env) {
     // W3: 2 s each in 500 ms slices (quick: 0.5 s).
     let s = env.slicing((2, 250), (4, 500));
     let mut parts = Parts::default();
+    let mut counted = Part::default();
     for k in 0..s.slices {
         parts
             .floor
@@ -94,9 +95,18 @@ pub(crate) async fn core(env: Env) {
             .add(w3_baseline(&env, arl, &mut info, s.slice, k).await);
         parts
             .lease
-            .add(w3_lease(&env, &client, &mut info, s.slice, k).await);
+            .add(w3_lease(&env, &client, &mut info, s.slice, k, 1).await);
+        counted.add(w3_lease(&env, &client, &mut info, s.slice, k, W3_PERMITS).await);
     }
+    // The counted lease's row, beside the plain one: what reading and choosing among
+    // W3_PERMITS slots costs per try.
+    let to_plain = ratio(counted.ops_per_s(), parts.lease.ops_per_s());
+    let to_floor = ratio(counted.ops_per_s(), parts.floor.ops_per_s());
     parts.contention_rows(&env, "W3");
+    let mut row = contention_row(&env, &format!("W3-permits{W3_PERMITS}"), counted, to_floor);
+    let to_plain = to_plain.map_or("na".to_owned(), |r| format!("{r:.3}"));
+    row.extra.push(("ratio_to_plain", to_plain));
+    row.print();
 
     let ping = ping(&env, &floor, &mut info).await;
     ping.print();
@@ -290,6 +300,8 @@ pub(crate) async fn w2_lease(
 }
 
 pub(crate) const W3_TASKS: usize = 16;
+/// Permits of W3's counted lease row.
+pub(crate) const W3_PERMITS: u32 = 4;
 
 /// W3 baseline slice: 16 tasks, one try per iteration on one key (for the floor a `SET NX
 /// PX`); the winner unlocks at once. Only the try is timed.
@@ -322,22 +334,33 @@ pub(crate) async fn w3_baseline<B: Baseline>(
     .await
 }
 
-/// W3 slice: 16 tasks, one `try_acquire` per iteration on one key; the winner releases at
-/// once and takes a fresh attempt; a refused task tries the same request again. Only the
-/// try is timed.
+/// W3 slice: 16 tasks, one `try_acquire` per iteration on one key (a lease of `permits`);
+/// the winner releases at once and takes a fresh attempt; a refused task tries the same
+/// request again. Only the try is timed.
 pub(crate) async fn w3_lease(
     env: &Env,
     client: &LeaseClient,
     info: &mut MultiplexedConnection,
     d: Duration,
     slice: usize,
+    permits: u32,
 ) -> Part {
-    let key: Arc<str> = format!("{}:w3:{slice}", env.run).into();
-    timed_tasks(info, W3_TASKS, d, "W3", |_, deadline| {
+    let key: Arc<str> = format!("{}:w3:{slice}:n{permits}", env.run).into();
+    let what = format!("W3-permits{permits}");
+    let request = move |client: &LeaseClient, key: &str| {
+        client
+            .request(purpose().as_str(), key)
+            .expect("request")
+            .ttl(LOCK_TTL)
+            .permits(permits)
+            .build()
+            .expect("request")
+    };
+    timed_tasks(info, W3_TASKS, d, &what, |_, deadline| {
         let client = client.clone();
         let key = key.clone();
         tokio::spawn(async move {
-            let mut req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+            let mut req = request(&client, &key);
             timed_until!(deadline, |_i, lap| {
                 let outcome = client.try_acquire(&req).await.expect("valid request");
                 lap.stop();
@@ -345,7 +368,7 @@ pub(crate) async fn w3_lease(
                     AcquireOutcome::Acquired(mut lease) => {
                         let released = lease.release().await;
                         assert_eq!(released, ReleaseOutcome::Released, "W3: release");
-                        req = request(&client, &key, LOCK_TTL, Duration::ZERO);
+                        req = request(&client, &key);
                         Step::Done
                     }
                     AcquireOutcome::Contended { .. } => Step::Refused,

@@ -44,6 +44,8 @@
 //!   `srv_cpu_us_per_refused`: the Redis CPU of the phase (`INFO cpu`, sys + user) divided by
 //!   the refused tries — it includes the successes and their releases (`refused_share` of
 //!   the commands were refusals). 2 s.
+//! * `W3-permits4` W3 on a counted lease of 4 permits (each try reads the four slots; up
+//!   to four win at once): its row carries `ratio_to_plain`, its `ops_per_s` over W3's.
 //! * `H` handoff: a waiter blocked in `acquire` (wait 5 s; blocked = refused before and after
 //!   subscribing to release notices, then 5 ms idle) while a holder holds (30 s TTL); from
 //!   just before the holder's `release()` is called to the waiter's `Acquired`, 200 times

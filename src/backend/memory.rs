@@ -16,8 +16,8 @@ use super::{
     SendFailure,
 };
 use crate::protocol::{
-    AcquireReply, Attempt, FencingToken, HolderLabel, InspectReply, LeaseKeys, ReleaseReply,
-    RenewReply, ReplicaWait,
+    AcquireReply, Attempt, FencingToken, HolderLabel, InspectReply, LeaseKeys, LeaseRequest,
+    ReleaseReply, RenewReply, ReplicaWait,
 };
 
 /// An in-process lease store with the same semantics as the Redis scripts.
@@ -88,7 +88,10 @@ struct Entry {
     operation: String,
     token: u64,
     holder: Option<HolderLabel>,
+    /// When the lease ends unless renewed.
     expires_at: Instant,
+    /// How long the entry outlives the lease's end, refusing acquisitions (lua/owner.lua).
+    lock_delay: Duration,
 }
 
 impl Entry {
@@ -96,18 +99,40 @@ impl Entry {
         self.owner == attempt.owner().expose() && self.operation == attempt.operation().as_str()
     }
 
-    fn pttl(&self, now: Instant) -> Duration {
+    /// The lease's remaining time, and whether it has ended and the entry only holds its
+    /// lock-delay (the time then being the delay's remaining time).
+    fn left(&self, now: Instant) -> (Duration, bool) {
+        let ended = self.expires_at <= now;
+        let end = if ended {
+            self.expires_at + self.lock_delay
+        } else {
+            self.expires_at
+        };
         // Redis reports whole milliseconds, rounded down.
-        let left = self.expires_at.saturating_duration_since(now);
-        Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+        let left = end.saturating_duration_since(now);
+        let left = Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+        (left, ended)
+    }
+
+    /// The lease's remaining time while it has not ended.
+    fn pttl(&self, now: Instant) -> Option<Duration> {
+        match self.left(now) {
+            (left, false) => Some(left),
+            (_, true) => None,
+        }
     }
 }
 
 impl Store {
-    /// The live entry for `key`, dropping it first if it has expired (Redis expires lazily
-    /// too, and a script never sees an expired key).
+    /// The live entry for `key` (its lease, or the lock-delay after it), dropping it first
+    /// if it has expired (Redis expires lazily too, and a script never sees an expired
+    /// key).
     fn live(&mut self, key: &str, now: Instant) -> Option<&mut Entry> {
-        if self.leases.get(key).is_some_and(|e| e.expires_at <= now) {
+        if self
+            .leases
+            .get(key)
+            .is_some_and(|e| e.expires_at + e.lock_delay <= now)
+        {
             self.leases.remove(key);
         }
         self.leases.get_mut(key)
@@ -162,7 +187,7 @@ impl MemoryBackend {
     /// The remaining time of a live lease (its PTTL), or `None` if it is not held.
     pub fn remaining(&self, keys: &LeaseKeys) -> Option<Duration> {
         let now = Instant::now();
-        self.lock().live(&keys.lease, now).map(|e| e.pttl(now))
+        self.lock().live(&keys.lease, now).and_then(|e| e.pttl(now))
     }
 
     /// How many backend calls were made, faulted ones included.
@@ -237,46 +262,61 @@ impl LeaseBackend for MemoryBackend {
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
-        ttl: Duration,
-        holder: Option<&'a HolderLabel>,
+        request: &'a LeaseRequest,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
+        let (attempt, ttl) = (request.attempt(), request.ttl());
         self.run(timeout, move |store, now| {
-            if let Some(entry) = store.live(&keys.lease, now) {
-                let pttl = entry.pttl(now);
-                return if entry.is(attempt) {
-                    AcquireReply::Replayed {
-                        pttl,
-                        token: FencingToken::new(entry.token),
-                    }
-                } else if entry.owner == attempt.owner().expose() {
-                    AcquireReply::Conflict { pttl }
-                } else {
-                    AcquireReply::Contended { pttl }
+            // A plain lease is its one key; a counted lease's acquisition reads each slot
+            // (lua/acquire.lua's acquire_slot).
+            let slots = keys.slot_keys();
+            let (mut free, mut least, mut conflict) = (None, None::<(Duration, bool)>, None);
+            for (slot, key) in (0u16..).zip(&slots) {
+                let Some(entry) = store.live(key, now) else {
+                    free = free.or(Some((slot, key)));
+                    continue;
                 };
+                let (pttl, ended) = entry.left(now);
+                if !ended && entry.is(attempt) {
+                    let token = FencingToken::new(entry.token);
+                    return AcquireReply::Replayed { pttl, token, slot };
+                }
+                if !ended && entry.owner == attempt.owner().expose() {
+                    conflict = conflict.or(Some(pttl));
+                }
+                if least.is_none_or(|(least, _)| pttl < least) {
+                    least = Some((pttl, ended));
+                }
             }
+            if let Some(pttl) = conflict {
+                return AcquireReply::Conflict { pttl };
+            }
+            let Some((slot, key)) = free else {
+                return match least.unwrap_or_default() {
+                    (pttl, true) => AcquireReply::Delayed { pttl },
+                    (pttl, false) => AcquireReply::Contended { pttl },
+                };
+            };
             let last = store.fences.get(&keys.fence).copied().unwrap_or(0);
             let token = last + 1;
             store.fences.insert(keys.fence.clone(), token);
             store.leases.insert(
-                keys.lease.clone(),
+                key.clone(),
                 Entry {
                     owner: attempt.owner().expose().to_owned(),
                     operation: attempt.operation().as_str().to_owned(),
                     token,
-                    holder: holder.cloned(),
+                    holder: request.holder().cloned(),
                     expires_at: now + ttl,
+                    lock_delay: request.lock_delay().unwrap_or_default(),
                 },
             );
             if !store.watchers.is_empty() {
                 // The channel's name is made only when someone may listen.
                 store.notify(&keys.acquire_channel());
             }
-            AcquireReply::Acquired {
-                ttl,
-                token: FencingToken::new(token),
-            }
+            let token = FencingToken::new(token);
+            AcquireReply::Acquired { ttl, token, slot }
         })
     }
 
@@ -284,14 +324,12 @@ impl LeaseBackend for MemoryBackend {
     fn acquire_replicated<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
-        ttl: Duration,
-        holder: Option<&'a HolderLabel>,
+        request: &'a LeaseRequest,
         _wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
         Box::pin(async move {
-            let reply = self.acquire(keys, attempt, ttl, holder, timeout).await?;
+            let reply = self.acquire(keys, request, timeout).await?;
             let acked = matches!(reply, AcquireReply::Acquired { .. }).then_some(Ok(0));
             Ok(ReplicatedReply { reply, acked })
         })
@@ -308,6 +346,8 @@ impl LeaseBackend for MemoryBackend {
             match store.live(&keys.lease, now) {
                 None => RenewReply::Absent,
                 Some(entry) if !entry.is(attempt) => RenewReply::NotOwner,
+                // Ended: the entry only holds its lock-delay, which a renewal never undoes.
+                Some(entry) if entry.expires_at <= now => RenewReply::Absent,
                 Some(entry) => {
                     entry.expires_at = now + ttl;
                     RenewReply::Renewed
@@ -345,9 +385,15 @@ impl LeaseBackend for MemoryBackend {
             match store.live(&keys.lease, now) {
                 None => InspectReply::Absent,
                 Some(entry) => {
-                    let (pttl, token) = (entry.pttl(now), FencingToken::new(entry.token));
+                    let ((pttl, ended), token) = (entry.left(now), FencingToken::new(entry.token));
                     let holder = entry.holder.clone();
-                    if entry.is(attempt) {
+                    if ended {
+                        InspectReply::Delayed {
+                            pttl,
+                            token,
+                            holder,
+                        }
+                    } else if entry.is(attempt) {
                         InspectReply::HeldByAttempt {
                             pttl,
                             token,

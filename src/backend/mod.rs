@@ -14,7 +14,7 @@ use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
 
 use crate::protocol::{
-    AcquireReply, Attempt, HolderLabel, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
+    AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
     ReplicaWait,
 };
 
@@ -31,15 +31,14 @@ pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailur
 /// (measured from the call): a call that has not answered by then fails with
 /// [`SendFailure::MaybeSent`].
 pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
-    /// Runs the acquire script: take the lease if absent, replay if this attempt holds it.
-    /// `holder` is stored with a lease it takes (a replay keeps what is stored) and
-    /// reported by [`inspect`](Self::inspect).
+    /// Runs the acquire script for `request`'s attempt: take the lease (a free slot of a
+    /// counted lease, when `keys` name one) if absent, replay if this attempt holds it.
+    /// The request's ttl, holder label and lock-delay are stored with a lease it takes (a
+    /// replay keeps what is stored); the label is reported by [`inspect`](Self::inspect).
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
-        ttl: Duration,
-        holder: Option<&'a HolderLabel>,
+        request: &'a LeaseRequest,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply>;
 
@@ -50,9 +49,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     fn acquire_replicated<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
-        ttl: Duration,
-        holder: Option<&'a HolderLabel>,
+        request: &'a LeaseRequest,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply>;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{FailureDetail, ReplicatedReply, SendFailure};
+use crate::backend::{FailureDetail, FailureKind, ReplicatedReply, SendFailure};
 use crate::lease::handle::LeaseHandle;
 use crate::lease::outcome::Replication;
 use crate::lease::session::Session;
@@ -33,6 +33,18 @@ pub enum AcquireOutcome {
     /// configured fallback when the server reported none).
     Contended {
         /// When the current holder's lease would expire if not renewed.
+        retry_after: Duration,
+    },
+    /// *When*: the last holder's lease ended without a release (it expired: a crash, a
+    /// partition, a pause) and its lock-delay
+    /// ([`LeaseRequestBuilder::lock_delay`](crate::protocol::LeaseRequestBuilder::lock_delay))
+    /// refuses every acquisition until it runs out (`DELAYED`); for a counted lease, every
+    /// slot is taken and the earliest to free is in its lock-delay.
+    /// *What to do*: as for `Contended` — `acquire` waits it out within its wait timeout.
+    /// Nobody holds the lease, but the last holder's work may still be running.
+    LockDelayed {
+        /// When the lock-delay ends (or the configured fallback when the server reported
+        /// no time).
         retry_after: Duration,
     },
     /// *When*: the same owner token holds it under another operation id (`CONFLICT`).
@@ -66,6 +78,7 @@ impl AcquireOutcome {
             Self::Acquired(_) => "acquired",
             Self::Replayed(_) => "replayed",
             Self::Contended { .. } => "contended",
+            Self::LockDelayed { .. } => "lock_delayed",
             Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
             Self::Unavailable { .. } => "unavailable",
             Self::Indeterminate { .. } => "indeterminate",
@@ -93,35 +106,19 @@ impl AcquireOutcome {
 /// of the wait loop.
 pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) -> AcquireOutcome {
     let settings = session.settings();
-    let keys = session.keys(request.purpose(), request.resource());
+    let keys = session.request_keys(request);
     let sent_at = Instant::now();
     let backend = session.backend();
     let (result, replication) = match request.replica_wait() {
         None => {
             let timeout = settings.command_timeout;
-            let result = backend
-                .acquire(
-                    &keys,
-                    request.attempt(),
-                    request.ttl(),
-                    request.holder(),
-                    timeout,
-                )
-                .await;
+            let result = backend.acquire(&keys, request, timeout).await;
             (result, Replication::NotRequested)
         }
         Some(wait) => {
             let timeout = settings.command_timeout + wait.timeout();
-            let attempt = request.attempt();
             let result = backend
-                .acquire_replicated(
-                    &keys,
-                    attempt,
-                    request.ttl(),
-                    request.holder(),
-                    wait,
-                    timeout,
-                )
+                .acquire_replicated(&keys, request, wait, timeout)
                 .await;
             let replication = match &result {
                 Ok(ReplicatedReply {
@@ -143,27 +140,46 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
         }
     };
     let drift = settings.drift_budget;
-    // The lease is held (acquired or replayed): its handle, on the budget its reply gives.
-    let held = |budget, token| {
+    // The lease (its slot, for a counted lease) is held, acquired or replayed: its handle,
+    // on the budget its reply gives.
+    let held = |budget, token, slot| {
         LeaseHandle::new(
             Arc::clone(session),
             request,
-            keys,
+            keys.for_slot(slot),
             token,
             budget,
             replication,
         )
     };
     let outcome = match result {
-        Ok(AcquireReply::Acquired { ttl, token }) => AcquireOutcome::Acquired(held(
+        Ok(AcquireReply::Acquired { slot, .. } | AcquireReply::Replayed { slot, .. })
+            if slot >= keys.permits() =>
+        {
+            AcquireOutcome::Indeterminate {
+                // The script may have stored the attempt in a slot this client cannot name;
+                // a replay (or the TTL) settles it.
+                attempt: request.attempt().clone(),
+                detail: FailureDetail::new(
+                    FailureKind::MalformedReply,
+                    format!("slot {slot} of a lease of {} permits", keys.permits()),
+                ),
+            }
+        }
+        Ok(AcquireReply::Acquired { ttl, token, slot }) => AcquireOutcome::Acquired(held(
             ValidityBudget::acquired(sent_at, request.ttl(), ttl, drift),
             token,
+            slot,
         )),
-        Ok(AcquireReply::Replayed { pttl, token }) => AcquireOutcome::Replayed(held(
+        Ok(AcquireReply::Replayed { pttl, token, slot }) => AcquireOutcome::Replayed(held(
             ValidityBudget::replayed(sent_at, request.ttl(), pttl, drift),
             token,
+            slot,
         )),
         Ok(AcquireReply::Contended { pttl }) => AcquireOutcome::Contended {
+            retry_after: session.retry_after(pttl),
+        },
+        Ok(AcquireReply::Delayed { pttl }) => AcquireOutcome::LockDelayed {
             retry_after: session.retry_after(pttl),
         },
         Ok(AcquireReply::Conflict { pttl }) => AcquireOutcome::OwnerOperationConflict {

@@ -16,6 +16,7 @@ use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::wait;
+use crate::protocol::limits::MAX_PERMITS;
 use crate::protocol::{
     Attempt, InspectReply, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose,
     ResourceDigest,
@@ -255,12 +256,74 @@ impl LeaseClient {
         resource: &ResourceDigest,
         attempt: &Attempt,
     ) -> InspectOutcome {
+        let keys = self.keys(purpose, resource);
+        self.inspect_keys(&keys, purpose, resource, attempt).await
+    }
+
+    /// Reads every slot of the counted lease of `permits` holders on (`purpose`,
+    /// `resource`) ([`LeaseRequestBuilder::permits`]): one outcome per slot, in slot order
+    /// — how many are held, by which tokens, for how long, and whether `attempt` holds one.
+    /// For `permits` 1 it is [`inspect`](Self::inspect)'s one outcome. The slots are read
+    /// together (on Redis, in one script call), each atomically; read only.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), leasehold::LeaseError> {
+    /// use leasehold::{InspectOutcome, LeaseClient, LeaseSettings, MemoryBackend};
+    /// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+    /// let request = client.request("exports", "fleet")?.permits(4).build()?;
+    /// let _lease = client.try_acquire(&request).await?.into_handle();
+    /// let slots = client
+    ///     .inspect_slots(request.purpose(), request.resource(), 4, request.attempt())
+    ///     .await?;
+    /// let held = slots.iter().filter(|s| s.is_held()).count();
+    /// assert_eq!((held, slots.len()), (1, 4));
+    /// assert!(matches!(slots[0], InspectOutcome::HeldByAttempt { .. }));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidPermits`] for 0 or more than
+    /// [`MAX_PERMITS`](crate::protocol::limits::MAX_PERMITS), before any I/O.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn inspect_slots(
+        &self,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        permits: u32,
+        attempt: &Attempt,
+    ) -> Result<Vec<InspectOutcome>, LeaseError> {
+        let permits = u16::try_from(permits)
+            .ok()
+            .filter(|p| (1..=MAX_PERMITS).contains(p))
+            .ok_or(LeaseError::InvalidPermits {
+                value: permits,
+                max: MAX_PERMITS,
+            })?;
+        let lease = self.keys(purpose, resource).counted(permits);
+        let slots: Vec<LeaseKeys> = (0..permits).map(|slot| lease.for_slot(slot)).collect();
+        Ok(futures_util::future::join_all(
+            slots
+                .iter()
+                .map(|keys| self.inspect_keys(keys, purpose, resource, attempt)),
+        )
+        .await)
+    }
+
+    pub(crate) async fn inspect_keys(
+        &self,
+        keys: &LeaseKeys,
+        purpose: &Purpose,
+        resource: &ResourceDigest,
+        attempt: &Attempt,
+    ) -> InspectOutcome {
         let span = trace::span!("lease.inspect", purpose, resource, attempt);
         let started = Instant::now();
-        let keys = self.keys(purpose, resource);
         let result = self
             .backend()
-            .inspect(&keys, attempt, self.settings().command_timeout)
+            .inspect(keys, attempt, self.settings().command_timeout)
             .instrument(span.clone())
             .await;
         let outcome = match result {
@@ -278,6 +341,15 @@ impl LeaseClient {
                 token,
                 holder,
             }) => InspectOutcome::HeldByOther {
+                remaining: pttl,
+                token,
+                holder,
+            },
+            Ok(InspectReply::Delayed {
+                pttl,
+                token,
+                holder,
+            }) => InspectOutcome::LockDelayed {
                 remaining: pttl,
                 token,
                 holder,

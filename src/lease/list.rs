@@ -12,6 +12,7 @@ use futures_util::StreamExt as _;
 use crate::backend::FailureDetail;
 use crate::error::LeaseError;
 use crate::lease::LeaseClient;
+use crate::protocol::limits::MAX_PERMITS;
 use crate::protocol::{FencingToken, HolderLabel, Purpose, ResourceDigest};
 
 /// Leases read at once while listing: the batcher sends them together.
@@ -31,6 +32,20 @@ pub struct ListedLease {
     pub holder: Option<HolderLabel>,
     /// The server's remaining time to live when read.
     pub remaining: Duration,
+    /// For a slot of a counted lease ([`LeaseRequestBuilder::permits`]): which slot, and
+    /// of how many permits. `None` for a plain lease.
+    ///
+    /// [`LeaseRequestBuilder::permits`]: crate::protocol::LeaseRequestBuilder::permits
+    pub slot: Option<ListedSlot>,
+}
+
+/// Which slot of a counted lease a [`ListedLease`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ListedSlot {
+    /// The slot, `0 .. permits`.
+    pub slot: u16,
+    /// The counted lease's permits.
+    pub permits: u16,
 }
 
 /// What [`LeaseClient::list`] found.
@@ -105,16 +120,20 @@ impl LeaseClient {
             .iter()
             .filter_map(|key| lease_of(key.strip_prefix(&namespace_prefix)?));
         let mut reads = futures_util::stream::iter(names)
-            .map(|(purpose, resource)| {
+            .map(|(purpose, resource, slot)| {
                 let attempt = &attempt;
                 async move {
-                    let outcome = self.inspect(&purpose, &resource, attempt).await;
-                    (purpose, resource, outcome)
+                    let mut keys = self.keys(&purpose, &resource);
+                    if let Some(ListedSlot { slot, permits }) = slot {
+                        keys = keys.counted(permits).for_slot(slot);
+                    }
+                    let outcome = self.inspect_keys(&keys, &purpose, &resource, attempt).await;
+                    (purpose, resource, slot, outcome)
                 }
             })
             .buffer_unordered(READS_AT_ONCE);
         let mut leases = Vec::new();
-        while let Some((purpose, resource, outcome)) = reads.next().await {
+        while let Some((purpose, resource, slot, outcome)) = reads.next().await {
             match outcome.into_held() {
                 Ok(Some((remaining, token, holder))) => leases.push(ListedLease {
                     purpose,
@@ -122,6 +141,7 @@ impl LeaseClient {
                     token,
                     holder,
                     remaining,
+                    slot,
                 }),
                 // Expired or released since the scan.
                 Ok(None) => {}
@@ -130,18 +150,37 @@ impl LeaseClient {
                 }
             }
         }
-        leases.sort_by(|a, b| (&a.purpose, a.resource).cmp(&(&b.purpose, b.resource)));
+        leases.sort_by(|a, b| {
+            (&a.purpose, a.resource, a.slot).cmp(&(&b.purpose, b.resource, b.slot))
+        });
         Ok(ListOutcome::Listed { leases, truncated })
     }
 }
 
-/// `<purpose>:{<group>}:<64 hex>` → the purpose and digest; `None` for anything else (a
-/// fence counter, a key another program wrote).
-fn lease_of(rest: &str) -> Option<(Purpose, ResourceDigest)> {
+/// `<purpose>:{<group>}:<64 hex>` → the purpose and digest, and for a counted lease's
+/// slot key (`…:<64 hex>:n<permits>#<slot>`, [`LeaseKeys`]) which slot; `None` for anything
+/// else (a fence counter, a key another program wrote).
+///
+/// [`LeaseKeys`]: crate::protocol::LeaseKeys
+fn lease_of(rest: &str) -> Option<(Purpose, ResourceDigest, Option<ListedSlot>)> {
     let (purpose, tail) = rest.split_once(":{")?;
-    let (_, hex) = tail.split_once("}:")?;
+    let (_, name) = tail.split_once("}:")?;
+    let (hex, slot) = match name.split_once(":n") {
+        None => (name, None),
+        Some((hex, counted)) => {
+            let (permits, slot) = counted.split_once('#')?;
+            let (permits, slot) = (permits.parse().ok()?, slot.parse().ok()?);
+            // The names leasehold makes, nothing else: `n1` and leading zeros never are.
+            let canonical = format!("{permits}#{slot}") == counted;
+            let valid = canonical && (2..=MAX_PERMITS).contains(&permits) && slot < permits;
+            (hex, valid.then_some(ListedSlot { slot, permits }))
+        }
+    };
+    if name != hex && slot.is_none() {
+        return None;
+    }
     let resource = ResourceDigest::parse(&format!("sha256:{hex}")).ok()?;
-    Some((Purpose::new(purpose).ok()?, resource))
+    Some((Purpose::new(purpose).ok()?, resource, slot))
 }
 
 #[cfg(test)]
@@ -154,9 +193,21 @@ mod tests {
         let purpose = Purpose::new("reports").unwrap();
         let keys = crate::protocol::LeaseKeys::new(&Default::default(), &purpose, &digest);
         let rest = keys.lease.strip_prefix("leasehold:lease:v2:").unwrap();
-        assert_eq!(lease_of(rest), Some((purpose, digest)));
+        assert_eq!(lease_of(rest), Some((purpose.clone(), digest, None)));
         let fence = keys.fence.strip_prefix("leasehold:lease:v2:").unwrap();
         assert_eq!(lease_of(fence), None);
+        let slot = keys.clone().counted(4).for_slot(3);
+        let rest = slot.lease.strip_prefix("leasehold:lease:v2:").unwrap();
+        let listed = ListedSlot {
+            slot: 3,
+            permits: 4,
+        };
+        assert_eq!(lease_of(rest), Some((purpose, digest, Some(listed))));
+        for odd in [":n4#4", ":n4", ":n1#0", ":n04#1", ":n65#0", ":n4#x", "#1"] {
+            let key = format!("{}{odd}", keys.lease);
+            let rest = key.strip_prefix("leasehold:lease:v2:").unwrap();
+            assert_eq!(lease_of(rest), None, "{odd}");
+        }
         assert_eq!(lease_of("reports:{abcd}:not-hex"), None);
         assert_eq!(lease_of("Bad:{abcd}:00"), None);
     }

@@ -185,6 +185,18 @@ pub enum InspectOutcome {
         /// [`LeaseRequestBuilder::holder`]: crate::protocol::LeaseRequestBuilder::holder
         holder: Option<HolderLabel>,
     },
+    /// *When*: `DELAYED` — nobody holds it: the last lease ended without a release and its
+    /// lock-delay refuses acquisitions for `remaining` more. *What to do*: expect an
+    /// acquisition to succeed only after `remaining`; the last holder (`token`, `holder`)
+    /// may still be finishing its work.
+    LockDelayed {
+        /// The lock-delay's remaining time.
+        remaining: Duration,
+        /// The ended lease's fencing token.
+        token: FencingToken,
+        /// The ended lease's label, if its acquisition gave one.
+        holder: Option<HolderLabel>,
+    },
     /// *When*: `ABSENT` — nobody holds it. *What to do*: nothing held it at the read; an
     /// acquisition may still lose to a faster one.
     Absent,
@@ -220,9 +232,15 @@ impl InspectOutcome {
                 token,
                 holder,
             } => Ok(Some((remaining, token, holder))),
-            Self::Absent => Ok(None),
+            // Held by nobody: what an observer or a listing reports of it.
+            Self::LockDelayed { .. } | Self::Absent => Ok(None),
             Self::Unavailable { detail } | Self::Indeterminate { detail } => Err(detail),
         }
+    }
+
+    /// Whether someone (this attempt or another) held the lease at the read.
+    pub fn is_held(&self) -> bool {
+        matches!(self, Self::HeldByAttempt { .. } | Self::HeldByOther { .. })
     }
 
     /// snake_case name for logs, metrics and the CLI.
@@ -230,6 +248,7 @@ impl InspectOutcome {
         match self {
             Self::HeldByAttempt { .. } => "held_by_attempt",
             Self::HeldByOther { .. } => "held_by_other",
+            Self::LockDelayed { .. } => "lock_delayed",
             Self::Absent => "absent",
             Self::Unavailable { .. } => "unavailable",
             Self::Indeterminate { .. } => "indeterminate",

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::backend::LeaseBackend;
 use crate::lease::settings::LeaseSettings;
-use crate::protocol::{LeaseKeys, Purpose, ResourceDigest};
+use crate::protocol::{LeaseKeys, LeaseRequest, Purpose, ResourceDigest};
 
 /// The backend and the settings of one client.
 pub(crate) struct Session {
@@ -37,6 +37,12 @@ impl Session {
     /// The Redis keys of a lease under this session's namespace.
     pub(crate) fn keys(&self, purpose: &Purpose, resource: &ResourceDigest) -> LeaseKeys {
         LeaseKeys::new(&self.settings.namespace, purpose, resource)
+    }
+
+    /// The keys `request` acquires: its lease's, counted when it has more than one permit.
+    pub(crate) fn request_keys(&self, request: &LeaseRequest) -> LeaseKeys {
+        self.keys(request.purpose(), request.resource())
+            .counted(request.permits())
     }
 
     /// How long to wait after a contended reply that carried `pttl`.

@@ -83,12 +83,19 @@ impl WaitPolicy {
             | AcquireOutcome::Replayed(_)
             | AcquireOutcome::OwnerOperationConflict { .. } => return Step::Done(outcome),
             _ if now >= self.deadline => return Step::Done(self.settle(outcome)),
-            AcquireOutcome::Contended { .. } if !self.subscribed => {
+            // A lock-delay ends at its time, or earlier on the ended holder's release: the
+            // notice wakes the waiter for it too.
+            AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
+                if !self.subscribed =>
+            {
                 self.subscribed = true;
                 return Step::Subscribe;
             }
             AcquireOutcome::Contended { retry_after } => {
                 (*retry_after + jitter(*retry_after / 10), "contended")
+            }
+            AcquireOutcome::LockDelayed { retry_after } => {
+                (*retry_after + jitter(*retry_after / 10), "lock_delayed")
             }
             AcquireOutcome::Indeterminate { attempt, detail } => {
                 self.maybe_sent = Some((attempt.clone(), detail.clone()));
@@ -158,7 +165,7 @@ pub(crate) async fn acquire_with_wait(
 }
 
 async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<ReleaseNotices> {
-    let keys = session.keys(request.purpose(), request.resource());
+    let keys = session.request_keys(request);
     match session
         .backend()
         .subscribe_releases(&keys, session.settings().command_timeout)

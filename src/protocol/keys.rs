@@ -12,6 +12,16 @@
 //! at 65,536 per (namespace, purpose) and keeps every guarantee: a token larger than every
 //! token issued before in the group is larger than every token issued before for each of
 //! its resources.
+//!
+//! # Counted leases
+//!
+//! A lease of N > 1 permits is named `<lease>:n<N>` (N is part of the name: holders that
+//! disagree on it do not count against each other) and lives in N slot keys
+//! `<lease>:n<N>#0 … #<N-1>`, each an ordinary lease key. Its slots share the group's fence
+//! counter, so tokens increase across all of them, and one release channel,
+//! `<lease>:n<N>:released`: a waiter listens once for every slot. No other key of the
+//! layout holds a `#` (names never do), which is how `lua/release.lua` finds a slot's
+//! channel.
 
 use crate::protocol::{Namespace, Purpose, ResourceDigest};
 
@@ -19,10 +29,15 @@ use crate::protocol::{Namespace, Purpose, ResourceDigest};
 const GROUP_HEX_DIGITS: usize = 4;
 
 /// The Redis names one lease uses.
+///
+/// For a counted lease these are the names of the whole lease until an acquisition took a
+/// slot ([`for_slot`](Self::for_slot)), and then those of the slot: `lease` is the slot's
+/// key, the fence and the release channel are shared by all slots.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseKeys {
     /// The lease itself: the string `"<owner token> <operation id> <fencing token>"` with a
-    /// PX expiry.
+    /// PX expiry. For a counted lease before a slot is taken, the name its slot keys
+    /// extend (no key of that name is written).
     pub lease: String,
     /// The fencing counter of the lease's group: the last token issued to any lease of the
     /// group. Never expires.
@@ -30,6 +45,10 @@ pub struct LeaseKeys {
     /// Pub/sub channel on which a release is announced, so waiters wake early: the lease
     /// key followed by `:released` (`lua/release.lua` derives it by the same rule).
     pub release_channel: String,
+    /// Holders admitted at once: 1 for a plain lease.
+    permits: u16,
+    /// The slot these keys name, once a counted lease's acquisition took one.
+    slot: Option<u16>,
 }
 
 impl LeaseKeys {
@@ -45,14 +64,70 @@ impl LeaseKeys {
             fence: format!("{group}:fence"),
             release_channel: format!("{lease}:released"),
             lease,
+            permits: 1,
+            slot: None,
         }
     }
 
-    /// Pub/sub channel on which an acquisition is announced, for observers: the lease key
-    /// followed by `:acquired` (`lua/acquire.lua` derives it by the same rule). Made on
-    /// demand: only an observer subscribes to it.
+    /// The keys of the counted lease of `permits` holders on the same resource; `self`
+    /// unchanged for 1. `permits` is a request's, checked by its builder (1 ..=
+    /// [`MAX_PERMITS`](crate::protocol::limits::MAX_PERMITS)).
+    pub fn counted(self, permits: u16) -> Self {
+        if permits <= 1 || self.permits != 1 {
+            return self;
+        }
+        let lease = format!("{}:n{permits}", self.lease);
+        Self {
+            release_channel: format!("{lease}:released"),
+            lease,
+            fence: self.fence,
+            permits,
+            slot: None,
+        }
+    }
+
+    /// Holders the lease admits at once: 1 for a plain lease.
+    pub fn permits(&self) -> u16 {
+        self.permits
+    }
+
+    /// The slot these keys name, if they are a counted lease's slot.
+    pub fn slot(&self) -> Option<u16> {
+        self.slot
+    }
+
+    /// The keys of slot `slot` (`0 .. permits`) of a counted lease; a clone for a plain
+    /// lease (its only slot is the lease) and for keys already naming a slot.
+    pub fn for_slot(&self, slot: u16) -> Self {
+        if self.permits == 1 || self.slot.is_some() {
+            return self.clone();
+        }
+        Self {
+            lease: format!("{}#{slot}", self.lease),
+            slot: Some(slot),
+            ..self.clone()
+        }
+    }
+
+    /// Every key an acquisition reads: the lease key for a plain lease, each slot's key for
+    /// a counted one.
+    pub fn slot_keys(&self) -> Vec<String> {
+        match (self.permits, self.slot) {
+            (1, _) | (_, Some(_)) => vec![self.lease.clone()],
+            (n, None) => (0..n).map(|i| format!("{}#{i}", self.lease)).collect(),
+        }
+    }
+
+    /// Pub/sub channel on which an acquisition is announced, for observers: the lease's
+    /// name (a counted lease's, for each of its slots) followed by `:acquired`
+    /// (`lua/acquire.lua` derives it by the same rule). Made on demand: only an observer
+    /// subscribes to it.
     pub fn acquire_channel(&self) -> String {
-        format!("{}:acquired", self.lease)
+        let name = self
+            .release_channel
+            .strip_suffix(":released")
+            .unwrap_or(&self.lease);
+        format!("{name}:acquired")
     }
 }
 
@@ -74,6 +149,40 @@ mod tests {
             assert_eq!(k.matches('{').count(), 1);
             assert!(k.contains(&tag));
         }
+    }
+
+    #[test]
+    fn a_counted_lease_names_its_slots_under_the_same_tag_and_shares_fence_and_channels() {
+        let d = ResourceDigest::of(b"r");
+        let plain = LeaseKeys::new(&Namespace::default(), &Purpose::new("jobs").unwrap(), &d);
+        assert_eq!(plain.clone().counted(1), plain);
+        assert_eq!(plain.for_slot(0), plain);
+        assert_eq!(plain.slot_keys(), vec![plain.lease.clone()]);
+        let counted = plain.clone().counted(3);
+        assert_eq!(counted.permits(), 3);
+        assert_eq!(counted.lease, format!("{}:n3", plain.lease));
+        assert_eq!(counted.fence, plain.fence);
+        assert_eq!(
+            counted.release_channel,
+            format!("{}:n3:released", plain.lease)
+        );
+        assert_eq!(
+            counted.acquire_channel(),
+            format!("{}:n3:acquired", plain.lease)
+        );
+        let slots = counted.slot_keys();
+        assert_eq!(slots.len(), 3);
+        assert_eq!(slots[2], format!("{}:n3#2", plain.lease));
+        let slot = counted.for_slot(2);
+        assert_eq!(
+            (slot.lease.as_str(), slot.slot()),
+            (slots[2].as_str(), Some(2))
+        );
+        assert_eq!(slot.release_channel, counted.release_channel);
+        assert_eq!(slot.acquire_channel(), counted.acquire_channel());
+        assert_eq!(slot.slot_keys(), [slots[2].clone()]);
+        // Another count is another lease.
+        assert_ne!(plain.counted(4).lease, counted.lease);
     }
 
     #[test]

@@ -109,6 +109,17 @@ pub const RETRY_AFTER_FALLBACK: DurationBounds = DurationBounds {
     max: Duration::from_secs(60),
 };
 
+/// How long a resource refuses new holders after a lease on it ended without a release
+/// ([`LeaseRequestBuilder::lock_delay`]): 1 ms ..= 1 h (stored in the lease's value as
+/// whole milliseconds, at most seven digits).
+///
+/// [`LeaseRequestBuilder::lock_delay`]: crate::protocol::LeaseRequestBuilder::lock_delay
+pub const LOCK_DELAY: DurationBounds = DurationBounds {
+    param: "lock_delay",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(3600),
+};
+
 /// How long an acquisition may wait for replicas to acknowledge it (`WAIT`): 1 ms ..= 10 s.
 pub const REPLICA_WAIT: DurationBounds = DurationBounds {
     param: "replica_wait",
@@ -118,6 +129,13 @@ pub const REPLICA_WAIT: DurationBounds = DurationBounds {
 
 /// Most replicas an acquisition may wait for.
 pub const MAX_REPLICAS: u32 = 16;
+
+/// Most holders a counted lease may admit at once ([`LeaseRequestBuilder::permits`]): one
+/// acquisition reads every slot in one script step, so the bound is what keeps that step
+/// short (Redis runs nothing else meanwhile).
+///
+/// [`LeaseRequestBuilder::permits`]: crate::protocol::LeaseRequestBuilder::permits
+pub const MAX_PERMITS: u16 = 64;
 
 /// Default command timeout (docs/design.md §11).
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);

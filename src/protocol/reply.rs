@@ -10,29 +10,44 @@ use crate::protocol::{FencingToken, HolderLabel};
 /// What `lua/acquire.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireReply {
-    /// `ACQUIRED ttl token`: the key was absent and is now ours for `ttl`.
+    /// `ACQUIRED ttl token [slot]`: the key (a counted lease's free slot) was absent and is
+    /// now ours for `ttl`.
     Acquired {
         /// The TTL the server set.
         ttl: Duration,
         /// The freshly issued fencing token.
         token: FencingToken,
+        /// The slot taken: 0 for a plain lease.
+        slot: u16,
     },
-    /// `REPLAYED pttl token`: this very attempt already holds the lease; nothing changed.
+    /// `REPLAYED pttl token [slot]`: this very attempt already holds the lease (a slot of
+    /// it); nothing changed.
     Replayed {
         /// What the server has left: the replay's validity is measured from this, never
         /// from a fresh TTL.
         pttl: Duration,
         /// The token of the original acquisition.
         token: FencingToken,
+        /// The slot held: 0 for a plain lease.
+        slot: u16,
     },
     /// `CONFLICT pttl`: held by the same owner token under another operation id.
     Conflict {
         /// The holder's remaining time.
         pttl: Duration,
     },
-    /// `CONTENDED pttl`: held by someone else. The holder's owner token is never sent.
+    /// `DELAYED pttl`: the last lease ended without a release and its lock-delay refuses
+    /// acquisitions for `pttl` more (for a counted lease: every slot is taken and the
+    /// earliest to free is in its lock-delay).
+    Delayed {
+        /// The lock-delay's remaining time.
+        pttl: Duration,
+    },
+    /// `CONTENDED pttl`: held by someone else (every slot of a counted lease). The holder's
+    /// owner token is never sent.
     Contended {
-        /// The holder's remaining time; zero when the server had no positive PTTL.
+        /// The holder's remaining time (the earliest slot's); zero when the server had no
+        /// positive PTTL.
         pttl: Duration,
     },
 }
@@ -44,6 +59,7 @@ impl AcquireReply {
             Self::Acquired { .. } => "ACQUIRED",
             Self::Replayed { .. } => "REPLAYED",
             Self::Conflict { .. } => "CONFLICT",
+            Self::Delayed { .. } => "DELAYED",
             Self::Contended { .. } => "CONTENDED",
         }
     }
@@ -93,6 +109,16 @@ pub enum InspectReply {
         /// The label stored with the lease, if its acquisition gave one.
         holder: Option<HolderLabel>,
     },
+    /// `DELAYED pttl token [holder]`: not held — the last lease ended without a release
+    /// and its lock-delay refuses acquisitions for `pttl` more.
+    Delayed {
+        /// The lock-delay's remaining time.
+        pttl: Duration,
+        /// The ended lease's fencing token.
+        token: FencingToken,
+        /// The ended lease's label, if its acquisition gave one.
+        holder: Option<HolderLabel>,
+    },
     /// `ABSENT`: not held.
     Absent,
 }
@@ -120,6 +146,7 @@ impl InspectReply {
         match self {
             Self::HeldByAttempt { .. } => "HELD_BY_ATTEMPT",
             Self::HeldByOther { .. } => "HELD_BY_OTHER",
+            Self::Delayed { .. } => "DELAYED",
             Self::Absent => "ABSENT",
         }
     }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::LeaseError;
 use crate::protocol::limits::{
-    DEFAULT_WAIT_TIMEOUT, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT, LOCK_DELAY, MAX_PERMITS, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT,
 };
 use crate::protocol::{Attempt, HolderLabel, Purpose, ResourceDigest};
 
@@ -37,6 +37,8 @@ pub struct LeaseRequest {
     attempt: Attempt,
     replicas: Option<ReplicaWait>,
     holder: Option<HolderLabel>,
+    permits: u16,
+    lock_delay: Option<Duration>,
 }
 
 /// How many replicas an acquisition waits for, and for how long (Redis `WAIT`); see
@@ -74,6 +76,8 @@ impl LeaseRequest {
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
             replicas: None,
             holder: None,
+            permits: 1,
+            lock_delay: None,
         }
     }
 
@@ -110,6 +114,18 @@ impl LeaseRequest {
         self.holder.as_ref()
     }
 
+    /// How many holders the lease admits at once: 1 for a lease (the default), more for a
+    /// counted lease ([`LeaseRequestBuilder::permits`]).
+    pub fn permits(&self) -> u16 {
+        self.permits
+    }
+
+    /// How long the resource refuses new holders after this lease ends without a release,
+    /// if at all ([`LeaseRequestBuilder::lock_delay`]).
+    pub fn lock_delay(&self) -> Option<Duration> {
+        self.lock_delay
+    }
+
     /// The same request under a fresh attempt (a new owner token, same operation id), for
     /// re-acquiring after a loss.
     ///
@@ -134,6 +150,8 @@ pub struct LeaseRequestBuilder {
     wait_timeout: Duration,
     replicas: Option<(u32, Duration)>,
     holder: Option<HolderLabel>,
+    permits: u32,
+    lock_delay: Option<Duration>,
 }
 
 impl LeaseRequestBuilder {
@@ -175,13 +193,70 @@ impl LeaseRequestBuilder {
         self
     }
 
+    /// Makes this a counted lease: at most `permits` holders at once, each in a slot of
+    /// its own and each a lease in every other way — its own fencing token (tokens
+    /// increase across all slots of the resource), renewal, loss, release. A contender
+    /// finds a free slot or waits for the earliest to free; a release wakes the waiters.
+    /// `1` (the default) is a plain lease.
+    ///
+    /// The number is part of the lease's name: requests for one resource with different
+    /// `permits` do not count against each other, so every holder must agree on it.
+    ///
+    /// `permits` is 1 ..= [`MAX_PERMITS`] (64).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), leasehold::LeaseError> {
+    /// use leasehold::{LeaseClient, LeaseSettings, MemoryBackend};
+    /// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+    /// let request = client.request("exports", "fleet")?.permits(4).build()?;
+    /// assert_eq!(request.permits(), 4);
+    /// # Ok(()) }
+    /// ```
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
+    }
+
+    /// After this lease ends without a release — it expired: its holder crashed, was
+    /// partitioned or paused — the resource refuses every acquisition for `delay` more
+    /// (Chubby's and Consul's lock-delay), so work the lost holder may still have in flight
+    /// has that long to notice and stop before anyone else starts. A contender is told
+    /// [`AcquireOutcome::LockDelayed`] with the time left, never a plain contention. A
+    /// release ends the lease cleanly and skips the delay: the holder says its work is
+    /// over. Default: none.
+    ///
+    /// It is the holder's: the delay stored with a lease is the one its acquisition asked
+    /// for. It is not a substitute for fencing: a holder paused longer than the delay
+    /// still wakes up believing it holds the lease; only the token refuses its writes.
+    ///
+    /// `delay` is 1 ms ..= 1 h (whole milliseconds).
+    ///
+    /// [`AcquireOutcome::LockDelayed`]: crate::AcquireOutcome::LockDelayed
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
+        self
+    }
+
     /// Validates every field.
     ///
     /// # Errors
     /// [`LeaseError::InvalidDuration`] for a `ttl`, `wait_timeout` or `replica_wait` out of
     /// its bounds (the ttl is truncated to whole milliseconds first);
-    /// [`LeaseError::InvalidReplicas`] for a replica count of 0 or above 16.
+    /// [`LeaseError::InvalidReplicas`] for a replica count of 0 or above 16;
+    /// [`LeaseError::InvalidPermits`] for permits of 0 or above 64;
+    /// [`LeaseError::InvalidDuration`] for a `lock_delay` out of its bounds.
     pub fn build(self) -> Result<LeaseRequest, LeaseError> {
+        let lock_delay = match self.lock_delay {
+            None => None,
+            Some(delay) => Some(LOCK_DELAY.check(whole_millis(delay))?),
+        };
+        let permits = u16::try_from(self.permits)
+            .ok()
+            .filter(|p| (1..=MAX_PERMITS).contains(p))
+            .ok_or(LeaseError::InvalidPermits {
+                value: self.permits,
+                max: MAX_PERMITS,
+            })?;
         let ttl = TTL.check(whole_millis(self.ttl))?;
         let wait_timeout = WAIT_TIMEOUT.check(self.wait_timeout)?;
         let replicas = match self.replicas {
@@ -205,6 +280,8 @@ impl LeaseRequestBuilder {
             attempt: self.attempt,
             replicas,
             holder: self.holder,
+            permits,
+            lock_delay,
         })
     }
 }
@@ -298,6 +375,39 @@ mod tests {
                 .build()
                 .is_err()
         );
+    }
+
+    #[test]
+    fn permits_default_to_one_and_are_bounded() {
+        assert_eq!(builder().build().unwrap().permits(), 1);
+        assert_eq!(builder().permits(64).build().unwrap().permits(), 64);
+        for n in [0, 65, 70_000] {
+            let err = builder().permits(n).build().unwrap_err();
+            assert_eq!(err, LeaseError::InvalidPermits { value: n, max: 64 });
+            assert_eq!(
+                err.to_string(),
+                format!("permits {n} is invalid: must be 1 ..= 64")
+            );
+        }
+    }
+
+    #[test]
+    fn lock_delay_is_off_by_default_and_bounded() {
+        assert_eq!(builder().build().unwrap().lock_delay(), None);
+        let r = builder()
+            .lock_delay(Duration::from_micros(2_000_900))
+            .build()
+            .unwrap();
+        assert_eq!(r.lock_delay(), Some(Duration::from_millis(2000)));
+        for bad in [Duration::from_micros(999), Duration::from_secs(3601)] {
+            assert!(matches!(
+                builder().lock_delay(bad).build(),
+                Err(LeaseError::InvalidDuration {
+                    param: "lock_delay",
+                    ..
+                })
+            ));
+        }
     }
 
     #[test]

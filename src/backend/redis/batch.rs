@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use super::{RedisBackend, scripts};
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
-use crate::protocol::{Attempt, HolderLabel, LeaseKeys};
+use crate::protocol::{Attempt, LeaseKeys, LeaseRequest};
 
 /// Script calls in flight at once, at most. More than one lets this process prepare and
 /// answer calls while Redis runs another; four measured best on two cores (W2 of the load
@@ -73,10 +73,15 @@ pub(super) type ItemResult = Result<Value, SendFailure>;
 /// No `Debug`: it holds the owner token, a bearer secret.
 pub(super) struct Item {
     lease: String,
+    /// The slot keys a counted lease's acquisition reads (`LeaseKeys::slot_keys`), in
+    /// place of `lease`; empty for every other item.
+    slots: Vec<String>,
     /// The group's fence counter: acquire only.
     fence: Option<String>,
-    /// The kind letter, then the ttl in milliseconds for acquire and renew, then for an
-    /// acquire the holder label if any: `A30000`, `A30000 web-7`.
+    /// The kind letter, then for a counted acquisition the number of slots and a space,
+    /// then the ttl in milliseconds for acquire and renew (for an acquire, then its
+    /// lock-delay after a slash if it has one), then for an acquire the holder label if
+    /// any: `A30000`, `A30000 web-7`, `A30000/2000`, `P4 30000`.
     head: String,
     /// `"<owner> <op> "`: the lease value's prefix while this attempt holds it.
     mine: String,
@@ -91,24 +96,38 @@ impl Item {
         }
         Self {
             lease: keys.lease.clone(),
+            slots: Vec::new(),
             fence: fence.then(|| keys.fence.clone()),
             head,
             mine,
         }
     }
 
-    pub(super) fn acquire(
-        keys: &LeaseKeys,
-        attempt: &Attempt,
-        ttl: Duration,
-        holder: Option<&HolderLabel>,
-    ) -> Self {
-        let head = match holder {
-            // A label holds no space (`HolderLabel`): the script splits at the first one.
-            Some(holder) => format!("A{} {holder}", ttl.as_millis()),
-            None => format!("A{}", ttl.as_millis()),
+    pub(super) fn acquire(keys: &LeaseKeys, request: &LeaseRequest) -> Self {
+        // The ttl, and its lock-delay after a slash: `30000/2000`.
+        let ttl = match request.lock_delay() {
+            None => request.ttl().as_millis().to_string(),
+            Some(delay) => format!("{}/{}", request.ttl().as_millis(), delay.as_millis()),
         };
-        Self::new(keys, attempt, true, head)
+        let holder = request.holder();
+        // A counted lease's acquisition reads every slot; keys that already name a slot
+        // are read as a lease of their own.
+        let slots = match keys.slot() {
+            None if keys.permits() > 1 => keys.permits(),
+            _ => 0,
+        };
+        let head = match (slots, holder) {
+            // A label holds no space (`HolderLabel`): the script splits at the first one.
+            (0, Some(holder)) => format!("A{ttl} {holder}"),
+            (0, None) => format!("A{ttl}"),
+            (n, Some(holder)) => format!("P{n} {ttl} {holder}"),
+            (n, None) => format!("P{n} {ttl}"),
+        };
+        let mut item = Self::new(keys, request.attempt(), true, head);
+        if slots > 0 {
+            item.slots = keys.slot_keys();
+        }
+        item
     }
 
     pub(super) fn renew(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {
@@ -136,12 +155,17 @@ impl Item {
 pub(super) fn command(id: u64, items: &[Item]) -> Cmd {
     let keys: usize = items
         .iter()
-        .map(|i| 1 + usize::from(i.fence.is_some()))
+        .map(|i| i.slots.len().max(1) + usize::from(i.fence.is_some()))
         .sum();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(scripts::BATCH.get_hash()).arg(keys);
     for item in items {
-        cmd.arg(&item.lease);
+        if item.slots.is_empty() {
+            cmd.arg(&item.lease);
+        }
+        for slot in &item.slots {
+            cmd.arg(slot);
+        }
         if let Some(fence) = &item.fence {
             cmd.arg(fence);
         }

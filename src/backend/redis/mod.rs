@@ -115,7 +115,7 @@ use super::{
 use crate::error::LeaseError;
 use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
 use crate::protocol::{
-    AcquireReply, Attempt, HolderLabel, InspectReply, LeaseKeys, ReleaseReply, RenewReply,
+    AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
     ReplicaWait,
 };
 
@@ -276,12 +276,10 @@ impl LeaseBackend for RedisBackend {
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
-        ttl: Duration,
-        holder: Option<&'a HolderLabel>,
+        request: &'a LeaseRequest,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
-        let item = batch::Item::acquire(keys, attempt, ttl, holder);
+        let item = batch::Item::acquire(keys, request);
         self.operation(item, timeout, parse::acquire)
     }
 
@@ -290,9 +288,7 @@ impl LeaseBackend for RedisBackend {
     fn acquire_replicated<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
-        ttl: Duration,
-        holder: Option<&'a HolderLabel>,
+        request: &'a LeaseRequest,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
@@ -300,7 +296,7 @@ impl LeaseBackend for RedisBackend {
             let twin = self.inner.replicated.as_ref().unwrap_or(self);
             let deadline = Instant::now() + timeout;
             let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
-            let item = batch::Item::acquire(keys, attempt, ttl, holder);
+            let item = batch::Item::acquire(keys, request);
             let value = twin
                 .send_one(generation, &connected, &item, deadline)
                 .await?;
@@ -363,8 +359,9 @@ impl LeaseBackend for RedisBackend {
     ) -> BackendFuture<'a, (Vec<String>, bool)> {
         Box::pin(async move {
             // Namespaces and purposes hold no glob character (`[a-z0-9._:-]`). A lease key
-            // ends `{<4 hex>}:<64 hex>`; a fence counter `{<4 hex>}:fence` does not match.
-            let pattern = format!("{prefix}*{{????}}:{}", "?".repeat(64));
+            // ends `{<4 hex>}:<64 hex>`, a counted lease's slot key adds `:n<N>#<i>`; a
+            // fence counter `{<4 hex>}:fence` does not match.
+            let pattern = format!("{prefix}*{{????}}:{}*", "?".repeat(64));
             self.scan_keys(&pattern, limit, Instant::now() + timeout)
                 .await
         })

@@ -74,6 +74,16 @@ impl<'a> Line<'a> {
             .ok_or_else(|| format!("fencing token {n} is not positive"))
     }
 
+    /// The slot at `at` of a counted lease's reply; 0 (a plain lease's only slot) when the
+    /// reply has none.
+    fn slot(&self, at: usize) -> Parsed<u16> {
+        if self.numbers.len() <= at {
+            return Ok(0);
+        }
+        let n = self.int(at, "slot")?;
+        u16::try_from(n).map_err(|_| format!("slot {n} is out of range"))
+    }
+
     /// The holder label at `at`, if the reply has one.
     fn holder(&self, at: usize) -> Parsed<Option<HolderLabel>> {
         self.numbers
@@ -101,18 +111,23 @@ impl<'a> Line<'a> {
 pub(super) fn acquire(value: Value) -> Parsed<AcquireReply> {
     let line = Line::read(&value)?;
     Ok(match (line.status, line.numbers.len()) {
-        (b"ACQUIRED", 2) => AcquireReply::Acquired {
+        (b"ACQUIRED", 2 | 3) => AcquireReply::Acquired {
             ttl: line.millis(0)?,
             token: line.token(1)?,
+            slot: line.slot(2)?,
         },
-        (b"REPLAYED", 2) => AcquireReply::Replayed {
+        (b"REPLAYED", 2 | 3) => AcquireReply::Replayed {
             pttl: line.millis(0)?,
             token: line.token(1)?,
+            slot: line.slot(2)?,
         },
         (b"CONFLICT", 1) => AcquireReply::Conflict {
             pttl: line.millis(0)?,
         },
         (b"CONTENDED", 1) => AcquireReply::Contended {
+            pttl: line.millis(0)?,
+        },
+        (b"DELAYED", 1) => AcquireReply::Delayed {
             pttl: line.millis(0)?,
         },
         _ => return Err(line.unknown("acquire")),
@@ -146,6 +161,11 @@ pub(super) fn inspect(value: Value) -> Parsed<InspectReply> {
             holder: line.holder(2)?,
         },
         (b"HELD_BY_OTHER", 2 | 3) => InspectReply::HeldByOther {
+            pttl: line.millis(0)?,
+            token: line.token(1)?,
+            holder: line.holder(2)?,
+        },
+        (b"DELAYED", 2 | 3) => InspectReply::Delayed {
             pttl: line.millis(0)?,
             token: line.token(1)?,
             holder: line.holder(2)?,
@@ -191,9 +211,20 @@ mod tests {
             acquire(bulk("ACQUIRED 30000 7")),
             Ok(AcquireReply::Acquired {
                 ttl: Duration::from_secs(30),
-                token: FencingToken::new(7)
+                token: FencingToken::new(7),
+                slot: 0,
             })
         );
+        assert_eq!(
+            acquire(bulk("REPLAYED 1200 8 3")),
+            Ok(AcquireReply::Replayed {
+                pttl: Duration::from_millis(1200),
+                token: FencingToken::new(8),
+                slot: 3,
+            })
+        );
+        assert!(acquire(bulk("ACQUIRED 30000 7 -1")).is_err());
+        assert!(acquire(bulk("ACQUIRED 30000 7 1 2")).is_err());
         assert_eq!(
             acquire(bulk("CONTENDED -1")),
             Ok(AcquireReply::Contended {
@@ -221,6 +252,20 @@ mod tests {
             inspect(bulk(&too_long))
                 .unwrap_err()
                 .contains("not a label")
+        );
+        assert_eq!(
+            acquire(bulk("DELAYED 1999")),
+            Ok(AcquireReply::Delayed {
+                pttl: Duration::from_millis(1999)
+            })
+        );
+        assert_eq!(
+            inspect(bulk("DELAYED 1999 9 web-7")),
+            Ok(InspectReply::Delayed {
+                pttl: Duration::from_millis(1999),
+                token: FencingToken::new(9),
+                holder: Some(HolderLabel::new("web-7").unwrap()),
+            })
         );
         assert_eq!(release(bulk("NOT_OWNER")), Ok(ReleaseReply::NotOwner));
     }
@@ -257,7 +302,8 @@ mod tests {
             bulk("ACQUIRED x 1"),
             bulk("ACQUIRED 1 0"),
             bulk("ACQUIRED 1 -3"),
-            bulk("ACQUIRED 1 1 1"),
+            bulk("ACQUIRED 1 1 1 1"),
+            bulk("ACQUIRED 1 1 70000"),
             bulk("ACQUIRED  1 1"),
             bulk("ACQUIRED 1 99999999999999999999"),
             bulk("WHAT 1"),
@@ -283,6 +329,7 @@ mod tests {
                 "REPLAYED",
                 "CONFLICT",
                 "CONTENDED",
+                "DELAYED",
                 "RENEWED",
                 "RELEASED",
                 "ABSENT",

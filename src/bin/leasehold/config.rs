@@ -231,9 +231,11 @@ pub(crate) fn option_error(e: &LeaseError) -> String {
             "wait_timeout" => "--wait".to_owned(),
             "renew_every" => "--renew-every (or LEASEHOLD_RENEW_EVERY)".to_owned(),
             "replica_wait" => "--replica-wait".to_owned(),
+            "lock_delay" => "--lock-delay".to_owned(),
             other => format!("LEASEHOLD_{}", other.to_ascii_uppercase()),
         },
         LeaseError::InvalidReplicas { .. } => "--replicas".to_owned(),
+        LeaseError::InvalidPermits { .. } => "--permits".to_owned(),
         LeaseError::InvalidOperationId { .. } => "--operation-id".to_owned(),
         _ => return e.to_string(),
     };
@@ -289,6 +291,10 @@ pub(crate) fn parse_grace(text: &str) -> Result<Duration, String> {
     parse_bounded(GRACE, text)
 }
 
+pub(crate) fn parse_lock_delay(text: &str) -> Result<Duration, String> {
+    parse_bounded(limits::LOCK_DELAY, text)
+}
+
 pub(crate) fn parse_kill_after(text: &str) -> Result<Duration, String> {
     parse_bounded(KILL_AFTER, text)
 }
@@ -309,6 +315,23 @@ pub(crate) fn parse_replicas(text: &str) -> Result<u32, String> {
         Err(LeaseError::InvalidReplicas {
             value,
             max: limits::MAX_REPLICAS,
+        }
+        .to_string())
+    }
+}
+
+/// A counted lease's permits in `1 ..= MAX_PERMITS`, with the library's error text.
+pub(crate) fn parse_permits(text: &str) -> Result<u32, String> {
+    let value: u32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number of permits"))?;
+    if (1..=u32::from(limits::MAX_PERMITS)).contains(&value) {
+        Ok(value)
+    } else {
+        Err(LeaseError::InvalidPermits {
+            value,
+            max: limits::MAX_PERMITS,
         }
         .to_string())
     }

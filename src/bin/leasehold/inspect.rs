@@ -1,20 +1,39 @@
 //! `leasehold inspect`: is the resource held, by whom, for how long, under which fencing
 //! token.
 
-use clap::Args;
-use leasehold::{HolderLabel, InspectOutcome};
+use std::time::Duration;
 
-use crate::{Common, fail, status};
+use clap::Args;
+use leasehold::{FencingToken, HolderLabel, InspectOutcome};
+
+use crate::{Common, config, fail, status};
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
     #[command(flatten)]
     common: Common,
     /// Print one JSON object: {"held":true,"key":…,"remaining_ms":…,"fencing_token":…,
-    /// "holder":…} (holder null when the lease carries no label) or {"held":false,"key":…}.
-    /// `key` is the lease's Redis key: deleting it takes the lease away from its holder.
+    /// "holder":…} (holder null when the lease carries no label) or {"held":false,"key":…}
+    /// — with "lock_delay_ms", "fencing_token" and "holder" of the ended lease while a
+    /// lock-delay refuses holders. `key` is the lease's Redis key: deleting it takes the
+    /// lease (or the lock-delay) away.
     #[arg(long)]
     json: bool,
+    /// Inspect the counted lease of N permits (1 ..= 64), as `run --permits N` holds it:
+    /// how many of its slots are held, and each slot's holder, remaining time and token.
+    /// With --json: {"permits":N,"held":<slots held>,"key":…,"slots":[<one object as
+    /// above per slot, with "slot":i>]} [default: 1, the plain lease].
+    #[arg(long, value_name = "N", value_parser = config::parse_permits, allow_negative_numbers = true)]
+    permits: Option<u32>,
+}
+
+/// What one lease (or slot) holds at the read: remaining time, token, label, and whether
+/// the lease ended and this is its lock-delay (`remaining` then being the delay's).
+struct Holding {
+    remaining: Duration,
+    token: FencingToken,
+    holder: Option<HolderLabel>,
+    delayed: bool,
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
@@ -31,53 +50,143 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
-    let outcome = client
-        .inspect(args.common.purpose(), &resource, &attempt)
-        .await;
-    let held = match outcome {
-        InspectOutcome::HeldByAttempt {
-            remaining,
-            token,
-            holder,
-        }
-        | InspectOutcome::HeldByOther {
-            remaining,
-            token,
-            holder,
-        } => Some((remaining, token, holder)),
-        InspectOutcome::Absent => None,
-        InspectOutcome::Unavailable { detail } => return fail(server.explain(&detail)),
-        InspectOutcome::Indeterminate { detail } => {
-            return fail(format!("no readable reply: {}", server.explain(&detail)));
-        }
+    let permits = args.permits.unwrap_or(1);
+    let slots = match client
+        .inspect_slots(args.common.purpose(), &resource, permits, &attempt)
+        .await
+    {
+        Ok(slots) => slots,
+        Err(e) => return fail(config::option_error(&e)),
     };
-    if args.json {
-        let key = client.keys(args.common.purpose(), &resource).lease;
-        let value = match held {
-            Some((remaining, token, ref holder)) => serde_json::json!({
-                "held": true,
-                "key": key,
-                "remaining_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
-                "fencing_token": token.get(),
-                "holder": holder.as_ref().map(HolderLabel::as_str),
-            }),
-            None => serde_json::json!({ "held": false, "key": key }),
+    let mut held = Vec::with_capacity(slots.len());
+    for outcome in slots {
+        let holding = |remaining, token, holder, delayed| {
+            Some(Holding {
+                remaining,
+                token,
+                holder,
+                delayed,
+            })
         };
-        println!("{value}");
-    } else {
-        match held {
-            Some((remaining, token, ref holder)) => {
-                println!("held: yes");
-                if let Some(holder) = holder {
-                    println!("holder: {holder}");
-                }
-                println!(
-                    "remaining: {}\nfencing_token: {token}",
-                    humantime::format_duration(remaining)
-                );
+        held.push(match outcome {
+            InspectOutcome::HeldByAttempt {
+                remaining,
+                token,
+                holder,
             }
-            None => println!("held: no"),
+            | InspectOutcome::HeldByOther {
+                remaining,
+                token,
+                holder,
+            } => holding(remaining, token, holder, false),
+            InspectOutcome::LockDelayed {
+                remaining,
+                token,
+                holder,
+            } => holding(remaining, token, holder, true),
+            InspectOutcome::Absent => None,
+            InspectOutcome::Unavailable { detail } => return fail(server.explain(&detail)),
+            InspectOutcome::Indeterminate { detail } => {
+                return fail(format!("no readable reply: {}", server.explain(&detail)));
+            }
+        });
+    }
+    let key = client
+        .keys(args.common.purpose(), &resource)
+        .counted(u16::try_from(permits).unwrap_or(u16::MAX));
+    let count = held.iter().flatten().filter(|h| !h.delayed).count();
+    let first = held.first().and_then(Option::as_ref);
+    match (args.json, permits) {
+        (true, 1) => println!("{}", json(&key.lease, first)),
+        (true, _) => {
+            let slots: Vec<_> = (0u16..)
+                .zip(&held)
+                .map(|(slot, held)| {
+                    let mut value = json(&key.for_slot(slot).lease, held.as_ref());
+                    value["slot"] = slot.into();
+                    value
+                })
+                .collect();
+            let value = serde_json::json!({
+                "permits": permits,
+                "held": count,
+                "key": key.lease,
+                "slots": slots,
+            });
+            println!("{value}");
+        }
+        (false, 1) => text(first),
+        (false, _) => {
+            println!("held: {count} of {permits}");
+            // One line per slot held or in its lock-delay:
+            // `slot 2: fencing_token 17, remaining 29s, holder h:1`.
+            for (slot, held) in held.iter().enumerate() {
+                if let Some(held) = held {
+                    let time = humantime::format_duration(held.remaining);
+                    let token = held.token;
+                    let mut line = if held.delayed {
+                        format!("slot {slot}: lock-delay {time}, after fencing_token {token}")
+                    } else {
+                        format!("slot {slot}: fencing_token {token}, remaining {time}")
+                    };
+                    if let Some(holder) = &held.holder {
+                        line.push_str(&format!(", holder {holder}"));
+                    }
+                    println!("{line}");
+                }
+            }
         }
     }
-    if held.is_some() { 0 } else { status::ABSENT }
+    if count > 0 { 0 } else { status::ABSENT }
+}
+
+/// One lease's (or slot's) object of `--json`.
+fn json(key: &str, held: Option<&Holding>) -> serde_json::Value {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    match held {
+        Some(h) if h.delayed => serde_json::json!({
+            "held": false,
+            "key": key,
+            "lock_delay_ms": millis(h.remaining),
+            "fencing_token": h.token.get(),
+            "holder": h.holder.as_ref().map(HolderLabel::as_str),
+        }),
+        Some(h) => serde_json::json!({
+            "held": true,
+            "key": key,
+            "remaining_ms": millis(h.remaining),
+            "fencing_token": h.token.get(),
+            "holder": h.holder.as_ref().map(HolderLabel::as_str),
+        }),
+        None => serde_json::json!({ "held": false, "key": key }),
+    }
+}
+
+/// One lease's (or slot's) lines of text.
+fn text(held: Option<&Holding>) {
+    match held {
+        Some(h) if h.delayed => {
+            println!("held: no");
+            println!(
+                "lock-delay: {} (the last lease ended without a release)\nfencing_token: {}",
+                humantime::format_duration(h.remaining),
+                h.token
+            );
+            if let Some(holder) = &h.holder {
+                println!("holder: {holder}");
+            }
+        }
+        Some(h) => {
+            println!("held: yes");
+            if let Some(holder) = &h.holder {
+                println!("holder: {holder}");
+            }
+            println!(
+                "remaining: {}\nfencing_token: {}",
+                humantime::format_duration(h.remaining),
+                h.token
+            );
+        }
+        None => println!("held: no"),
+    }
 }

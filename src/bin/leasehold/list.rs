@@ -20,7 +20,8 @@ pub(crate) struct ListArgs {
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     limit: u32,
     /// Print one JSON object: {"leases":[{"purpose":…,"resource":"sha256:…",
-    /// "fencing_token":…,"remaining_ms":…,"holder":…},…],"truncated":false}.
+    /// "fencing_token":…,"remaining_ms":…,"holder":…},…],"truncated":false}; a counted
+    /// lease's slot (`run --permits`) also has "slot" and "permits".
     #[arg(long)]
     json: bool,
 }
@@ -40,13 +41,18 @@ pub(crate) async fn list(args: ListArgs) -> u8 {
         let rows: Vec<_> = leases
             .iter()
             .map(|l| {
-                serde_json::json!({
+                let mut row = serde_json::json!({
                     "purpose": l.purpose.as_str(),
                     "resource": l.resource.to_string(),
                     "fencing_token": l.token.get(),
                     "remaining_ms": u64::try_from(l.remaining.as_millis()).unwrap_or(u64::MAX),
                     "holder": l.holder.as_ref().map(HolderLabel::as_str),
-                })
+                });
+                if let Some(slot) = l.slot {
+                    row["slot"] = slot.slot.into();
+                    row["permits"] = slot.permits.into();
+                }
+                row
             })
             .collect();
         println!(
@@ -55,8 +61,13 @@ pub(crate) async fn list(args: ListArgs) -> u8 {
         );
     } else {
         for l in &leases {
+            // A counted lease's slot says which: ` slot=2/4`.
+            let slot = l
+                .slot
+                .map(|s| format!(" slot={}/{}", s.slot, s.permits))
+                .unwrap_or_default();
             println!(
-                "{} {} holder={} fencing_token={} remaining={}",
+                "{} {}{slot} holder={} fencing_token={} remaining={}",
                 l.purpose,
                 l.resource,
                 l.holder.as_ref().map_or("-", HolderLabel::as_str),

@@ -51,7 +51,7 @@ pub(crate) mod status {
 const RUN_EXIT_STATUS_HELP: &str = "\
 Exit status:
   the command's   it ran to the end under the lease (128+N if killed by signal N)
-  75              not acquired within --wait (held by someone else)
+  75              not acquired within --wait (held by someone else, or in its lock-delay)
   124             the lease was lost or became unknown while the command (or, with
                   --wait-for-descendants, a process it left behind) ran; every process
                   of the command was stopped (or it ended while leasehold could not vouch
@@ -144,6 +144,8 @@ fn init_logging(format: LogFormat, level: tracing::Level) {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process and moved once: boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Acquire the lease, run COMMAND under it, renew while it runs, release when it exits.
     ///

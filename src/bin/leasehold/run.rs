@@ -76,6 +76,18 @@ pub(crate) struct RunArgs {
     /// and exit 125. For work that must not run twice even across a failover.
     #[arg(long, requires = "replicas")]
     require_replicas: bool,
+    /// Admit up to N holders at once (1 ..= 64): a counted lease, of which each run holds
+    /// one slot with a fencing token of its own. Every holder must give the same N (it is
+    /// part of the lease's name) [default: 1].
+    #[arg(long, value_name = "N", value_parser = config::parse_permits, allow_negative_numbers = true)]
+    permits: Option<u32>,
+    /// After this run's lease ends without a release (leasehold killed, partitioned or
+    /// paused past its TTL), refuse every acquisition of the resource for this long more
+    /// (1ms ..= 1h), so the command has time to notice and stop before another starts. A
+    /// run that ends normally releases and skips it. Contenders are told it is a
+    /// lock-delay, and with --wait wait it out [default: none].
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_lock_delay)]
+    lock_delay: Option<Duration>,
     /// Who holds the lease, as `leasehold inspect` shows it [default: <hostname>:<pid>];
     /// public (never a secret), printable ASCII, no spaces, ≤ 64 bytes.
     #[arg(long, value_name = "LABEL", value_parser = config::parse_holder)]
@@ -146,7 +158,11 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
         attempt,
     )
     .ttl(args.ttl)
-    .wait_timeout(args.wait);
+    .wait_timeout(args.wait)
+    .permits(args.permits.unwrap_or(1));
+    if let Some(delay) = args.lock_delay {
+        builder = builder.lock_delay(delay);
+    }
     if let Some(holder) = args.holder.clone().or_else(config::default_holder) {
         builder = builder.holder(holder);
     }
@@ -327,6 +343,16 @@ async fn not_run(
                 if !contention.quiet {
                     say!(
                         "the lease is held by someone else (it ends in {} unless renewed)",
+                        humantime::format_duration(retry_after)
+                    );
+                }
+                contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
+            }
+            AcquireOutcome::LockDelayed { retry_after } => {
+                if !contention.quiet {
+                    say!(
+                        "the lease is in its lock-delay: its last holder's ended without a \
+                         release, and it refuses holders for {} more",
                         humantime::format_duration(retry_after)
                     );
                 }

@@ -41,13 +41,20 @@ impl Pacing {
 }
 
 /// What an acquisition that did not take the lease says about the pause before the next
-/// one, for [`Pacing::after_failure`]: a contended lease's remaining time when the request
+/// one, for [`Pacing::after_failure`]: a contended lease's (or lock-delay's) remaining time
+/// when the request
 /// does not wait, nothing at all (`Some(ZERO)`) when it waited its whole wait timeout — the
 /// wait loop already slept — and `None` (back off) for anything else.
 pub(crate) fn retry_hint(outcome: &AcquireOutcome, wait_timeout: Duration) -> Option<Duration> {
     match outcome {
-        AcquireOutcome::Contended { retry_after } if wait_timeout.is_zero() => Some(*retry_after),
-        AcquireOutcome::Contended { .. } => Some(Duration::ZERO),
+        AcquireOutcome::Contended { retry_after } | AcquireOutcome::LockDelayed { retry_after }
+            if wait_timeout.is_zero() =>
+        {
+            Some(*retry_after)
+        }
+        AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. } => {
+            Some(Duration::ZERO)
+        }
         _ => None,
     }
 }

@@ -1,0 +1,98 @@
+//! The runtime on a counted lease, unchanged: n jobs hold n slots at once and are renewed
+//! past their TTL, the next is not acquired, and losing one slot cancels its job only.
+//! `MemoryBackend` under paused tokio time (the slots themselves, on every backend:
+//! `counted.rs`).
+
+use std::time::Duration;
+
+use leasehold::runtime::*;
+use leasehold::*;
+use tokio::sync::oneshot;
+use tokio::time::sleep;
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn request(rt: &LeaseRuntime, op: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("pool").unwrap(),
+        ResourceDigest::of("workers"),
+        rt.client().new_attempt(op).unwrap(),
+    )
+    .ttl(TTL)
+    .permits(2)
+    .build()
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_permits_run_two_jobs_at_once_and_a_lost_slot_cancels_only_its_job() {
+    let backend = MemoryBackend::new();
+    let client = LeaseClient::new(backend.clone(), LeaseSettings::default()).unwrap();
+    let rt = LeaseRuntime::new(client);
+    let mut jobs = Vec::new();
+    let mut tokens = Vec::new();
+    for op in ["a", "b"] {
+        let (token_tx, token_rx) = oneshot::channel();
+        let (rt, req) = (rt.clone(), request(&rt, op));
+        jobs.push(tokio::spawn(async move {
+            rt.run_under_lease(&req, CancelPolicy::Kill, move |ctx| async move {
+                let _ = token_tx.send(ctx.token());
+                // Outlives several TTLs: the slot is renewed like any lease.
+                tokio::select! {
+                    () = sleep(TTL * 4) => "done",
+                    () = ctx.cancelled() => "cancelled",
+                }
+            })
+            .await
+            .unwrap()
+        }));
+        tokens.push(token_rx.await.expect("the job started"));
+    }
+    assert!(tokens[0] < tokens[1]);
+    assert_eq!(backend.held_leases(), 2);
+    let third = rt
+        .run_under_lease(&request(&rt, "c"), CancelPolicy::Kill, |_| async {})
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            third,
+            RunOutcome::NotAcquired(AcquireOutcome::Contended { .. })
+        ),
+        "a third job on two permits ran"
+    );
+
+    // Slot 1 is taken away behind its holder's back: only job "b" is stopped.
+    sleep(TTL).await;
+    let keys = rt
+        .client()
+        .keys(
+            &Purpose::new("pool").unwrap(),
+            &ResourceDigest::of("workers"),
+        )
+        .counted(2);
+    assert!(backend.delete(&keys.for_slot(1)));
+    let b = jobs.pop().unwrap().await.unwrap();
+    let a = jobs.pop().unwrap().await.unwrap();
+    let RunOutcome::Ran { output, report } = b else {
+        panic!("b did not run")
+    };
+    assert_eq!(output, Some("cancelled"));
+    assert!(
+        matches!(
+            report.end,
+            JobEnd::Cancelled {
+                reason: CancelReason::Lost(LostReason::Absent),
+                ..
+            }
+        ),
+        "{:?}",
+        report.end
+    );
+    let RunOutcome::Ran { output, report } = a else {
+        panic!("a did not run")
+    };
+    assert_eq!((output, report.end), (Some("done"), JobEnd::Completed));
+    assert_eq!(report.release, ReleaseOutcome::Released);
+    assert_eq!(backend.held_leases(), 0);
+}
