@@ -2,7 +2,7 @@
 //! process group of the command it runs, and a worker kills a straggler with everything
 //! it started, so both find those groups here; and the `redis-cli` the command writes with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -21,13 +21,16 @@ pub fn signal_group(sig: &str, pgid: u32) -> bool {
     send_signal(sig, &format!("-{pgid}"))
 }
 
-/// Parent PID -> its direct children that lead their own process group (the commands
-/// leasehold started with `process_group(0)`), from `/proc/*/stat`. A child that has not
-/// called setpgid yet is still in its parent's group, which we signal as a whole anyway.
+/// Process -> the process groups led by its descendants (the commands leasehold started
+/// with `process_group(0)`, under its keeper: a grandchild), from `/proc/*/stat`. A command
+/// that has not called setpgid yet is still in the keeper's group, which is leasehold's,
+/// which we signal as a whole anyway.
 pub fn command_groups() -> BTreeMap<u32, Vec<u32>> {
-    let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    // (pid, ppid) of every process, and which ones lead their group.
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut leaders: BTreeSet<u32> = BTreeSet::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return groups;
+        return BTreeMap::new();
     };
     for entry in entries.flatten() {
         let Some(pid) = entry
@@ -51,8 +54,23 @@ pub fn command_groups() -> BTreeMap<u32, Vec<u32>> {
         ) else {
             continue;
         };
+        children.entry(ppid).or_default().push(pid);
         if pgrp == pid {
-            groups.entry(ppid).or_default().push(pid);
+            leaders.insert(pid);
+        }
+    }
+    let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for &parent in children.keys() {
+        // Init's and the test's own trees are searched too; the machine runs a few hundred
+        // processes, so this stays cheap.
+        let mut stack = children[&parent].clone();
+        while let Some(pid) = stack.pop() {
+            if leaders.contains(&pid) {
+                groups.entry(parent).or_default().push(pid);
+            }
+            if let Some(more) = children.get(&pid) {
+                stack.extend(more);
+            }
         }
     }
     groups
