@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use common::RedisServer;
 use common::cli::*;
 
-/// `leasehold run <options>` of a command that logs `start <token>` and `end <token>` to
-/// `log` around `body`.
+/// `leasehold run <options>` of a command that logs `start <token> <slot>` and
+/// `end <token> <slot>` to `log` around `body`.
 fn logged(
     server: &RedisServer,
     options: &[&str],
@@ -27,9 +27,9 @@ fn logged(
         .args(options)
         .args(["--", "sh", "-c"])
         .arg(format!(
-            r#"echo "start $LEASEHOLD_FENCING_TOKEN" >> "$1"
+            r#"echo "start $LEASEHOLD_FENCING_TOKEN $LEASEHOLD_SLOT" >> "$1"
                {body}
-               echo "end $LEASEHOLD_FENCING_TOKEN" >> "$1""#
+               echo "end $LEASEHOLD_FENCING_TOKEN $LEASEHOLD_SLOT" >> "$1""#
         ))
         .arg("sh")
         .arg(log);
@@ -51,6 +51,16 @@ fn wait_for_lines(log: &std::path::Path, count: usize) -> Vec<String> {
             "{count} lines expected, log:\n{text}"
         );
         thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `start <token> <slot>` or `end <token> <slot>` → (token, slot).
+#[track_caller]
+fn token_and_slot(line: &str) -> (u64, u16) {
+    let mut words = line.split_whitespace().skip(1);
+    match (words.next().map(str::parse), words.next().map(str::parse)) {
+        (Some(Ok(token)), Some(Ok(slot))) => (token, slot),
+        _ => panic!("not a log line: {line:?}"),
     }
 }
 
@@ -76,25 +86,23 @@ fn three_permits_admit_three_runs_at_once_and_refuse_a_fourth() {
     json.assert_code(0, "inspect --permits 3");
     let value: serde_json::Value = serde_json::from_str(json.stdout.trim()).expect("json");
     assert_eq!(value["held"], 3, "{value}");
-    let mut tokens: Vec<u64> = value["slots"]
+    // Each command was told its own slot (LEASEHOLD_SLOT); inspect agrees on the token in
+    // each, and no token is in two slots.
+    let mut logged: Vec<(u64, u16)> = lines.iter().map(|l| token_and_slot(l)).collect();
+    logged.sort_unstable_by_key(|&(_, slot)| slot);
+    let slots: Vec<u16> = logged.iter().map(|&(_, slot)| slot).collect();
+    assert_eq!(slots, [0, 1, 2], "{lines:?}");
+    let by_slot: Vec<u64> = value["slots"]
         .as_array()
         .expect("slots")
         .iter()
         .map(|s| s["fencing_token"].as_u64().expect("a held slot's token"))
         .collect();
+    let mut tokens: Vec<u64> = logged.iter().map(|&(token, _)| token).collect();
+    assert_eq!(by_slot, tokens, "inspect and the commands disagree");
     tokens.sort_unstable();
-    let logged: Vec<u64> = {
-        let mut t: Vec<u64> = lines
-            .iter()
-            .map(|l| l[6..].parse().expect("token"))
-            .collect();
-        t.sort_unstable();
-        t
-    };
-    assert_eq!(
-        tokens, logged,
-        "inspect and the commands disagree on the tokens"
-    );
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "a token in two slots");
 
     let mut fourth = run_cmd(&server, "pool");
     fourth.args(["--permits", "3", "--", "true"]);
@@ -136,20 +144,28 @@ fn seven_runs_on_three_permits_never_hold_more_than_three_at_once() {
             .assert_code(0, &format!("run {i}"));
     }
     let text = fs::read_to_string(&log).expect("read log");
-    let (mut holding, mut most) = (0usize, 0usize);
+    // Replayed in the order the commands wrote: the slots held at each moment.
+    let (mut holding, mut most) = (Vec::<u16>::new(), 0usize);
     let mut tokens = Vec::new();
     for line in text.lines() {
-        match line.split_once(' ') {
-            Some(("start", token)) => {
-                holding += 1;
-                most = most.max(holding);
-                tokens.push(token.parse::<u64>().expect("token"));
-            }
-            Some(("end", _)) => holding -= 1,
-            _ => panic!("unexpected line {line:?}; log:\n{text}"),
+        let (token, slot) = token_and_slot(line);
+        if line.starts_with("start ") {
+            assert!(
+                !holding.contains(&slot),
+                "slot {slot} held twice; log:\n{text}"
+            );
+            holding.push(slot);
+            most = most.max(holding.len());
+            tokens.push(token);
+        } else {
+            assert!(
+                line.starts_with("end "),
+                "unexpected line {line:?}; log:\n{text}"
+            );
+            holding.retain(|&held| held != slot);
         }
         assert!(
-            holding <= PERMITS,
+            holding.len() <= PERMITS,
             "more than {PERMITS} at once; log:\n{text}"
         );
     }

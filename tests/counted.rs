@@ -203,6 +203,10 @@ async fn a_waiter_wakes_on_a_freed_slot(h: Harness) {
         panic!("{outcome:?}")
     };
     assert_eq!(lease.keys().slot(), Some(1));
+    println!(
+        "measured: {} waiter acquired the freed slot {woke:?} after its release",
+        h.name()
+    );
     // The holders had ~30 s left: only the release notice explains an acquisition this soon.
     assert!(
         woke < Duration::from_secs(2),
@@ -283,7 +287,41 @@ async fn list_names_each_held_slot_of_its_lease(h: Harness) {
     );
 }
 
+/// A target that fences each slot on its own: a write lands only with a token above the
+/// slot's last.
+#[derive(Default)]
+struct SlotFencedTarget(std::collections::HashMap<u16, FencingToken>);
+
+impl SlotFencedTarget {
+    fn write(&mut self, lease: &LeaseHandle) -> bool {
+        let slot = lease.keys().slot().expect("a counted lease's slot");
+        let last = self.0.entry(slot).or_insert(FencingToken::new(0));
+        let lands = lease.token() > *last;
+        if lands {
+            *last = lease.token();
+        }
+        lands
+    }
+}
+
+async fn a_stale_slot_holders_write_is_refused_where_each_slot_is_fenced(h: Harness) {
+    let held = fill(&h, 2).await;
+    let mut target = SlotFencedTarget::default();
+    assert!(target.write(&held[0]) && target.write(&held[1]));
+    // Slot 0 is taken away behind its holder's back (it still believes it holds it), and
+    // the next holder gets that slot with a larger token.
+    h.delete(held[0].keys());
+    let next = acquired(&h.client, &request(&h.client, 2, "next")).await;
+    assert_eq!(next.keys().slot(), Some(0));
+    assert!(target.write(&next));
+    assert!(!target.write(&held[0]), "the stale holder of slot 0 wrote");
+    // Slot 1 is untouched: its holder's token is still the one its writes carry.
+    assert_eq!(target.0.get(&1), Some(&held[1].token()));
+    std::mem::forget(next);
+}
+
 contract_tests!(
+    a_stale_slot_holders_write_is_refused_where_each_slot_is_fenced,
     list_names_each_held_slot_of_its_lease,
     n_holders_take_n_slots_with_increasing_tokens_and_the_next_is_contended,
     the_same_attempt_replays_its_own_slot_and_token,

@@ -36,7 +36,7 @@ async fn two_permits_run_two_jobs_at_once_and_a_lost_slot_cancels_only_its_job()
         let (rt, req) = (rt.clone(), request(&rt, op));
         jobs.push(tokio::spawn(async move {
             rt.run_under_lease(&req, CancelPolicy::Kill, move |ctx| async move {
-                let _ = token_tx.send(ctx.token());
+                let _ = token_tx.send((ctx.token(), ctx.slot()));
                 // Outlives several TTLs: the slot is renewed like any lease.
                 tokio::select! {
                     () = sleep(TTL * 4) => "done",
@@ -48,7 +48,9 @@ async fn two_permits_run_two_jobs_at_once_and_a_lost_slot_cancels_only_its_job()
         }));
         tokens.push(token_rx.await.expect("the job started"));
     }
-    assert!(tokens[0] < tokens[1]);
+    assert!(tokens[0].0 < tokens[1].0);
+    // Each job knows its slot: where its effects land, (slot, token) fences.
+    assert_eq!((tokens[0].1, tokens[1].1), (Some(0), Some(1)));
     assert_eq!(backend.held_leases(), 2);
     let third = rt
         .run_under_lease(&request(&rt, "c"), CancelPolicy::Kill, |_| async {})

@@ -57,6 +57,7 @@ async fn run_under_lease_returns_the_output_and_releases_at_once() {
                 sleep(TTL * 2).await; // outlives one TTL: renewals keep it
                 assert!(!ctx.is_cancelled());
                 assert!(ctx.remaining() > Duration::ZERO);
+                assert_eq!(ctx.slot(), None, "a plain lease has no slot");
                 ctx.token()
             },
         )

@@ -392,6 +392,7 @@ impl LeaseClient {
 const OTHER_ENV_VARS: &[&str] = &[
     REDIS_URL_ENV,
     "LEASEHOLD_FENCING_TOKEN",
+    "LEASEHOLD_SLOT",
     "LEASEHOLD_RESOURCE",
     "LEASEHOLD_METRICS_ADDR",
     #[cfg(test)]

@@ -52,6 +52,7 @@ pub struct LeaseContext {
     cancel: CancellationToken,
     status: watch::Receiver<LeaseStatus>,
     replication: Replication,
+    slot: Option<u16>,
 }
 
 impl LeaseContext {
@@ -62,6 +63,7 @@ impl LeaseContext {
         cancel: CancellationToken,
         status: watch::Receiver<LeaseStatus>,
         replication: Replication,
+        slot: Option<u16>,
     ) -> Self {
         Self {
             token,
@@ -70,7 +72,16 @@ impl LeaseContext {
             cancel,
             status,
             replication,
+            slot,
         }
+    }
+
+    /// The slot held, `0 .. permits`, under a counted lease
+    /// ([`LeaseRequestBuilder::permits`](crate::protocol::LeaseRequestBuilder::permits));
+    /// `None` under a plain lease. Where the effects of a counted lease land, the pair
+    /// (slot, token) is what fences: each slot's tokens increase.
+    pub fn slot(&self) -> Option<u16> {
+        self.slot
     }
 
     /// The fencing token: pass it with every write the lease protects.

@@ -318,6 +318,7 @@ impl LeaseRuntime {
             cancel.clone(),
             status_rx,
             handle.replication().clone(),
+            handle.keys().slot(),
         );
         let (report_tx, report_rx) = oneshot::channel();
         let token = handle.token();

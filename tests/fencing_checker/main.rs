@@ -15,6 +15,10 @@
 //! * reply drop: the proxy drops replies for 200–600 ms;
 //! * restart: a graceful restart of the redis-server (AOF, `appendfsync always`).
 //!
+//! It runs once on a plain lease and once on a counted lease of two permits (`--permits 2`),
+//! where the target fences each slot on its own (`LEASEHOLD_SLOT`: `target:<slot>`,
+//! `attempted:<slot>`, `accepted:<slot>`) and the replay judges each slot's history.
+//!
 //! At the end the checker replays `attempted` against `accepted`: accepted tokens strictly
 //! increase, every attempted token above the maximum so far is the next accepted one, and
 //! every other attempt (a stale holder's write) was refused. It also counts how many of
@@ -42,7 +46,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::fault::FaultLine;
 use common::{Proxy, RedisServer};
-use history::{check_history, read_tokens};
+use history::{History, check_history, read_tokens};
 use leasehold::{LeaseKeys, Namespace, Purpose, ResourceDigest};
 use nemesis::nemesis;
 use processes::find_redis_cli;
@@ -121,8 +125,25 @@ fn seed() -> u64 {
     }
 }
 
+/// One checker at a time: each runs four workers' processes, a nemesis and a server.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 #[test]
 fn fencing_tokens_refuse_every_stale_write_under_pauses_reply_drops_and_restarts() {
+    let _one = lock(&ONE_AT_A_TIME);
+    check(1, "fencing-checker/cli");
+}
+
+/// The same on a counted lease of two permits: two holders at once, each slot fenced on
+/// its own at the target (`LEASEHOLD_SLOT`), tokens never shared across slots.
+#[test]
+fn a_counted_lease_fences_each_slot_under_the_same_faults() {
+    let _one = lock(&ONE_AT_A_TIME);
+    check(2, "fencing-checker/cli-permits-2");
+}
+
+/// Runs the checker on a lease of `permits` and prints its `FAULT` line as `name`.
+fn check(permits: u32, name: &str) {
     let wall = Instant::now();
     let secs = checker_secs();
     let seed = seed();
@@ -132,6 +153,7 @@ fn fencing_tokens_refuse_every_stale_write_under_pauses_reply_drops_and_restarts
     let redis_cli = find_redis_cli();
     let inv = Invocation {
         binary: env!("CARGO_BIN_EXE_leasehold"),
+        permits,
         proxy_url: &proxy_url,
         server_port: server.port(),
         redis_cli: &redis_cli,
@@ -170,11 +192,22 @@ fn fencing_tokens_refuse_every_stale_write_under_pauses_reply_drops_and_restarts
         "every leasehold process has been reaped"
     );
 
-    let (attempted, mut violations) = read_tokens(&server, "attempted");
-    let (accepted, bad) = read_tokens(&server, "accepted");
-    violations.extend(bad);
-    let history = check_history(&attempted, &accepted);
-    violations.extend(history.violations.iter().cloned());
+    // Each slot's history on its own (a plain lease is slot 0): its fence is its own.
+    let (mut attempted, mut accepted, mut violations) = (Vec::new(), Vec::new(), Vec::new());
+    let mut history = History::default();
+    for slot in 0..permits {
+        let (slot_attempted, bad) = read_tokens(&server, &format!("attempted:{slot}"));
+        violations.extend(bad);
+        let (slot_accepted, bad) = read_tokens(&server, &format!("accepted:{slot}"));
+        violations.extend(bad);
+        let h = check_history(&slot_attempted, &slot_accepted);
+        violations.extend(h.violations.iter().map(|v| format!("slot {slot}: {v}")));
+        history.stale_rejected += h.stale_rejected;
+        history.would_have_landed += h.would_have_landed;
+        history.duplicates += h.duplicates;
+        attempted.extend(slot_attempted);
+        accepted.extend(slot_accepted);
+    }
 
     // Tokens are per acquisition: no two attempts may carry the same one.
     let unique: BTreeSet<u64> = attempted.iter().copied().collect();
@@ -222,6 +255,12 @@ fn fencing_tokens_refuse_every_stale_write_under_pauses_reply_drops_and_restarts
             if !reported_tokens.insert(token) {
                 violations.push(format!("two commands ran with token {token}"));
             }
+            if write.slot.is_none_or(|slot| u32::from(slot) >= permits) {
+                violations.push(format!(
+                    "a command ran with slot {:?} under {permits} permit(s)",
+                    write.slot
+                ));
+            }
             match &write.outcome {
                 WriteOutcome::Accepted if !accepted_set.contains(&token) => violations.push(
                     format!("redis-cli reported token {token} accepted; it is not in accepted"),
@@ -256,31 +295,29 @@ fn fencing_tokens_refuse_every_stale_write_under_pauses_reply_drops_and_restarts
 
     // Stale: at or below a token attempted before it (the replay's count). Refused: what
     // the target did not store. Equal when every stale write, and only those, was refused.
-    let mut line = FaultLine::new(
-        "fencing-checker/cli",
-        faults.pauses + faults.reply_drops + faults.restarts,
-    )
-    .with("pauses", faults.pauses)
-    .with("holder_pauses", faults.holder_pauses)
-    .with("reply_drops", faults.reply_drops)
-    .with("restarts", faults.restarts)
-    .with("invocations", invocations)
-    .with("attempted", attempted.len())
-    .with("accepted", accepted.len())
-    .with("stale_attempted", history.stale_rejected)
-    .with(
-        "stale_rejected",
-        attempted.len().saturating_sub(accepted.len()),
-    )
-    .with("would_have_landed_without_fence", history.would_have_landed)
-    .with("duplicate_tokens", history.duplicates)
-    .with("write_failures", write_failures)
-    .with("ok_without_write", ok_without_write)
-    .with("violations", violations.len())
-    .with("secs", secs)
-    .with("seed", seed)
-    .with("workers", WORKERS)
-    .ms("took_ms", wall.elapsed());
+    let mut line = FaultLine::new(name, faults.pauses + faults.reply_drops + faults.restarts)
+        .with("pauses", faults.pauses)
+        .with("holder_pauses", faults.holder_pauses)
+        .with("reply_drops", faults.reply_drops)
+        .with("restarts", faults.restarts)
+        .with("invocations", invocations)
+        .with("attempted", attempted.len())
+        .with("accepted", accepted.len())
+        .with("stale_attempted", history.stale_rejected)
+        .with(
+            "stale_rejected",
+            attempted.len().saturating_sub(accepted.len()),
+        )
+        .with("would_have_landed_without_fence", history.would_have_landed)
+        .with("duplicate_tokens", history.duplicates)
+        .with("write_failures", write_failures)
+        .with("ok_without_write", ok_without_write)
+        .with("violations", violations.len())
+        .with("secs", secs)
+        .with("seed", seed)
+        .with("workers", WORKERS)
+        .with("permits", permits)
+        .ms("took_ms", wall.elapsed());
     for (code, n) in &exit_codes {
         line = line.with(&format!("exit_{code}"), n);
     }

@@ -42,11 +42,14 @@ return 0";
 
 /// The command run under the lease: `$1` sleep seconds, `$2` redis-cli, `$3` server port,
 /// `$4` the script. It always exits 0 and reports the write on one stdout line, so
-/// leasehold's exit status stays leasehold's own.
+/// leasehold's exit status stays leasehold's own. Under a counted lease the target fences
+/// each slot on its own (`target:<slot>`, `LEASEHOLD_SLOT`): each slot's tokens increase;
+/// a plain lease is slot 0.
 const COMMAND: &str = r#"sleep "$1"
-out=$("$2" -h 127.0.0.1 -p "$3" EVAL "$4" 3 target attempted accepted "$LEASEHOLD_FENCING_TOKEN" 2>&1)
+slot=${LEASEHOLD_SLOT:-0}
+out=$("$2" -h 127.0.0.1 -p "$3" EVAL "$4" 3 "target:$slot" "attempted:$slot" "accepted:$slot" "$LEASEHOLD_FENCING_TOKEN" 2>&1)
 rc=$?
-printf 'lh-write token=%s rc=%s reply=%s\n' "$LEASEHOLD_FENCING_TOKEN" "$rc" "$out" | head -n 1
+printf 'lh-write token=%s slot=%s rc=%s reply=%s\n' "$LEASEHOLD_FENCING_TOKEN" "$slot" "$rc" "$out" | head -n 1
 exit 0"#;
 
 const MARKER: &str = "lh-write ";
@@ -62,6 +65,7 @@ pub enum WriteOutcome {
 #[derive(Debug, Clone)]
 pub struct WriteRecord {
     pub token: Option<u64>,
+    pub slot: Option<u16>,
     pub outcome: WriteOutcome,
 }
 
@@ -79,6 +83,8 @@ pub struct WorkerReport {
 
 pub struct Invocation<'a> {
     pub binary: &'a str,
+    /// The lease's permits: 1 for a plain lease.
+    pub permits: u32,
     pub proxy_url: &'a str,
     pub server_port: u16,
     pub redis_cli: &'a Path,
@@ -98,17 +104,23 @@ fn spawn_reader(pipe: Option<impl Read + Send + 'static>) -> mpsc::Receiver<Stri
 
 fn parse_write(stdout: &str) -> Option<WriteRecord> {
     let line = stdout.lines().find_map(|l| l.strip_prefix(MARKER))?;
-    let (token_part, rest) = line.split_once(" rc=")?;
+    let (token_part, rest) = line.split_once(" slot=")?;
     let token = token_part
         .strip_prefix("token=")
         .and_then(|t| t.parse::<u64>().ok());
+    let (slot, rest) = rest.split_once(" rc=")?;
+    let slot = slot.parse::<u16>().ok();
     let (rc, reply) = rest.split_once(" reply=").unwrap_or((rest, ""));
     let outcome = match (rc, reply.trim()) {
         ("0", "1") => WriteOutcome::Accepted,
         ("0", "0") => WriteOutcome::Rejected,
         (rc, reply) => WriteOutcome::Failed(format!("rc={rc} {reply}")),
     };
-    Some(WriteRecord { token, outcome })
+    Some(WriteRecord {
+        token,
+        slot,
+        outcome,
+    })
 }
 
 pub fn worker(index: usize, shared: &Shared, inv: &Invocation<'_>, mut rng: Rng) -> WorkerReport {
@@ -119,6 +131,7 @@ pub fn worker(index: usize, shared: &Shared, inv: &Invocation<'_>, mut rng: Rng)
         let sleep = format!("0.{:03}", rng.range(50, 150));
         let mut cmd = Command::new(inv.binary);
         cmd.args(["run", "--redis", inv.proxy_url, "--resource", RESOURCE])
+            .args(["--permits", &inv.permits.to_string()])
             .args([
                 "--ttl", "1s", "--wait", "5s", "--", "sh", "-c", COMMAND, "sh",
             ])

@@ -78,7 +78,8 @@ Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAME
 LEASEHOLD_RESOURCE, LEASEHOLD_RENEW_EVERY; LEASEHOLD_COMMAND_TIMEOUT,
 LEASEHOLD_CONNECT_TIMEOUT, LEASEHOLD_DRIFT_BUDGET, LEASEHOLD_RETRY_AFTER_FALLBACK,
 LEASEHOLD_SAFETY_MARGIN (humantime durations). The command gets LEASEHOLD_FENCING_TOKEN:
-pass it to every write the lease protects.";
+pass it to every write the lease protects; under --permits also LEASEHOLD_SLOT, the slot
+it holds (0 ..= N-1), with which the token fences.";
 
 const INSPECT_EXIT_STATUS_HELP: &str = "\
 Exit status:

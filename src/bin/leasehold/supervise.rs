@@ -51,7 +51,9 @@ pub(crate) async fn supervise(
     work: &mut Work<'_>,
     work_done: &mut Option<Result<RunOutcome<()>, RuntimeError>>,
 ) -> CommandEnd {
-    keeper.start(ctx.token().get(), ctx.stop_by()).await;
+    keeper
+        .start(ctx.token().get(), ctx.slot(), ctx.stop_by())
+        .await;
     let mut status = None;
     let mut lost = false;
     let mut lost_before_exit = false;

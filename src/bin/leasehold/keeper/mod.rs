@@ -152,8 +152,12 @@ impl KeeperLink {
         }
     }
 
-    /// Start the command; nothing of it may run past `deadline`.
-    pub(crate) async fn start(&mut self, token: u64, deadline: Instant) {
+    /// Start the command (under a counted lease, with its slot); nothing of it may run past
+    /// `deadline`.
+    pub(crate) async fn start(&mut self, token: u64, slot: Option<u16>, deadline: Instant) {
+        if let Some(slot) = slot {
+            self.send(Order::Slot(slot)).await;
+        }
         self.send(Order::Start {
             token,
             deadline: to_nanos(deadline),

@@ -96,6 +96,8 @@ struct Process {
     /// The command's pid (also its process group), once started.
     main: Option<u32>,
     main_reaped: bool,
+    /// The counted lease's slot, for the command's `LEASEHOLD_SLOT`.
+    slot: Option<u16>,
 }
 
 impl Process {
@@ -118,6 +120,7 @@ impl Process {
             wake,
             partial: Vec::new(),
             leasehold_gone: false,
+            slot: None,
             main: None,
             main_reaped: false,
         })
@@ -192,6 +195,12 @@ impl Process {
                     frame.copy_from_slice(chunk);
                     if let Some(order) = Order::decode(&frame) {
                         inputs.push_back(match order {
+                            // How to start the command, not a step of its life: kept
+                            // here, out of the machine.
+                            Order::Slot(slot) => {
+                                self.slot = Some(slot);
+                                continue;
+                            }
                             Order::Start { token, deadline } => Input::Start { token, deadline },
                             Order::Deadline(at) => Input::Deadline(at),
                             Order::Forward(signal) => Input::Forward(signal),
@@ -288,6 +297,9 @@ impl Process {
             // Its own process group: forwarded signals reach what it starts, and a
             // terminal's ^C reaches leasehold, which forwards it, not the command directly.
             .process_group(0);
+        if let Some(slot) = self.slot {
+            command.env("LEASEHOLD_SLOT", slot.to_string());
+        }
         // SAFETY: the keeper is single-threaded, so the child may call anything between
         // fork and exec; it calls only prctl, getppid and signal-mask functions.
         unsafe {

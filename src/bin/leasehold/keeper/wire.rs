@@ -76,6 +76,9 @@ impl Signal {
 /// leasehold → keeper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
+    /// Sent before `Start` under a counted lease: the slot held, for the command's
+    /// `LEASEHOLD_SLOT`.
+    Slot(u16),
     /// The lease is held: start the command; nothing of it may run past `deadline`.
     Start { token: u64, deadline: Nanos },
     /// A renewal moved the local validity end.
@@ -136,6 +139,7 @@ impl Order {
             Order::Deadline(at) => frame(2, at, 0),
             Order::Forward(signal) => frame(3, signal_word(signal), 0),
             Order::Stop => frame(4, 0, 0),
+            Order::Slot(slot) => frame(5, u64::from(slot), 0),
         }
     }
 
@@ -146,6 +150,7 @@ impl Order {
             (2, at, _) => Some(Order::Deadline(at)),
             (3, signal, _) => word_signal(signal).map(Order::Forward),
             (4, _, _) => Some(Order::Stop),
+            (5, slot, _) => u16::try_from(slot).ok().map(Order::Slot),
             _ => None,
         }
     }
@@ -199,6 +204,7 @@ mod tests {
             },
             Order::Deadline(123_456_789),
             Order::Stop,
+            Order::Slot(63),
         ]
         .into_iter()
         .chain(Signal::FORWARDED.map(Order::Forward))
@@ -225,6 +231,7 @@ mod tests {
     fn unknown_tags_and_signals_decode_to_nothing() {
         assert_eq!(Order::decode(&frame(9, 0, 0)), None);
         assert_eq!(Order::decode(&frame(3, 99, 0)), None);
+        assert_eq!(Order::decode(&frame(5, 70_000, 0)), None);
         assert_eq!(Event::decode(&frame(0, 0, 0)), None);
         assert_eq!(Event::decode(&frame(1, u64::MAX, 0)), None);
     }
