@@ -70,6 +70,18 @@
 //!   its token and [`HolderLabel`] — each time that changes; [`LeaseClient::list`] (and
 //!   `leasehold list`) shows every lease held in a namespace; example `leader`.
 //!
+//! # Beyond a lock
+//!
+//! * **At most N at once.** [`LeaseRequestBuilder::permits`](protocol::LeaseRequestBuilder::permits)
+//!   makes a counted lease: up to N holders, each in a slot of its own with everything a
+//!   lease has — its own fencing token (increasing across all slots), renewal, loss,
+//!   release; the runtime works on it unchanged and tells the worker its slot
+//!   ([`LeaseContext::slot`](runtime::LeaseContext::slot)). Example `pool`.
+//! * **Lock-delay.** [`LeaseRequestBuilder::lock_delay`](protocol::LeaseRequestBuilder::lock_delay):
+//!   after a lease ends without a release (its holder crashed, was partitioned or paused),
+//!   the resource refuses holders for the delay, and says so
+//!   ([`AcquireOutcome::LockDelayed`]); a release skips it.
+//!
 //! # Feature flags
 //!
 //! | feature | default | what it adds |
