@@ -1,10 +1,14 @@
 //! The runtime on a counted lease, unchanged: n jobs hold n slots at once and are renewed
-//! past their TTL, the next is not acquired, and losing one slot cancels its job only.
+//! past their TTL, the next is not acquired, and losing one slot cancels its job only;
+//! three supervisors on two permits make two leaders, and the third takes over a freed slot.
 //! `MemoryBackend` under paused tokio time (the slots themselves, on every backend:
 //! `counted.rs`).
 
+mod common;
+
 use std::time::Duration;
 
+use common::workers::UntilCancelled;
 use leasehold::runtime::*;
 use leasehold::*;
 use tokio::sync::oneshot;
@@ -97,4 +101,46 @@ async fn two_permits_run_two_jobs_at_once_and_a_lost_slot_cancels_only_its_job()
     assert_eq!((output, report.end), (Some("done"), JobEnd::Completed));
     assert_eq!(report.release, ReleaseOutcome::Released);
     assert_eq!(backend.held_leases(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_supervisors_on_two_permits_make_two_leaders_and_the_third_takes_over() {
+    let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default()).unwrap();
+    let rt = LeaseRuntime::new(client);
+    let mut supervisors = Vec::new();
+    for op in ["a", "b", "c"] {
+        let supervisor = rt
+            .supervise(
+                request(&rt, op),
+                |_| (UntilCancelled, ()),
+                CancelPolicy::Kill,
+                SupervisorConfig::default(),
+            )
+            .await
+            .unwrap();
+        supervisors.push(supervisor);
+    }
+    // Several TTLs: the two leaders renew, the follower keeps being refused.
+    sleep(TTL * 3).await;
+    let tokens: Vec<Option<FencingToken>> = supervisors
+        .iter()
+        .map(|s| s.watch().borrow().token())
+        .collect();
+    assert_eq!(tokens.iter().flatten().count(), 2, "{tokens:?}");
+    let newest = tokens.iter().flatten().max().copied().unwrap();
+    let follower = supervisors.remove(tokens.iter().position(Option::is_none).unwrap());
+    // One leader steps down (both left are leaders): its release frees its slot.
+    supervisors.remove(0).shutdown().await;
+    let mut state = follower.watch();
+    let took_over = tokio::time::timeout(TTL * 2, state.wait_for(|s| s.token().is_some()))
+        .await
+        .expect("the follower took the freed slot within two TTLs")
+        .unwrap()
+        .token()
+        .unwrap();
+    assert!(took_over > newest);
+    follower.shutdown().await;
+    for s in supervisors {
+        s.shutdown().await;
+    }
 }
