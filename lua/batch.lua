@@ -47,12 +47,15 @@ end
 if #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR leasehold batch: items take two arguments each')
 end
+-- Where each item's keys start (by its head's ARGV index), worked out once here.
+local first = {}
 local k = 1
 for a = 2, #ARGV, 2 do
   local keys = width(ARGV[a])
   if not keys then
     return redis.error_reply('ERR leasehold batch: unknown item kind at ARGV ' .. a)
   end
+  first[a] = k
   k = k + keys
 end
 if k ~= #KEYS + 1 then
@@ -98,11 +101,10 @@ local function run(kind, head, at, mine)
 end
 
 local replies = {ARGV[1]}
-k = 1
 for a = 2, #ARGV, 2 do
   local head = ARGV[a]
   local kind = string.byte(head)
-  local ok, reply = pcall(run, kind, head, k, ARGV[a + 1])
+  local ok, reply = pcall(run, kind, head, first[a], ARGV[a + 1])
   if not ok then
     -- Redis 7.0 raises a redis.call error as its text ('NOPERM …'), later versions as a
     -- table {err = …}; either way the error code stays first, for the client to classify.
@@ -121,6 +123,5 @@ for a = 2, #ARGV, 2 do
     end
   end
   replies[#replies + 1] = reply
-  k = k + width(head)
 end
 return replies

@@ -16,7 +16,7 @@ use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::wait;
-use crate::protocol::limits::MAX_PERMITS;
+use crate::protocol::limits::check_permits;
 use crate::protocol::{
     Attempt, InspectReply, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose,
     ResourceDigest,
@@ -295,13 +295,7 @@ impl LeaseClient {
         permits: u32,
         attempt: &Attempt,
     ) -> Result<Vec<InspectOutcome>, LeaseError> {
-        let permits = u16::try_from(permits)
-            .ok()
-            .filter(|p| (1..=MAX_PERMITS).contains(p))
-            .ok_or(LeaseError::InvalidPermits {
-                value: permits,
-                max: MAX_PERMITS,
-            })?;
+        let permits = check_permits(permits)?;
         let lease = self.keys(purpose, resource).counted(permits);
         let slots: Vec<LeaseKeys> = (0..permits).map(|slot| lease.for_slot(slot)).collect();
         Ok(futures_util::future::join_all(

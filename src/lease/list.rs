@@ -172,13 +172,12 @@ fn lease_of(rest: &str) -> Option<(Purpose, ResourceDigest, Option<ListedSlot>)>
             let (permits, slot) = (permits.parse().ok()?, slot.parse().ok()?);
             // The names leasehold makes, nothing else: `n1` and leading zeros never are.
             let canonical = format!("{permits}#{slot}") == counted;
-            let valid = canonical && (2..=MAX_PERMITS).contains(&permits) && slot < permits;
-            (hex, valid.then_some(ListedSlot { slot, permits }))
+            if !(canonical && (2..=MAX_PERMITS).contains(&permits) && slot < permits) {
+                return None;
+            }
+            (hex, Some(ListedSlot { slot, permits }))
         }
     };
-    if name != hex && slot.is_none() {
-        return None;
-    }
     let resource = ResourceDigest::parse(&format!("sha256:{hex}")).ok()?;
     Some((Purpose::new(purpose).ok()?, resource, slot))
 }

@@ -91,11 +91,9 @@ impl WaitPolicy {
                 self.subscribed = true;
                 return Step::Subscribe;
             }
-            AcquireOutcome::Contended { retry_after } => {
-                (*retry_after + jitter(*retry_after / 10), "contended")
-            }
-            AcquireOutcome::LockDelayed { retry_after } => {
-                (*retry_after + jitter(*retry_after / 10), "lock_delayed")
+            AcquireOutcome::Contended { retry_after }
+            | AcquireOutcome::LockDelayed { retry_after } => {
+                (*retry_after + jitter(*retry_after / 10), outcome.as_str())
             }
             AcquireOutcome::Indeterminate { attempt, detail } => {
                 self.maybe_sent = Some((attempt.clone(), detail.clone()));

@@ -103,7 +103,7 @@ impl LeaseKeys {
             return self.clone();
         }
         Self {
-            lease: format!("{}#{slot}", self.lease),
+            lease: self.slot_key(slot),
             slot: Some(slot),
             ..self.clone()
         }
@@ -114,8 +114,13 @@ impl LeaseKeys {
     pub fn slot_keys(&self) -> Vec<String> {
         match (self.permits, self.slot) {
             (1, _) | (_, Some(_)) => vec![self.lease.clone()],
-            (n, None) => (0..n).map(|i| format!("{}#{i}", self.lease)).collect(),
+            (n, None) => (0..n).map(|slot| self.slot_key(slot)).collect(),
         }
+    }
+
+    /// Slot `slot`'s key: the counted lease's name, `#`, the slot.
+    fn slot_key(&self, slot: u16) -> String {
+        format!("{}#{slot}", self.lease)
     }
 
     /// Pub/sub channel on which an acquisition is announced, for observers: the lease's

@@ -137,6 +137,20 @@ pub const MAX_REPLICAS: u32 = 16;
 /// [`LeaseRequestBuilder::permits`]: crate::protocol::LeaseRequestBuilder::permits
 pub const MAX_PERMITS: u16 = 64;
 
+/// Accepts `permits` if it lies in `1 ..= MAX_PERMITS`.
+///
+/// # Errors
+/// [`LeaseError::InvalidPermits`] naming the value and the bound.
+pub fn check_permits(permits: u32) -> Result<u16, LeaseError> {
+    u16::try_from(permits)
+        .ok()
+        .filter(|p| (1..=MAX_PERMITS).contains(p))
+        .ok_or(LeaseError::InvalidPermits {
+            value: permits,
+            max: MAX_PERMITS,
+        })
+}
+
 /// Default command timeout (docs/design.md §11).
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
 /// Default connect timeout (docs/design.md §11).

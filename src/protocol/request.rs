@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::LeaseError;
 use crate::protocol::limits::{
-    DEFAULT_WAIT_TIMEOUT, LOCK_DELAY, MAX_PERMITS, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT, LOCK_DELAY, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT, check_permits,
 };
 use crate::protocol::{Attempt, HolderLabel, Purpose, ResourceDigest};
 
@@ -202,7 +202,7 @@ impl LeaseRequestBuilder {
     /// The number is part of the lease's name: requests for one resource with different
     /// `permits` do not count against each other, so every holder must agree on it.
     ///
-    /// `permits` is 1 ..= [`MAX_PERMITS`] (64).
+    /// `permits` is 1 ..= [`MAX_PERMITS`](crate::protocol::limits::MAX_PERMITS) (64).
     ///
     /// ```
     /// # fn main() -> Result<(), leasehold::LeaseError> {
@@ -250,13 +250,7 @@ impl LeaseRequestBuilder {
             None => None,
             Some(delay) => Some(LOCK_DELAY.check(whole_millis(delay))?),
         };
-        let permits = u16::try_from(self.permits)
-            .ok()
-            .filter(|p| (1..=MAX_PERMITS).contains(p))
-            .ok_or(LeaseError::InvalidPermits {
-                value: self.permits,
-                max: MAX_PERMITS,
-            })?;
+        let permits = check_permits(self.permits)?;
         let ttl = TTL.check(whole_millis(self.ttl))?;
         let wait_timeout = WAIT_TIMEOUT.check(self.wait_timeout)?;
         let replicas = match self.replicas {

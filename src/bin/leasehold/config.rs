@@ -321,20 +321,12 @@ pub(crate) fn parse_replicas(text: &str) -> Result<u32, String> {
 }
 
 /// A counted lease's permits in `1 ..= MAX_PERMITS`, with the library's error text.
-pub(crate) fn parse_permits(text: &str) -> Result<u32, String> {
+pub(crate) fn parse_permits(text: &str) -> Result<u16, String> {
     let value: u32 = text
         .trim()
         .parse()
         .map_err(|_| format!("{text:?} is not a whole number of permits"))?;
-    if (1..=u32::from(limits::MAX_PERMITS)).contains(&value) {
-        Ok(value)
-    } else {
-        Err(LeaseError::InvalidPermits {
-            value,
-            max: limits::MAX_PERMITS,
-        }
-        .to_string())
-    }
+    limits::check_permits(value).map_err(|e| e.to_string())
 }
 
 /// `host:port`, a name resolved now (the first address it resolves to).

@@ -24,7 +24,7 @@ pub(crate) struct InspectArgs {
     /// With --json: {"permits":N,"held":<slots held>,"key":…,"slots":[<one object as
     /// above per slot, with "slot":i>]} [default: 1, the plain lease].
     #[arg(long, value_name = "N", value_parser = config::parse_permits, allow_negative_numbers = true)]
-    permits: Option<u32>,
+    permits: Option<u16>,
 }
 
 /// What one lease (or slot) holds at the read: remaining time, token, label, and whether
@@ -52,7 +52,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     };
     let permits = args.permits.unwrap_or(1);
     let slots = match client
-        .inspect_slots(args.common.purpose(), &resource, permits, &attempt)
+        .inspect_slots(
+            args.common.purpose(),
+            &resource,
+            u32::from(permits),
+            &attempt,
+        )
         .await
     {
         Ok(slots) => slots,
@@ -93,7 +98,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     }
     let key = client
         .keys(args.common.purpose(), &resource)
-        .counted(u16::try_from(permits).unwrap_or(u16::MAX));
+        .counted(permits);
     let count = held.iter().flatten().filter(|h| !h.delayed).count();
     let first = held.first().and_then(Option::as_ref);
     match (args.json, permits) {

@@ -80,7 +80,7 @@ pub(crate) struct RunArgs {
     /// one slot with a fencing token of its own. Every holder must give the same N (it is
     /// part of the lease's name) [default: 1].
     #[arg(long, value_name = "N", value_parser = config::parse_permits, allow_negative_numbers = true)]
-    permits: Option<u32>,
+    permits: Option<u16>,
     /// After this run's lease ends without a release (leasehold killed, partitioned or
     /// paused past its TTL), refuse every acquisition of the resource for this long more
     /// (1ms ..= 1h), so the command has time to notice and stop before another starts. A
@@ -159,7 +159,7 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
     )
     .ttl(args.ttl)
     .wait_timeout(args.wait)
-    .permits(args.permits.unwrap_or(1));
+    .permits(u32::from(args.permits.unwrap_or(1)));
     if let Some(delay) = args.lock_delay {
         builder = builder.lock_delay(delay);
     }
