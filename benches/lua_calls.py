@@ -7,17 +7,8 @@ round trip each, for scale. Not part of CI: a developer's tool for docs/performa
 
 Starts its own redis-server on a free loopback port (no persistence) and stops it by PID.
 """
-import socket, subprocess, time
-import redis
-s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
-srv = subprocess.Popen(['redis-server', '--port', str(port), '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1'], stdout=subprocess.DEVNULL)
-try:
-    r = redis.Redis(port=port)
-    for _ in range(100):
-        try: r.ping(); break
-        except Exception: time.sleep(0.05)
-    def cpu():
-        i = r.info('cpu'); return i['used_cpu_sys'] + i['used_cpu_user']
+from scratch_redis import scratch_redis
+with scratch_redis() as (r, cpu):
     key = 'leasehold:lease:v2:bench:{abcd}:' + 'ab' * 32
     bodies = {
         'GET (missing key)': "redis.call('GET', KEYS[1])",
@@ -47,5 +38,3 @@ try:
     c0 = cpu()
     for _ in range(20000): r.set('floor:' + str(_), 'tok', nx=True, px=30000)
     print(f"{'native SET NX PX':36s} {(cpu()-c0)/20000*1e6:.2f} us per call (one round trip each)")
-finally:
-    srv.terminate(); srv.wait()

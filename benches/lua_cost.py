@@ -10,22 +10,25 @@ Starts its own redis-server on a free loopback port (no persistence) and stops i
 Each row is the median of 3 rounds of Redis CPU (INFO cpu, sys + user) divided by the
 cycles; rounds of the shapes alternate, so all see the same background load.
 """
-import os, socket, subprocess, time, sys, random
-import redis
+import os, sys, random
+from scratch_redis import scratch_redis
 
 root = sys.argv[1]
 def src(name): return open(os.path.join(root, 'lua', name)).read()
 BATCH = "\n".join(src(n) for n in ['owner.lua','acquire.lua','renew.lua','release.lua','inspect.lua','batch.lua'])
 variants = {
   'leasehold': BATCH,
-  'no-acq-publish': BATCH.replace("redis.pcall('PUBLISH', lease .. ':acquired', text)", ""),
+  'no-acq-publish': BATCH.replace("redis.pcall('PUBLISH', channel(lease, ':acquired'), text)", ""),
 }
 variants['no-acq-publish,no-pcall'] = variants['no-acq-publish'].replace(
-  "local ok, reply = pcall(run, kind, head, k, ARGV[a + 1])",
-  "local ok, reply = true, run(kind, head, k, ARGV[a + 1])")
-variants['no-release-publish'] = BATCH.replace("local published = redis.pcall('PUBLISH', lease .. ':released', 'released')", "local published = 1")
+  "local ok, reply = pcall(run, kind, head, first[a], ARGV[a + 1])",
+  "local ok, reply = true, run(kind, head, first[a], ARGV[a + 1])")
+variants['no-release-publish'] = BATCH.replace("local published = redis.pcall('PUBLISH', channel(lease, ':released'), 'released')", "local published = 1")
 variants['no-fence'] = BATCH.replace("local last = tonumber(redis.call('SET', fence, text, 'GET'))", "local last = nil")
-variants['no-publish-no-fence'] = variants['no-acq-publish'].replace("local published = redis.pcall('PUBLISH', lease .. ':released', 'released')", "local published = 1").replace("local last = tonumber(redis.call('SET', fence, text, 'GET'))", "local last = nil")
+variants['no-publish-no-fence'] = variants['no-acq-publish'].replace("local published = redis.pcall('PUBLISH', channel(lease, ':released'), 'released')", "local published = 1").replace("local last = tonumber(redis.call('SET', fence, text, 'GET'))", "local last = nil")
+# What the script call itself costs per cycle: the same keys and arguments, items that do
+# nothing but answer.
+variants['framing-only'] = "local out = {ARGV[1]} for a = 2, #ARGV, 2 do out[#out + 1] = 'RELEASED' end return out"
 variants['lean-same-calls'] = r'''
 local out = {ARGV[1]}
 local now
@@ -66,15 +69,7 @@ return out
 for k, v in variants.items(): assert k == 'leasehold' or v != BATCH, k
 assert variants['no-acq-publish'] != BATCH and variants['no-acq-publish,no-pcall'] != variants['no-acq-publish']
 
-s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
-srv = subprocess.Popen(['redis-server', '--port', str(port), '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1'], stdout=subprocess.DEVNULL)
-try:
-    r = redis.Redis(port=port)
-    for _ in range(100):
-        try: r.ping(); break
-        except Exception: time.sleep(0.05)
-    def cpu():
-        i = r.info('cpu'); return i['used_cpu_sys'] + i['used_cpu_user']
+with scratch_redis() as (r, cpu):
     shas = {k: r.script_load(v) for k, v in variants.items()}
     relnat = r.script_load("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
     arl_lock = r.script_load('for i = 1, #KEYS do if redis.call("EXISTS", KEYS[i]) > 0 then return 0 end end for i = 1, #KEYS do redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2]) end return 1')
@@ -124,5 +119,3 @@ try:
             v = sorted(results[name])
             print(f"items/call={n:2d}  {name:45s} {v[1]:6.2f} us Redis CPU per cycle (median of 3; {v[0]:.2f}-{v[2]:.2f})")
         sys.stdout.flush()
-finally:
-    srv.terminate(); srv.wait()

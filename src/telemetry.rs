@@ -24,7 +24,7 @@
 //! Outcome, state and reason labels are the `as_str()` spellings of the corresponding
 //! enums, so a log line, a metric and the CLI say the same word.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
@@ -157,12 +157,12 @@ pub(crate) fn cancellation(purpose: &Purpose, reason: &'static str, delay: Optio
     }
 }
 
-/// ACTIVE handles of this process, for the two gauges. Each handle registers under a unique
-/// id; the ordered set gives the earliest validity end in O(log n), so a process holding
-/// 100k leases does not scan them on every renewal.
+/// ACTIVE handles of this process, for the two gauges: each handle's validity end under
+/// its unique id, ordered, so the earliest is found in O(log n) and a process holding 100k
+/// leases does not scan them on every renewal. (The handle keeps its own current end, so
+/// a change is one removal and one insertion here.)
 #[derive(Default)]
 struct Held {
-    by_id: HashMap<u64, Instant>,
     by_end: BTreeSet<(Instant, u64)>,
 }
 
@@ -173,6 +173,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub(crate) struct HeldLease {
     id: u64,
+    /// The validity end registered in [`HELD`].
+    valid_until: Instant,
     purpose: Purpose,
 }
 
@@ -180,20 +182,22 @@ impl HeldLease {
     pub(crate) fn register(purpose: &Purpose, valid_until: Instant) -> Self {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         gauge!(names::LEASES_HELD, "purpose" => purpose_label(purpose)).increment(1.0);
-        let lease = Self {
+        with_held(|held| {
+            held.by_end.insert((valid_until, id));
+        });
+        Self {
             id,
+            valid_until,
             purpose: purpose.clone(),
-        };
-        lease.update(valid_until);
-        lease
+        }
     }
 
-    pub(crate) fn update(&self, valid_until: Instant) {
+    pub(crate) fn update(&mut self, valid_until: Instant) {
+        let (old, id) = (self.valid_until, self.id);
+        self.valid_until = valid_until;
         with_held(|held| {
-            if let Some(old) = held.by_id.insert(self.id, valid_until) {
-                held.by_end.remove(&(old, self.id));
-            }
-            held.by_end.insert((valid_until, self.id));
+            held.by_end.remove(&(old, id));
+            held.by_end.insert((valid_until, id));
         });
     }
 }
@@ -201,10 +205,9 @@ impl HeldLease {
 impl Drop for HeldLease {
     fn drop(&mut self) {
         gauge!(names::LEASES_HELD, "purpose" => purpose_label(&self.purpose)).decrement(1.0);
+        let (end, id) = (self.valid_until, self.id);
         with_held(|held| {
-            if let Some(old) = held.by_id.remove(&self.id) {
-                held.by_end.remove(&(old, self.id));
-            }
+            held.by_end.remove(&(end, id));
         });
     }
 }
@@ -218,4 +221,35 @@ fn with_held(change: impl FnOnce(&mut Held)) {
         end.saturating_duration_since(Instant::now()).as_secs_f64()
     });
     gauge!(names::MIN_REMAINING_VALIDITY_SECONDS).set(min);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entries of one registration (other tests register beside it: the set is the
+    /// process's).
+    fn entries_of(id: u64) -> Vec<Instant> {
+        let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        held.by_end
+            .iter()
+            .filter(|(_, of)| *of == id)
+            .map(|(end, _)| *end)
+            .collect()
+    }
+
+    #[test]
+    fn a_registration_keeps_one_entry_its_latest_end_until_dropped() {
+        let purpose = Purpose::new("telemetry-test").unwrap();
+        let start = Instant::now();
+        let mut lease = HeldLease::register(&purpose, start + Duration::from_secs(5));
+        let id = lease.id;
+        assert_eq!(entries_of(id), [start + Duration::from_secs(5)]);
+        for secs in [9, 3] {
+            lease.update(start + Duration::from_secs(secs));
+            assert_eq!(entries_of(id), [start + Duration::from_secs(secs)]);
+        }
+        drop(lease);
+        assert!(entries_of(id).is_empty());
+    }
 }

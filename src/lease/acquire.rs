@@ -142,11 +142,12 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
     let drift = settings.drift_budget;
     // The lease (its slot, for a counted lease) is held, acquired or replayed: its handle,
     // on the budget its reply gives.
-    let held = |budget, token, slot| {
+    let permits = keys.permits();
+    let held = move |budget, token, slot| {
         LeaseHandle::new(
             Arc::clone(session),
             request,
-            keys.for_slot(slot),
+            keys.into_slot(slot),
             token,
             budget,
             replication,
@@ -154,7 +155,7 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
     };
     let outcome = match result {
         Ok(AcquireReply::Acquired { slot, .. } | AcquireReply::Replayed { slot, .. })
-            if slot >= keys.permits() =>
+            if slot >= permits =>
         {
             AcquireOutcome::Indeterminate {
                 // The script may have stored the attempt in a slot this client cannot name;
@@ -162,7 +163,7 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
                 attempt: request.attempt().clone(),
                 detail: FailureDetail::new(
                     FailureKind::MalformedReply,
-                    format!("slot {slot} of a lease of {} permits", keys.permits()),
+                    format!("slot {slot} of a lease of {permits} permits"),
                 ),
             }
         }

@@ -305,7 +305,7 @@ impl LeaseHandle {
         if let HandleState::Active { budget } = next {
             // Invariant 1: the machine produces ACTIVE only from ACTIVE (a renewal).
             debug_assert!(matches!(self.state, HandleState::Active { .. }));
-            if let Some(held) = &self.held {
+            if let Some(held) = &mut self.held {
                 held.update(budget.valid_until());
             }
             self.confirmed = budget;
