@@ -25,8 +25,8 @@
 //! enums, so a log line, a metric and the CLI say the same word.
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use metrics::{SharedString, counter, gauge, histogram};
@@ -161,12 +161,7 @@ pub(crate) fn cancellation(purpose: &Purpose, reason: &'static str, delay: Optio
 /// its unique id, ordered, so the earliest is found in O(log n) and a process holding 100k
 /// leases does not scan them on every renewal. (The handle keeps its own current end, so
 /// a change is one removal and one insertion here.)
-#[derive(Default)]
-struct Held {
-    by_end: BTreeSet<(Instant, u64)>,
-}
-
-static HELD: LazyLock<Mutex<Held>> = LazyLock::new(Mutex::default);
+static HELD: Mutex<BTreeSet<(Instant, u64)>> = Mutex::new(BTreeSet::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One ACTIVE handle's registration; `update` on renewal, dropped when it leaves ACTIVE.
@@ -183,7 +178,7 @@ impl HeldLease {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         gauge!(names::LEASES_HELD, "purpose" => purpose_label(purpose)).increment(1.0);
         with_held(|held| {
-            held.by_end.insert((valid_until, id));
+            held.insert((valid_until, id));
         });
         Self {
             id,
@@ -196,8 +191,8 @@ impl HeldLease {
         let (old, id) = (self.valid_until, self.id);
         self.valid_until = valid_until;
         with_held(|held| {
-            held.by_end.remove(&(old, id));
-            held.by_end.insert((valid_until, id));
+            held.remove(&(old, id));
+            held.insert((valid_until, id));
         });
     }
 }
@@ -207,17 +202,17 @@ impl Drop for HeldLease {
         gauge!(names::LEASES_HELD, "purpose" => purpose_label(&self.purpose)).decrement(1.0);
         let (end, id) = (self.valid_until, self.id);
         with_held(|held| {
-            held.by_end.remove(&(end, id));
+            held.remove(&(end, id));
         });
     }
 }
 
-fn with_held(change: impl FnOnce(&mut Held)) {
+fn with_held(change: impl FnOnce(&mut BTreeSet<(Instant, u64)>)) {
     // A panic while holding the lock leaves a consistent map (each change is one insert or
     // remove pair); keep going with it rather than poisoning metrics for the process.
     let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
     change(&mut held);
-    let min = held.by_end.first().map_or(0.0, |(end, _)| {
+    let min = held.first().map_or(0.0, |(end, _)| {
         end.saturating_duration_since(Instant::now()).as_secs_f64()
     });
     gauge!(names::MIN_REMAINING_VALIDITY_SECONDS).set(min);
@@ -231,8 +226,7 @@ mod tests {
     /// process's).
     fn entries_of(id: u64) -> Vec<Instant> {
         let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-        held.by_end
-            .iter()
+        held.iter()
             .filter(|(_, of)| *of == id)
             .map(|(end, _)| *end)
             .collect()
