@@ -106,3 +106,31 @@ fn the_readme_crontab_entry_is_one_line_cron_accepts() {
     assert!(!entry.contains('%'), "cron turns % into a newline: {entry}");
     assert!(entry.contains("leasehold run "), "{entry}");
 }
+
+/// cron's own PATH is `/usr/bin:/bin`: a `leasehold` that `cargo install` put in
+/// `~/.cargo/bin` is "not found" there (exit 127). The entry's block sets a PATH, with
+/// absolute directories only (cron expands neither `~` nor `$HOME` in it), that holds the
+/// directory the README's install line puts the binary in.
+#[test]
+fn the_readme_crontab_entry_finds_leasehold_under_crons_path() {
+    let (before, _) = README
+        .split_once("\n0 2 * * * ")
+        .expect("the README has a crontab entry");
+    let block = before.rsplit_once("```").map_or(before, |(_, block)| block);
+    let path = block
+        .lines()
+        .find_map(|line| line.strip_prefix("PATH="))
+        .expect("the crontab block sets PATH before the entry");
+    assert!(
+        path.split(':').all(|dir| dir.starts_with('/')),
+        "cron does not expand ~ or variables in PATH: {path}"
+    );
+    assert!(
+        path.split(':').any(|dir| dir == "/usr/local/bin"),
+        "PATH={path} lacks /usr/local/bin"
+    );
+    assert!(
+        block.contains("--root /usr/local"),
+        "the block says how leasehold gets into /usr/local/bin"
+    );
+}
