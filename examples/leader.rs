@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use leasehold::ractor::{Actor, ActorProcessingErr, ActorRef};
 use leasehold::runtime::{
     CancelPolicy, LeaseCancelled, LeaseRuntime, LeaseSupervisor, SupervisorConfig, SupervisorState,
 };
@@ -17,7 +18,6 @@ use leasehold::{
     HolderLabel, LeaseClient, LeaseRequest, LeaseSettings, MemoryBackend, Purpose, ResourceDigest,
     ResourceHolder,
 };
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 /// The leader's job: runs until its lease ends.
 struct Lead;

@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
+use leasehold::ractor::{Actor, ActorProcessingErr, ActorRef};
 use leasehold::runtime::{CancelPolicy, LeaseCancelled, LeaseContext, LeaseRuntime, SpawnOutcome};
 use leasehold::{
     LeaseClient, LeaseKeys, LeaseRequest, LeaseSettings, MemoryBackend, Purpose, ResourceDigest,
 };
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 /// A job that writes one step every 200 ms, fenced, until it has done `steps`.
 struct ReportJob;

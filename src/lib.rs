@@ -164,6 +164,16 @@ pub use protocol::{
     OwnerToken, Purpose, ResourceDigest,
 };
 
+/// The [ractor](https://docs.rs/ractor) leasehold's runtime is built on: name worker actors'
+/// traits and types through it (`use leasehold::ractor::{Actor, ActorRef};`), so they are
+/// always the version leasehold's actors speak to.
+///
+/// leasehold depends on it without its default `message_span_propogation` feature. A
+/// dependency of your own on `ractor` with default features turns that feature on for every
+/// actor in the build — leasehold's lease actors included, about 1 KB more each; add it with
+/// `default-features = false, features = ["tokio_runtime"]` unless your workers need it.
+pub use ractor;
+
 /// The README's Rust examples, compiled and run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
