@@ -1,8 +1,8 @@
 //! Micro benchmarks of the pure parts and of one cycle on `MemoryBackend` (criterion).
 //!
 //! ```sh
-//! cargo bench --bench micro             # full criterion run
-//! cargo bench --bench micro -- --quick  # criterion's quick mode
+//! cargo bench -p leasehold-benches --bench micro            # full criterion run
+//! cargo bench -p leasehold-benches --bench micro -- --quick  # criterion's quick mode
 //! ```
 //!
 //! Reply decoding is crate-private; it is reached through the hidden `fuzzing` feature that

@@ -10,8 +10,8 @@
 //! redis-server is the tests' own harness (`tests/common/redis_server.rs`).
 //!
 //! ```sh
-//! cargo bench --bench load             # the full run (~5.5 minutes on 2 cores)
-//! cargo bench --bench load -- --quick  # CI smoke run (~15 s)
+//! cargo bench -p leasehold-benches --bench load            # the full run (~5.5 minutes on 2 cores)
+//! cargo bench -p leasehold-benches --bench load -- --quick  # CI smoke run (~15 s)
 //! ```
 //!
 //! The process starts its own `redis-server` (Debian package `redis-server`; override the
