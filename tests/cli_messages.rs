@@ -56,9 +56,34 @@ fn a_server_that_never_answers_is_a_connect_timeout_at_host_and_port() {
     let done = run_against(&format!("redis://{addr}"), &dir, "timeout");
     assert_one_line(&done, &addr, "timed out");
     assert!(
-        done.stderr.contains("LEASEHOLD_CONNECT_TIMEOUT"),
+        done.stderr
+            .contains("LEASEHOLD_CONNECT_TIMEOUT sets the limit"),
         "{}",
         done.stderr
+    );
+    // A connect timeout longer than the command timeout (500 ms here): the command timeout
+    // bounds each call, its connection included, and is the one named.
+    let mut cmd = bare();
+    cmd.args([
+        "run",
+        "--redis",
+        &format!("redis://{addr}"),
+        "--resource",
+        "msg",
+    ])
+    .args(["--", "true"])
+    .env("LEASEHOLD_CONNECT_TIMEOUT", "20s");
+    let started = std::time::Instant::now();
+    let done = finish(cmd, &dir, "command-timeout");
+    assert_one_line(&done, &addr, "timed out after 500ms");
+    assert!(
+        done.stderr.contains("LEASEHOLD_COMMAND_TIMEOUT"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the 20 s connect timeout ran"
     );
 }
 
