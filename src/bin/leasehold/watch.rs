@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::diagnose::Server;
 use crate::fail;
-use crate::holders::time;
+use crate::holders::about;
 
 /// How often the observer reads even without a notice: a key deleted from outside (which
 /// publishes nothing) shows within this.
@@ -89,7 +89,7 @@ fn print(seen: &ResourceHolder, server: &Server, json: bool) {
                 .map_or_else(String::new, |h| format!(", holder {h}"));
             println!(
                 "{now} held: yes{holder}, fencing_token {token}, remaining {}",
-                time(remaining(*expires_at))
+                about(remaining(*expires_at))
             );
         }
         (
