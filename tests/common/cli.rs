@@ -257,43 +257,6 @@ impl Running {
         }
     }
 
-    /// Polls leasehold's stderr until a complete line contains `text`, and returns that
-    /// line; panics if leasehold exits first or nothing comes within `READY_TIMEOUT`.
-    #[track_caller]
-    pub fn wait_for_stderr(&mut self, text: &str) -> String {
-        let file = self.stderr.clone();
-        self.wait_for_output(&file, text)
-    }
-
-    /// As [`wait_for_stderr`](Self::wait_for_stderr), on stdout.
-    #[track_caller]
-    pub fn wait_for_stdout(&mut self, text: &str) -> String {
-        let file = self.stdout.clone();
-        self.wait_for_output(&file, text)
-    }
-
-    #[track_caller]
-    fn wait_for_output(&mut self, file: &Path, text: &str) -> String {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let output = fs::read_to_string(file).unwrap_or_default();
-            // Complete lines only: the last one may still be being written.
-            let complete = output.rsplit_once('\n').map_or("", |(lines, _)| lines);
-            if let Some(line) = complete.lines().find(|l| l.contains(text)) {
-                return line.to_owned();
-            }
-            if let Some(done) = self.try_finish() {
-                panic!("leasehold exited before it wrote {text:?} to {file:?}: {done:?}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "leasehold wrote no line with {text:?} to {file:?} within {READY_TIMEOUT:?}\n{}",
-                self.output_so_far()
-            );
-            thread::sleep(POLL);
-        }
-    }
-
     /// Waits until the command wrote its PID to `pidfile`, and registers it for cleanup.
     #[track_caller]
     pub fn wait_for_command_pid(&mut self, pidfile: &Path) -> u32 {

@@ -83,12 +83,8 @@ impl Acquire<'_> {
             )) if !self.wait.is_zero() => refusal,
             other => return Acquisition::NotRun(self.not_run(&first, other).await),
         };
-        let held_by_another = matches!(
-            refusal,
-            AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
-        );
         let mut view = None;
-        if held_by_another && !self.contention.quiet {
+        if !self.contention.quiet {
             view = Some(Waiting::start(self.client, self.server, &first, &refusal, until).await);
         }
         let rest = match self.request(until.saturating_duration_since(Instant::now())) {
@@ -260,7 +256,8 @@ impl Acquire<'_> {
             .await
             .ok()
             .and_then(|slots| holders::describe(&slots))
-            .unwrap_or_else(|| waiting::refusal_text(refusal))
+            .or_else(|| waiting::refusal_text(refusal))
+            .unwrap_or_else(|| "held by someone else".to_owned())
     }
 }
 

@@ -33,6 +33,9 @@ enum Seen {
     },
     /// No read succeeded: what the refusal said.
     Refusal(String),
+    /// Nothing known of a holder yet (the first try found Redis unavailable, and the read
+    /// failed too): nothing is said until the observer reads one.
+    Nothing,
 }
 
 /// The waiting run's view of the holder, while it waits.
@@ -52,7 +55,8 @@ pub(crate) struct Waiting {
 
 impl Waiting {
     /// Reads who holds `request`'s lease and says so; `refusal` is the first try's outcome,
-    /// said instead if the read fails. The wait ends at `until`.
+    /// said instead if the read fails and it was a holder's refusal. The wait ends at
+    /// `until`.
     pub(crate) async fn start(
         client: &LeaseClient,
         server: &Server,
@@ -71,7 +75,7 @@ impl Waiting {
                 slots,
                 at: Instant::now(),
             },
-            _ => Seen::Refusal(refusal_text(refusal)),
+            _ => refusal_text(refusal).map_or(Seen::Nothing, Seen::Refusal),
         };
         // The observer follows a plain lease; one that cannot start leaves the first line.
         let observer = (request.permits() == 1)
@@ -193,6 +197,7 @@ impl Waiting {
                 (who, holders::fields(&aged))
             }
             Seen::Refusal(text) => (text.clone(), serde_json::json!({})),
+            Seen::Nothing => return,
         };
         let left = self.until.saturating_duration_since(now);
         let message = format!(
@@ -222,13 +227,14 @@ fn first_holding(seen: &Seen) -> Option<(FencingToken, Option<HolderLabel>)> {
             .flatten()
             .min_by_key(|h| h.remaining)
             .map(|h| (h.token, h.holder.clone())),
-        Seen::Refusal(_) => None,
+        Seen::Refusal(_) | Seen::Nothing => None,
     }
 }
 
-/// A refusal in words, when nobody could be read: what the try itself learnt.
-pub(crate) fn refusal_text(refusal: &AcquireOutcome) -> String {
-    match refusal {
+/// A holder's refusal in words, when nobody could be read: what the try itself learnt.
+/// `None` for a refusal that was not a holder's (Redis unavailable).
+pub(crate) fn refusal_text(refusal: &AcquireOutcome) -> Option<String> {
+    Some(match refusal {
         AcquireOutcome::LockDelayed { retry_after } => format!(
             "in its lock-delay for {} more (its last holder ended without a release)",
             holders::about(*retry_after)
@@ -238,6 +244,6 @@ pub(crate) fn refusal_text(refusal: &AcquireOutcome) -> String {
             "held by someone else, which ends in {} unless renewed",
             holders::about(*retry_after)
         ),
-        other => other.as_str().to_owned(),
-    }
+        _ => return None,
+    })
 }
