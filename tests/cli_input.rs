@@ -306,6 +306,7 @@ fn unreadable_inputs_are_refused_in_one_line_before_redis() {
         assert!(!lines[0].contains("panicked"), "{what}: {:?}", lines[0]);
         // Refused at once: nothing was read to its end (/dev/zero has none).
         assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+        println!("measured: {what} refused in {took:?}");
         assert_eq!(server.command_calls(), 0, "{what}: leasehold sent commands");
         server.reset_stats();
     }

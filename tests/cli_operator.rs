@@ -73,7 +73,12 @@ fn a_waiting_run_names_the_holder_and_each_new_one() {
     assert!(first.contains("unless renewed"), "{first}");
     // Another holder takes over without a release (no notice): the observer's poll sees it.
     hold(&server, "queue", "web-9:311", 1796223359965099);
+    let changed = Instant::now();
     let second = waiter.wait_for_stderr("web-9:311");
+    println!(
+        "measured: a holder changed without a notice → named by the waiter after {:?}",
+        changed.elapsed()
+    );
     assert!(
         second.contains("fencing token 1796223359965099"),
         "{second}"
@@ -129,7 +134,12 @@ fn inspect_watch_prints_each_change_of_holder() {
         let first = watch.wait_for_stdout_after(before, "web-7:4242");
         let before = watch.stdout_lines();
         hold(&server, "watched", "web-9:311", 1796223359965099);
+        let changed = Instant::now();
         let second = watch.wait_for_stdout_after(before, "web-9:311");
+        println!(
+            "measured: inspect --watch (json {json}): a silent change of holder printed after {:?}",
+            changed.elapsed()
+        );
         if json {
             let value: serde_json::Value = serde_json::from_str(&second).expect("JSON");
             assert_eq!(value["held"], true, "{second}");
@@ -140,7 +150,12 @@ fn inspect_watch_prints_each_change_of_holder() {
         }
         let before = watch.stdout_lines();
         free(&server, "watched");
+        let freed = Instant::now();
         watch.wait_for_stdout_after(before, not_held);
+        println!(
+            "measured: inspect --watch (json {json}): a release (with its notice) printed after {:?}",
+            freed.elapsed()
+        );
         assert!(
             send_signal(watch.pid(), "TERM"),
             "kill -TERM inspect --watch"

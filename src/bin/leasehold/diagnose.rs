@@ -8,7 +8,7 @@ use leasehold::{FailureDetail, FailureKind};
 /// The server a URL names, as messages show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Server {
-    /// `host:port`.
+    /// `host:port`, or a socket's path.
     addr: String,
     /// `rediss://`.
     tls: bool,
@@ -70,10 +70,18 @@ pub(crate) fn check_url(url: &str) -> Result<(), String> {
 }
 
 impl Server {
-    /// From a `redis://` or `rediss://` URL (already accepted by the library): the
+    /// From a `redis://`, `rediss://` or `unix://` URL (already checked): the
     /// credentials are dropped, the port defaults to 6379.
     pub(crate) fn of_url(url: &str) -> Server {
         let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+        if scheme.to_ascii_lowercase().ends_with("unix") {
+            // A socket: its path, without the query (which may carry a password).
+            return Server {
+                addr: rest.split(['?', '#']).next().unwrap_or_default().to_owned(),
+                tls: false,
+                timeouts: None,
+            };
+        }
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
         let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
         let has_port = host_port
@@ -201,6 +209,11 @@ mod tests {
             ("rediss://user:p@ss@db.internal", "db.internal:6379", true),
             ("redis://[::1]:6380", "[::1]:6380", false),
             ("redis://[::1]", "[::1]:6379", false),
+            (
+                "unix:///run/redis.sock?pass=secret",
+                "/run/redis.sock",
+                false,
+            ),
         ];
         for (url, addr, tls) in cases {
             let server = Server::of_url(url);
