@@ -5,8 +5,8 @@
 -- mine     "<owner> <op> "
 --
 -- Replies (protocol::ReleaseReply):
---   'RELEASED'   held by this attempt; deleted and a notice published on the release
---                channel, "<lease>:released" (protocol::LeaseKeys::release_channel; a
+--   'RELEASED'   held by this attempt; deleted, and a notice published (best effort) on the
+--                release channel, "<lease>:released" (protocol::LeaseKeys::release_channel; a
 --                counted lease's slot "<name>#<i>" announces on "<name>:released")
 --   'ABSENT'     no lease key
 --   'NOT_OWNER'  held by someone else; untouched
@@ -15,23 +15,19 @@
 -- deletes a lease's lock-delay too (owner.lua), even once the lease ended: its holder says
 -- its work is over, which is all the delay waits for.
 --
--- The notice is published before the key is deleted: the script is atomic, so no client
--- sees the order, and an ACL that refuses PUBLISH (or a channel) refuses the release
--- before it wrote anything — a NOPERM reply always means the lease is still held, never a
--- release done half-way.
+-- The key is deleted first and the notice published after, by pcall: the notice only wakes
+-- waiters early (they retry when the holder's TTL would have ended anyway), so an ACL that
+-- refuses PUBLISH (or the channel) costs them that wake-up, never the release — as for the
+-- acquisition notice (acquire.lua). A NOPERM reply means the key itself was refused, and
+-- nothing was written.
 
 local function release(lease, mine)
   local refusal = not_held(lease, mine)
   if refusal then
     return refusal
   end
-  local published = redis.pcall('PUBLISH', channel(lease, ':released'), 'released')
-  if type(published) == 'table' and published.err then
-    -- Named here: Redis 7.0 does not say which command a script was refused.
-    return redis.error_reply('NOPERM PUBLISH to the release channel refused ('
-      .. published.err .. '); the lease is still held')
-  end
   redis.call('DEL', lease)
   wrote(lease, false)
+  redis.pcall('PUBLISH', channel(lease, ':released'), 'released')
   return 'RELEASED'
 end

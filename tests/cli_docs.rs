@@ -41,16 +41,11 @@ fn readme_statuses() -> BTreeSet<String> {
 
 /// The statuses `leasehold <sub> --help` lists under "Exit status:".
 fn help_statuses(sub: &str) -> BTreeSet<String> {
-    let dir = TempDir::new("help-statuses");
-    let mut cmd = bare();
-    cmd.args([sub, "--help"]);
-    let help = finish(cmd, &dir, sub);
-    help.assert_code(0, "--help");
+    let help = help(sub);
     let block = help
-        .stdout
         .split_once("Exit status:")
         .map(|(_, rest)| rest.to_owned())
-        .unwrap_or_else(|| panic!("{sub} --help has no exit status list:\n{}", help.stdout));
+        .unwrap_or_else(|| panic!("{sub} --help has no exit status list:\n{help}"));
     // Entries are indented two spaces; their continuation lines more.
     statuses(
         block
@@ -91,6 +86,69 @@ fn inspect_list_and_doctor_help_list_their_own_statuses() {
     assert_eq!(help_statuses("inspect"), expected(&["0", "1", "125"]));
     assert_eq!(help_statuses("list"), expected(&["0", "125"]));
     assert_eq!(help_statuses("doctor"), expected(&["0", "125"]));
+}
+
+/// `leasehold <sub> --help`.
+fn help(sub: &str) -> String {
+    let dir = TempDir::new("help-options");
+    let mut cmd = bare();
+    cmd.args([sub, "--help"]);
+    let help = finish(cmd, &dir, sub);
+    help.assert_code(0, "--help");
+    help.stdout
+}
+
+#[test]
+fn the_readme_short_options_are_the_ones_run_help_lists() {
+    let help = help("run");
+    let table = README
+        .split_once("| short | long | as in |")
+        .map(|(_, rest)| rest)
+        .expect("README has a short options table");
+    let mut rows = 0;
+    for line in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let word = |cell: &str| {
+            cell.trim_matches('`')
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (short, long) = (word(cells[1]), word(cells[2]));
+        let shown = if short.starts_with('-') {
+            format!("{short}, {long}")
+        } else {
+            long.clone()
+        };
+        assert!(
+            help.contains(&shown),
+            "run --help has no {shown:?}:\n{help}"
+        );
+        rows += 1;
+    }
+    assert!(rows >= 6, "the short options table has {rows} rows");
+}
+
+#[test]
+fn every_option_the_readme_lists_is_one_the_cli_takes() {
+    let paragraph = README
+        .split_once("\nOptions: ")
+        .and_then(|(_, rest)| rest.split_once("\n\n"))
+        .map(|(paragraph, _)| paragraph)
+        .expect("README has an Options paragraph");
+    let helps = [help("run"), help("inspect")].join("\n");
+    let mut named = 0;
+    for word in paragraph.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+        if word.starts_with("--") && word.len() > 2 {
+            assert!(
+                helps.contains(&format!("{word} ")) || helps.contains(&format!("{word}\n")),
+                "README names {word}, which neither run nor inspect --help lists"
+            );
+            named += 1;
+        }
+    }
+    assert!(named >= 20, "the Options paragraph names {named} options");
 }
 
 #[test]

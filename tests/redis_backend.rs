@@ -293,6 +293,33 @@ async fn acl_user_confined_to_the_namespace_can_lease_and_a_wrong_password_is_un
     );
 }
 
+/// The notices are best effort: a user who may not PUBLISH still acquires and releases,
+/// and the release deletes the key rather than leave the lease held for its TTL.
+#[tokio::test]
+async fn a_user_refused_publish_still_acquires_and_releases() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "&*", "+@all", "-publish",
+    ]);
+    let url = format!("redis://nopub:pw@127.0.0.1:{}", server.port());
+    let client = LeaseClient::redis(&url, redis_settings()).unwrap();
+    let req = request(&client, "r");
+    let keys = client.keys(req.purpose(), req.resource());
+    let mut lease = acquired(&client, &req).await;
+    assert!(lease_exists(&server, &keys), "not acquired");
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    assert!(
+        !lease_exists(&server, &keys),
+        "the release left the lease held"
+    );
+    // Both notices were refused: the path under test was taken.
+    let log = format!("{:?}", server.cmd(&["ACL", "LOG"]));
+    assert!(
+        log.contains("publish"),
+        "no refused PUBLISH in the ACL log: {log}"
+    );
+}
+
 #[tokio::test]
 async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
     let server = RedisServer::start();

@@ -98,8 +98,9 @@ impl LeaseClient {
     /// environment values or URL. Nothing is sent.
     pub fn from_env() -> Result<Self, LeaseError> {
         let settings = LeaseSettings::from_env()?;
-        match std::env::var(REDIS_URL_ENV) {
-            Ok(url) if !url.is_empty() => Self::redis(&url, settings),
+        // Not UTF-8: refused as a URL, never taken for unset.
+        match super::settings::env_text(REDIS_URL_ENV) {
+            Some(url) if !url.is_empty() => Self::redis(&url, settings),
             _ => Err(LeaseError::NoBackendConfigured {
                 unread: unread_env_vars(std::env::vars_os().map(|(name, _)| name)),
             }),

@@ -229,11 +229,13 @@ impl LeaseSettings {
     }
 
     /// Defaults overridden by the variables of [`ENV_VARS`] that are set, then validated.
+    /// A value that is not UTF-8 is invalid, never taken for unset (an unreadable
+    /// namespace must not become the default one: that would be another lease).
     ///
     /// # Errors
     /// The first invalid value, as [`LeaseError`].
     pub fn from_env() -> Result<Self, LeaseError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_lookup(env_text)
     }
 
     /// As [`from_env`](Self::from_env), reading variables through `lookup` (for tests and
@@ -272,6 +274,12 @@ impl LeaseSettings {
         s.validate()?;
         Ok(s)
     }
+}
+
+/// A variable's value as text; one that is not UTF-8 keeps its bytes' replacement
+/// characters, which no setting accepts.
+pub(crate) fn env_text(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
 }
 
 /// Renewal cadence bounds; its relation to a lease's TTL is checked where the TTL is known.

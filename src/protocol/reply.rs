@@ -79,7 +79,8 @@ pub enum RenewReply {
 /// What `lua/release.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseReply {
-    /// `RELEASED`: deleted, and a release notice was published.
+    /// `RELEASED`: deleted; a release notice was published unless the user may not
+    /// (best effort: it only wakes waiters early).
     Released,
     /// `ABSENT`: no lease key.
     Absent,

@@ -26,4 +26,6 @@ pub mod fault;
 pub mod leases;
 #[cfg(feature = "cli")]
 pub mod observe;
+#[cfg(feature = "cli")]
+pub mod output;
 pub mod sentinel;

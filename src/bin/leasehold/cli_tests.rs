@@ -17,6 +17,8 @@ fn duration_text() -> impl Strategy<Value = String> {
         )
             .prop_map(|(n, unit)| format!("{n}{unit}")),
         (0u64..7200, Just("s")).prop_map(|(n, unit)| format!("{n}{unit}")),
+        // Bare seconds, as flock(1) and timeout(1) take them.
+        (0u64..u64::MAX, 0u32..1_000_000).prop_map(|(s, f)| format!("{s}.{f}")),
         "[0-9a-z .-]{0,12}",
     ]
 }
@@ -40,7 +42,8 @@ proptest! {
     #[test]
     fn every_duration_option_is_bounded_at_parse_time(
         option in prop::sample::select(vec![
-            "--ttl", "--wait", "--renew-every", "--grace", "--kill-after", "--replica-wait",
+            "--ttl", "--wait", "-w", "--renew-every", "--grace", "--kill-after", "-k",
+            "--replica-wait", "--timeout",
         ]),
         value in duration_text(),
     ) {
@@ -50,8 +53,11 @@ proptest! {
         }
         if let Ok(Cli { command: Command::Run(run), .. }) = Cli::try_parse_from(&args) {
             let hour = Duration::from_secs(3600);
-            for d in [run.grace, run.kill_after].into_iter().flatten() {
+            for d in [run.grace, run.kill_after, run.ttl].into_iter().flatten() {
                 prop_assert!(d <= hour, "{option} {value} parsed to {d:?}");
+            }
+            if let Some(d) = run.timeout {
+                prop_assert!(d <= Duration::from_secs(30 * 24 * 3600), "{option} {value}: {d:?}");
             }
         }
     }
@@ -65,7 +71,8 @@ proptest! {
                     "--purpose", "--ttl", "--wait", "--grace", "--kill-after", "--replicas",
                     "--replica-wait", "--require-replicas", "--wait-for-descendants",
                     "--operation-id", "--metrics-addr", "--log-format", "--log-level", "--json",
-                    "--redis", "-h", "--version",
+                    "--redis", "-h", "--version", "-w", "-n", "-E", "-k", "-s", "--signal",
+                    "--timeout", "--no-wait", "--watch", "doctor", "KILL", "0.5",
                 ]).prop_map(str::to_owned),
                 "[ -~]{0,16}",
             ],

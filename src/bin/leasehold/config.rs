@@ -10,10 +10,13 @@ use clap::Args;
 use leasehold::lease::{ENV_VARS, REDIS_URL_ENV};
 use leasehold::protocol::limits::{self, DurationBounds};
 use leasehold::{
-    HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose, ResourceDigest,
+    DurationProblem, HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose,
+    ResourceDigest,
 };
 
 use crate::diagnose::Server;
+use crate::inputs;
+use crate::keeper::Signal;
 
 /// The raw resource id's variable, so the id need not show in `ps`.
 const RESOURCE_ENV: &str = "LEASEHOLD_RESOURCE";
@@ -67,7 +70,7 @@ pub(crate) struct Common {
     #[arg(long, value_name = "ID", conflicts_with = "resource_file")]
     resource: Option<String>,
     /// Read the resource id from this file (one trailing newline is dropped), so it does
-    /// not show in `ps`.
+    /// not show in `ps`: a regular file of at most 4096 bytes.
     #[arg(long, value_name = "PATH")]
     resource_file: Option<PathBuf>,
 }
@@ -119,9 +122,17 @@ impl Connection {
             (var == "LEASEHOLD_NAMESPACE" && self.namespace.is_some())
                 || (var == "LEASEHOLD_RENEW_EVERY" && renew_every.is_some())
         };
-        let mut settings =
-            LeaseSettings::from_lookup(|var| (!overridden(var)).then(|| raw_env(var)).flatten())
-                .map_err(|e| variable_error(&e))?;
+        // Every variable read is text, or the run is refused (checked before the lookup,
+        // which can only say "unset").
+        for (var, _) in ENV_VARS.iter().filter(|(var, _)| !overridden(var)) {
+            inputs::variable(var)?;
+        }
+        let mut settings = LeaseSettings::from_lookup(|var| {
+            (!overridden(var))
+                .then(|| std::env::var(var).ok())
+                .flatten()
+        })
+        .map_err(|e| variable_error(&e))?;
         if let Some(namespace) = &self.namespace {
             settings = settings.with_namespace(namespace.clone());
         }
@@ -131,7 +142,12 @@ impl Connection {
                 .validate()
                 .map_err(|e| format!("{}: {e}", every.flag))?;
         }
-        let (url, source) = match (&self.redis, env(REDIS_URL_ENV)) {
+        let from_env = match &self.redis {
+            Some(_) => None,
+            // Set but empty counts as unset, as the library reads it.
+            None => inputs::variable(REDIS_URL_ENV)?.filter(|v| !v.is_empty()),
+        };
+        let (url, source) = match (&self.redis, from_env) {
             (Some(url), _) => (url.clone(), "--redis".to_owned()),
             // The URL may carry a password: the variable is named, its value is not shown.
             (None, Some(url)) => (url, REDIS_URL_ENV.to_owned()),
@@ -140,8 +156,10 @@ impl Connection {
                 "the default --redis".to_owned(),
             ),
         };
+        crate::diagnose::check_url(&url).map_err(|e| format!("{source}: {e}"))?;
         Ok(Target {
-            server: Server::of_url(&url),
+            server: Server::of_url(&url)
+                .with_timeouts(settings.command_timeout, settings.connect_timeout),
             url,
             source,
             settings,
@@ -172,16 +190,16 @@ impl Common {
     /// # Errors
     /// None given, an unreadable file, or an empty id; the id itself is never echoed.
     pub(crate) fn resource(&self) -> Result<ResourceDigest, String> {
-        let (raw, source) = match (&self.resource, &self.resource_file, raw_env(RESOURCE_ENV)) {
+        let from_env = match (&self.resource, &self.resource_file) {
+            (None, None) => inputs::variable(RESOURCE_ENV)?,
+            _ => None,
+        };
+        let (raw, source) = match (&self.resource, &self.resource_file, from_env) {
             (Some(raw), _, _) => (raw.clone().into_bytes(), "--resource".to_owned()),
-            (None, Some(path), _) => {
-                let mut bytes = std::fs::read(path)
-                    .map_err(|e| format!("--resource-file {}: {e}", path.display()))?;
-                if bytes.last() == Some(&b'\n') {
-                    bytes.pop();
-                }
-                (bytes, format!("--resource-file {}", path.display()))
-            }
+            (None, Some(path), _) => (
+                inputs::resource_file(path)?,
+                format!("--resource-file {}", path.display()),
+            ),
             (None, None, Some(raw)) => (raw.into_bytes(), RESOURCE_ENV.to_owned()),
             // Set but empty: refused below, not mistaken for "not given".
             (None, None, None) => {
@@ -197,17 +215,6 @@ impl Common {
     }
 }
 
-/// A variable's value as the library's settings read it.
-fn raw_env(var: &str) -> Option<String> {
-    std::env::var(var).ok()
-}
-
-/// A variable's value, a set but empty one counting as unset (as the library does for
-/// `LEASEHOLD_REDIS_URL`).
-fn env(var: &str) -> Option<String> {
-    raw_env(var).filter(|v| !v.is_empty())
-}
-
 /// A settings error from the variables, naming the variable and its value.
 fn variable_error(e: &LeaseError) -> String {
     let param = match e {
@@ -217,7 +224,7 @@ fn variable_error(e: &LeaseError) -> String {
     };
     let var = param.and_then(|p| ENV_VARS.iter().find(|(_, field)| *field == p));
     match var {
-        Some((var, _)) => format!("{var}={:?}: {e}", raw_env(var).unwrap_or_default()),
+        Some((var, _)) => format!("{var}={:?}: {e}", std::env::var(var).unwrap_or_default()),
         None => e.to_string(),
     }
 }
@@ -270,13 +277,70 @@ pub(crate) fn default_holder() -> Option<HolderLabel> {
     HolderLabel::new(&format!("{host}{pid}")).ok()
 }
 
-/// A humantime duration within `bounds`, with the library's error text.
+/// `--timeout`: the command's longest run. Bounded so that no deadline arithmetic on it can
+/// overflow.
+const TIMEOUT: DurationBounds = DurationBounds {
+    param: "timeout",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(30 * 24 * 3600),
+};
+
+/// A duration within `bounds`, with the library's error text: humantime (`1m 30s`,
+/// `250ms`), or a bare number of seconds (`10`, `0.5`) as flock(1) and timeout(1) take it.
 fn parse_bounded(bounds: DurationBounds, text: &str) -> Result<Duration, String> {
-    bounds.parse(text).map_err(|e| e.to_string())
+    bounded(bounds, text).map_err(|e| e.to_string())
 }
 
+/// As [`parse_bounded`], with the library's error.
+fn bounded(bounds: DurationBounds, text: &str) -> Result<Duration, LeaseError> {
+    match bare_seconds(text) {
+        Some(d) => bounds.check(d),
+        None => bounds.parse(text),
+    }
+}
+
+/// `10`, `0.5`, `.25`: seconds; `None` for anything else (units, signs, exponents).
+fn bare_seconds(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let secs: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    // Nanoseconds: the first nine digits of the fraction.
+    let mut nanos = 0u32;
+    for (i, b) in fraction.bytes().take(9).enumerate() {
+        nanos += u32::from(b - b'0') * 10u32.pow(8 - u32::try_from(i).ok()?);
+    }
+    Some(Duration::new(secs, nanos))
+}
+
+/// A TTL within the library's bounds. The shortest the settings allow depends on
+/// `--renew-every` too, which is not known here: the run checks it (`crate::ttl`); below
+/// the absolute floor, the error says what renewing every ttl/3 needs as well.
 pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::TTL, text)
+    bounded(limits::TTL, text).map_err(|e| {
+        let below = matches!(
+            &e,
+            LeaseError::InvalidDuration {
+                problem: DurationProblem::BelowMinimum { .. },
+                ..
+            }
+        );
+        let settings = LeaseSettings::from_env().unwrap_or_default();
+        match crate::ttl::minimum(&settings) {
+            Some(min) if below && min > limits::TTL.min => format!(
+                "{e} (and renewing every ttl/3 with the settings in force needs at least {})",
+                humantime::format_duration(min)
+            ),
+            _ => e.to_string(),
+        }
+    })
 }
 
 pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
@@ -297,6 +361,26 @@ pub(crate) fn parse_lock_delay(text: &str) -> Result<Duration, String> {
 
 pub(crate) fn parse_kill_after(text: &str) -> Result<Duration, String> {
     parse_bounded(KILL_AFTER, text)
+}
+
+pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
+    parse_bounded(TIMEOUT, text)
+}
+
+/// A signal `--timeout` may send, by name (`TERM`, `SIGTERM`, `term`) or number (`15`).
+pub(crate) fn parse_signal(text: &str) -> Result<Signal, String> {
+    let name = text.trim().to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    let signals = || std::iter::once(Signal::Kill).chain(Signal::FORWARDED);
+    let found = match name.parse::<i32>() {
+        Ok(raw) => Signal::from_raw(raw),
+        Err(_) => signals().find(|s| s.name().strip_prefix("SIG") == Some(name)),
+    };
+    found.ok_or_else(|| {
+        format!(
+            "{text:?} is not one of HUP, INT, QUIT, TERM, USR1, USR2, ALRM, KILL (or their numbers)"
+        )
+    })
 }
 
 pub(crate) fn parse_renew_every(text: &str) -> Result<Duration, String> {

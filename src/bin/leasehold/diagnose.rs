@@ -1,22 +1,87 @@
 //! Failures in words an operator can act on: one line, naming the server (`host:port`,
 //! never the password), what went wrong, and where to look.
 
+use std::time::Duration;
+
 use leasehold::{FailureDetail, FailureKind};
 
 /// The server a URL names, as messages show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Server {
-    /// `host:port`.
+    /// `host:port`, or a socket's path.
     addr: String,
     /// `rediss://`.
     tls: bool,
+    /// The command and connect timeouts in force, for saying which one ran out.
+    timeouts: Option<(Duration, Duration)>,
+}
+
+/// The schemes the library's URLs take.
+const SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
+
+/// Checks what the library's "did not parse" would not say: that the text is a URL, of a
+/// scheme leasehold speaks, naming a host and a port that can be. Credentials are never
+/// shown.
+///
+/// # Errors
+/// One line saying what is wrong and what to write instead.
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        let host = url.rsplit_once('@').map_or(url, |(_, host)| host);
+        return Err(format!(
+            "not a URL (no scheme): write redis://{host} (rediss:// for TLS)"
+        ));
+    };
+    let lower = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&lower.as_str()) {
+        let whose = match lower.as_str() {
+            "http" | "https" => ", a web server's",
+            _ => "",
+        };
+        return Err(format!(
+            "the scheme is {scheme}://{whose}; leasehold speaks redis:// (rediss:// for TLS, \
+             unix:// for a socket)"
+        ));
+    }
+    if lower.ends_with("unix") {
+        return Ok(());
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (host, port) = match host_port.rsplit_once(':') {
+        // An IPv6 literal's colons are inside its brackets.
+        Some((host, port)) if !port.contains(']') => (host, Some(port)),
+        _ => (host_port, None),
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(format!(
+            "the URL names no host: write {lower}://host:port (e.g. {lower}://127.0.0.1:6379)"
+        ));
+    }
+    if let Some(port) = port
+        && !port.is_empty()
+        && port.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        return Err(format!(
+            "the port {port:?} of host {host} is not a port number (1 ..= 65535)"
+        ));
+    }
+    Ok(())
 }
 
 impl Server {
-    /// From a `redis://` or `rediss://` URL (already accepted by the library): the
+    /// From a `redis://`, `rediss://` or `unix://` URL (already checked): the
     /// credentials are dropped, the port defaults to 6379.
     pub(crate) fn of_url(url: &str) -> Server {
         let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+        if scheme.to_ascii_lowercase().ends_with("unix") {
+            // A socket: its path, without the query (which may carry a password).
+            return Server {
+                addr: rest.split(['?', '#']).next().unwrap_or_default().to_owned(),
+                tls: false,
+                timeouts: None,
+            };
+        }
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
         let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
         let has_port = host_port
@@ -31,6 +96,34 @@ impl Server {
         Server {
             addr,
             tls: scheme.eq_ignore_ascii_case("rediss"),
+            timeouts: None,
+        }
+    }
+
+    /// With the command and connect timeouts in force, so that a timeout names the one that
+    /// ran out.
+    pub(crate) fn with_timeouts(mut self, command: Duration, connect: Duration) -> Server {
+        self.timeouts = Some((command, connect));
+        self
+    }
+
+    /// Which setting bounds a connection attempt, as ` after 500ms (…)`: the connect
+    /// timeout, or the command timeout when that is shorter (a call's connection is made
+    /// within the call's time).
+    fn connect_limit(&self) -> String {
+        let h = |d: Duration| humantime::format_duration(d).to_string();
+        match self.timeouts {
+            Some((command, connect)) if command < connect => format!(
+                " after {}: the command timeout (LEASEHOLD_COMMAND_TIMEOUT) bounds each call, \
+                 its connection included, and is shorter than LEASEHOLD_CONNECT_TIMEOUT ({})",
+                h(command),
+                h(connect)
+            ),
+            Some((_, connect)) => format!(
+                " after {} (LEASEHOLD_CONNECT_TIMEOUT sets the limit)",
+                h(connect)
+            ),
+            None => " (LEASEHOLD_CONNECT_TIMEOUT sets the limit)".to_owned(),
         }
     }
 
@@ -75,17 +168,22 @@ impl Server {
                 }
             ),
             FailureKind::Connect if has("timed out") || has("timeout") => format!(
-                "connecting to redis at {addr} timed out{}",
+                "connecting to redis at {addr} timed out{}{}",
+                self.connect_limit(),
                 if self.tls {
-                    " (rediss:// expects TLS: is this a TLS port?)"
+                    "; rediss:// expects TLS: is this a TLS port?"
                 } else {
-                    " (LEASEHOLD_CONNECT_TIMEOUT sets the limit)"
+                    ""
                 }
             ),
             FailureKind::Connect if self.tls && (has("tls") || has("certificate")) => {
                 format!("TLS with redis at {addr} failed: {text}")
             }
             FailureKind::Connect => format!("cannot connect to redis at {addr}: {text}"),
+            FailureKind::Timeout => format!(
+                "redis at {addr} did not answer in time: {text} (LEASEHOLD_COMMAND_TIMEOUT \
+                 sets the limit)"
+            ),
             _ => format!("redis at {addr}: {}: {text}", detail.kind),
         }
     }
@@ -111,12 +209,61 @@ mod tests {
             ("rediss://user:p@ss@db.internal", "db.internal:6379", true),
             ("redis://[::1]:6380", "[::1]:6380", false),
             ("redis://[::1]", "[::1]:6379", false),
+            (
+                "unix:///run/redis.sock?pass=secret",
+                "/run/redis.sock",
+                false,
+            ),
         ];
         for (url, addr, tls) in cases {
             let server = Server::of_url(url);
             assert_eq!(server.addr, addr, "{url}");
             assert_eq!(server.tls, tls, "{url}");
         }
+    }
+
+    #[test]
+    fn a_url_leasehold_cannot_use_is_named_by_its_problem() {
+        let cases = [
+            ("db.internal:6379", "write redis://db.internal:6379"),
+            ("user:secret@db:6379", "write redis://db:6379"),
+            ("http://db:6379", "the scheme is http://"),
+            ("redis://:6379", "names no host"),
+            ("redis://db:99999", "not a port number"),
+            ("redis://db:0", "not a port number"),
+        ];
+        for (url, words) in cases {
+            let line = check_url(url).expect_err(url);
+            assert!(line.contains(words), "{url} → {line}");
+            assert!(!line.contains("secret"), "{line}");
+        }
+        for url in [
+            "redis://127.0.0.1:6379",
+            "rediss://u:p@db",
+            "redis://[::1]:6380/2",
+            "redis://[::1]",
+            "unix:///run/redis.sock",
+        ] {
+            assert_eq!(check_url(url), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_connect_timeout_names_the_setting_that_ran_out() {
+        let ms = Duration::from_millis;
+        let timed_out = connect("connect timed out");
+        let command_first = Server::of_url("redis://db:6379").with_timeouts(ms(300), ms(1000));
+        let line = command_first.explain(&timed_out);
+        assert!(
+            line.contains("timed out after 300ms: the command timeout (LEASEHOLD_COMMAND_TIMEOUT)"),
+            "{line}"
+        );
+        let connect_first = Server::of_url("redis://db:6379").with_timeouts(ms(2000), ms(500));
+        let line = connect_first.explain(&timed_out);
+        assert!(
+            line.contains("timed out after 500ms (LEASEHOLD_CONNECT_TIMEOUT sets the limit)"),
+            "{line}"
+        );
     }
 
     #[test]

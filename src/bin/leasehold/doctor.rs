@@ -21,6 +21,10 @@ const MIN_VERSION: (u32, u32) = (6, 2);
 pub(crate) struct DoctorArgs {
     #[command(flatten)]
     common: Common,
+    /// Print one JSON object instead of lines: {"ok":<leases work>,"findings":[{"level":
+    /// "ok"|"warn"|"fail","message":…},…]}.
+    #[arg(long)]
+    json: bool,
 }
 
 /// One line of the report.
@@ -31,6 +35,20 @@ enum Finding {
 }
 
 impl Finding {
+    fn level(&self) -> &'static str {
+        match self {
+            Finding::Ok(_) => "ok",
+            Finding::Warn(_) => "warn",
+            Finding::Fail(_) => "fail",
+        }
+    }
+
+    fn text(&self) -> &str {
+        match self {
+            Finding::Ok(text) | Finding::Warn(text) | Finding::Fail(text) => text,
+        }
+    }
+
     fn print(&self) {
         match self {
             Finding::Ok(text) => println!("ok    {text}"),
@@ -58,16 +76,24 @@ pub(crate) async fn doctor(args: DoctorArgs) -> u8 {
     let mut findings = vec![probe_cycle(&client, &target.server).await];
     if !matches!(findings[0], Finding::Fail(_)) {
         findings.push(probe_notices(&backend, &client, &target.server).await);
-        findings.extend(server_settings(&target.url, &target.server).await);
+        findings.extend(server_settings(&target.url, &client, &target.server).await);
     }
-    for finding in &findings {
-        finding.print();
-    }
-    if findings.iter().any(|f| matches!(f, Finding::Fail(_))) {
-        status::FAILED
+    let failed = findings.iter().any(|f| matches!(f, Finding::Fail(_)));
+    if args.json {
+        let findings: Vec<_> = findings
+            .iter()
+            .map(|f| serde_json::json!({ "level": f.level(), "message": f.text() }))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "ok": !failed, "findings": findings })
+        );
     } else {
-        0
+        for finding in &findings {
+            finding.print();
+        }
     }
+    if failed { status::FAILED } else { 0 }
 }
 
 /// A throwaway lease (purpose `doctor`, a random resource): acquire, renew, release.
@@ -105,7 +131,7 @@ async fn probe_cycle(client: &LeaseClient, server: &Server) -> Finding {
     match (renewed, released) {
         (RenewOutcome::Renewed { .. }, ReleaseOutcome::Released) => Finding::Ok(format!(
             "acquire, renew and release work for this user at {} (scripts by EVALSHA, keys \
-             {namespace}:lease:v2:*, PUBLISH on their :released channels)",
+             {namespace}:lease:v2:*)",
             server.addr()
         )),
         (RenewOutcome::Renewed { .. }, other) => Finding::Fail(format!(
@@ -141,29 +167,87 @@ async fn probe_notices(backend: &RedisBackend, client: &LeaseClient, server: &Se
     }
 }
 
-/// Version, eviction, persistence and replicas, from `INFO`.
-async fn server_settings(url: &str, server: &Server) -> Vec<Finding> {
-    // The library already installed a TLS provider for a rediss:// URL.
-    let info = async {
-        let client = redis::Client::open(url)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        redis::cmd("INFO")
-            .arg("everything")
-            .query_async::<String>(&mut conn)
-            .await
+/// Whether this user may PUBLISH on a release channel: the scripts publish their notices
+/// best effort, so a refusal does not show in the lease cycle.
+async fn probe_publish(
+    conn: &mut redis::aio::MultiplexedConnection,
+    client: &LeaseClient,
+    server: &Server,
+) -> Finding {
+    let request = match probe_request(client) {
+        Ok(r) => r,
+        Err(e) => return Finding::Fail(e),
     };
-    let info = match tokio::time::timeout(Duration::from_secs(5), info).await {
-        Ok(Ok(info)) => info,
+    // A throwaway resource's channel: nobody listens to it.
+    let channel = client
+        .keys(request.purpose(), request.resource())
+        .release_channel;
+    let mut publish = redis::cmd("PUBLISH");
+    publish.arg(&channel).arg("released");
+    match tokio::time::timeout(Duration::from_secs(5), publish.query_async::<i64>(conn)).await {
+        Ok(Ok(_)) => Finding::Ok(
+            "PUBLISH works: a release wakes the acquirers waiting for it at once".to_owned(),
+        ),
+        Ok(Err(e)) => Finding::Warn(format!(
+            "PUBLISH on release channels refused at {} ({}): releases still delete the \
+             lease, but waiting acquirers are not woken by them; they retry when the \
+             holder's TTL would have ended",
+            server.addr(),
+            e.to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        )),
+        Err(_) => Finding::Warn("PUBLISH did not answer within 5s: not checked".to_owned()),
+    }
+}
+
+/// PUBLISH, then version, eviction, persistence and replicas, from `INFO`.
+async fn server_settings(url: &str, client: &LeaseClient, server: &Server) -> Vec<Finding> {
+    // The library already installed a TLS provider for a rediss:// URL.
+    let connect = async {
+        let client = redis::Client::open(url)?;
+        client.get_multiplexed_async_connection().await
+    };
+    let mut conn = match tokio::time::timeout(Duration::from_secs(5), connect).await {
+        Ok(Ok(conn)) => conn,
         Ok(Err(e)) => {
             return vec![Finding::Warn(format!(
-                "INFO refused or failed at {} ({e}): version, eviction and persistence not checked",
+                "cannot connect again to {} ({e}): PUBLISH, version, eviction and \
+                 persistence not checked",
                 server.addr()
             ))];
         }
         Err(_) => {
             return vec![Finding::Warn(
-                "INFO did not answer within 5s: not checked".to_owned(),
+                "connecting again did not succeed within 5s: PUBLISH, version, eviction \
+                 and persistence not checked"
+                    .to_owned(),
             )];
+        }
+    };
+    let mut findings = vec![probe_publish(&mut conn, client, server).await];
+    let mut info = redis::cmd("INFO");
+    info.arg("everything");
+    let info = match tokio::time::timeout(
+        Duration::from_secs(5),
+        info.query_async::<String>(&mut conn),
+    )
+    .await
+    {
+        Ok(Ok(info)) => info,
+        Ok(Err(e)) => {
+            findings.push(Finding::Warn(format!(
+                "INFO refused or failed at {} ({e}): version, eviction and persistence not checked",
+                server.addr()
+            )));
+            return findings;
+        }
+        Err(_) => {
+            findings.push(Finding::Warn(
+                "INFO did not answer within 5s: not checked".to_owned(),
+            ));
+            return findings;
         }
     };
     let field = |name: &str| {
@@ -171,7 +255,6 @@ async fn server_settings(url: &str, server: &Server) -> Vec<Finding> {
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
     };
-    let mut findings = Vec::new();
     if let Some(version) = field("redis_version") {
         let mut parts = version.split('.').filter_map(|p| p.parse::<u32>().ok());
         let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{FencingToken, HolderLabel, InspectOutcome};
+use leasehold::HolderLabel;
 
-use crate::{Common, config, fail, status};
+use crate::holders::{self, Holding};
+use crate::{Common, config, fail, status, watch};
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
@@ -25,15 +26,12 @@ pub(crate) struct InspectArgs {
     /// above per slot, with "slot":i>]} [default: 1, the plain lease].
     #[arg(long, value_name = "N", value_parser = config::parse_permits, allow_negative_numbers = true)]
     permits: Option<u16>,
-}
-
-/// What one lease (or slot) holds at the read: remaining time, token, label, and whether
-/// the lease ended and this is its lock-delay (`remaining` then being the delay's).
-struct Holding {
-    remaining: Duration,
-    token: FencingToken,
-    holder: Option<HolderLabel>,
-    delayed: bool,
+    /// Keep watching: print a line (with --json, an object) each time the holder changes
+    /// — acquired, released, expired, taken over — until interrupted (exit 0). A release
+    /// or acquisition shows within a round trip, an expiry at its time, a key deleted from
+    /// outside within a second. Plain leases only.
+    #[arg(long)]
+    watch: bool,
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
@@ -45,57 +43,34 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         Ok(r) => r,
         Err(message) => return fail(message),
     };
+    let permits = args.permits.unwrap_or(1);
+    if args.watch {
+        if permits > 1 {
+            return fail("--watch follows a plain lease; give --permits only without it");
+        }
+        return watch::watch(
+            &client,
+            &server,
+            args.common.purpose(),
+            &resource,
+            args.json,
+        )
+        .await;
+    }
     // A fresh attempt never holds the lease, so a holder shows as held by another.
     let attempt = match client.new_attempt("inspect") {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
-    let permits = args.permits.unwrap_or(1);
-    let slots = match client
-        .inspect_slots(
-            args.common.purpose(),
-            &resource,
-            u32::from(permits),
-            &attempt,
-        )
-        .await
-    {
-        Ok(slots) => slots,
-        Err(e) => return fail(config::option_error(&e)),
+    let lease = holders::Lease {
+        purpose: args.common.purpose(),
+        resource: &resource,
+        permits,
     };
-    let mut held = Vec::with_capacity(slots.len());
-    for outcome in slots {
-        let holding = |remaining, token, holder, delayed| {
-            Some(Holding {
-                remaining,
-                token,
-                holder,
-                delayed,
-            })
-        };
-        held.push(match outcome {
-            InspectOutcome::HeldByAttempt {
-                remaining,
-                token,
-                holder,
-            }
-            | InspectOutcome::HeldByOther {
-                remaining,
-                token,
-                holder,
-            } => holding(remaining, token, holder, false),
-            InspectOutcome::LockDelayed {
-                remaining,
-                token,
-                holder,
-            } => holding(remaining, token, holder, true),
-            InspectOutcome::Absent => None,
-            InspectOutcome::Unavailable { detail } => return fail(server.explain(&detail)),
-            InspectOutcome::Indeterminate { detail } => {
-                return fail(format!("no readable reply: {}", server.explain(&detail)));
-            }
-        });
-    }
+    let held = match holders::read(&client, &server, &lease, &attempt).await {
+        Ok(held) => held,
+        Err(message) => return fail(message),
+    };
     let key = client
         .keys(args.common.purpose(), &resource)
         .counted(permits);

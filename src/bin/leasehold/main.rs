@@ -11,11 +11,14 @@ macro_rules! say {
     };
 }
 
+mod acquire;
 #[cfg(test)]
 mod cli_tests;
 mod config;
 mod diagnose;
 mod doctor;
+mod holders;
+mod inputs;
 mod inspect;
 mod keeper;
 mod list;
@@ -24,11 +27,14 @@ mod run;
 mod say;
 mod signals;
 mod supervise;
+mod ttl;
+mod waiting;
+mod watch;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 pub(crate) use config::Common;
 
@@ -55,7 +61,7 @@ Exit status:
   124             the lease was lost or became unknown while the command (or, with
                   --wait-for-descendants, a process it left behind) ran; every process
                   of the command was stopped (or it ended while leasehold could not vouch
-                  for the lease)
+                  for the lease); or, as timeout(1), --timeout ran out first
   125             leasehold itself failed: invalid arguments, Redis unavailable,
                   acquisition never confirmed, or (--require-replicas) fewer replicas
                   acknowledged the lease than --replicas; the command was not run
@@ -66,6 +72,10 @@ Exit status:
 
 Signals: HUP, INT, QUIT, TERM, USR1, USR2 and ALRM sent to leasehold are forwarded to the
 command's process group (to every process it left behind, once it exited).
+
+Short options, as flock(1) and timeout(1) spell them: -w DURATION (--wait), -n (--no-wait),
+-E N (--conflict-exit-code), -k DURATION (--kill-after), -s SIGNAL (--signal, with
+--timeout). Durations are humantime (1m 30s, 250ms) or a bare number of seconds (10, 0.5).
 
 Processes: the command runs under a keeper process that is a child subreaper, so every
 process it starts (backgrounded, double-forked, setsid) stays in its tree. When the
@@ -83,7 +93,7 @@ it holds (0 ..= N-1), with which the token fences.";
 
 const INSPECT_EXIT_STATUS_HELP: &str = "\
 Exit status:
-  0     the resource is held
+  0     the resource is held (--watch: stopped by SIGINT, SIGTERM or SIGHUP)
   1     the resource is not held
   125   leasehold itself failed: invalid arguments, Redis unavailable
 
@@ -103,7 +113,8 @@ Exit status:
   0     leases work for this user (warnings, if any, say what a setting risks)
   125   they do not (each FAIL line says why), or invalid arguments
 
-Each finding is one line on stdout: ok, warn or FAIL, then what it means.";
+Each finding is one line on stdout: ok, warn or FAIL, then what it means (with --json, one
+object).";
 
 /// Run a command under a Redis lease, or inspect one.
 #[derive(Debug, Parser)]
@@ -178,11 +189,16 @@ pub(crate) fn fail(message: impl std::fmt::Display) -> u8 {
 }
 
 /// clap's error as one line: the message, the items it lists (missing options), and its
-/// tip; the usage block would only repeat `--help`.
-fn one_line(rendered: &str) -> String {
+/// tip; the usage block would only repeat `--help`. `takes_command`: the subcommand is
+/// `run`, whose usual stray argument is a command not separated by `--`.
+fn one_line(rendered: &str, takes_command: bool) -> String {
     let mut parts = Vec::new();
     for line in rendered.lines().map(str::trim) {
         if line.is_empty() || line.starts_with("Usage:") || line.starts_with("For more") {
+            continue;
+        }
+        // clap's own tip for a stray argument speaks of `--` whatever the subcommand.
+        if line.starts_with("tip: to pass") {
             continue;
         }
         parts.push(line.strip_prefix("error: ").unwrap_or(line).to_owned());
@@ -191,15 +207,40 @@ fn one_line(rendered: &str) -> String {
     if text.is_empty() {
         text = "invalid arguments".to_owned();
     }
-    if text.starts_with("unexpected argument") {
-        // The usual cause: the command was not separated by `--`.
+    if takes_command && text.starts_with("unexpected argument") {
         text.push_str("; put the command after --");
     }
     format!("{text} (see --help)")
 }
 
+/// The subcommand the raw arguments name (the first word that is one), if any.
+fn subcommand(args: &[std::ffi::OsString]) -> Option<&str> {
+    args.iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find(|a| ["run", "inspect", "list", "doctor"].contains(a))
+}
+
+/// Parses the command line; `--ttl`'s help states the minimum the environment's settings
+/// allow, so it is set here rather than in the derive.
+fn parse(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
+    let command =
+        Cli::command().mut_subcommand("run", |run| run.mut_arg("ttl", |ttl| ttl.help(ttl::help())));
+    let matches = command.try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let json = asks_for_json_logs(&args);
+    if json {
+        say::json_lines();
+    }
+    // clap would refuse a value that is not UTF-8 without naming its option.
+    if let Err(message) = inputs::check_arguments(&args) {
+        return ExitCode::from(fail(message));
+    }
+    let cli = match parse(&args) {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help, --version
@@ -207,17 +248,16 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            if asks_for_json_logs(std::env::args()) {
-                say::json_lines();
-            }
-            return ExitCode::from(fail(one_line(&e.render().to_string())));
+            let takes_command = subcommand(&args) == Some("run");
+            return ExitCode::from(fail(one_line(&e.render().to_string(), takes_command)));
         }
     };
     if cli.log_format == LogFormat::Json {
         say::json_lines();
     }
     // The keeper is forked while leasehold has one thread (before logging and the async
-    // runtime start any).
+    // runtime start any); the command inherits leasehold's environment but for a slot that
+    // is not this run's.
     let keeper = match &cli.command {
         Command::Run(args) => match run_keeper(args) {
             Ok(keeper) => Some(keeper),
@@ -246,8 +286,11 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Forks the keeper for `leasehold run` (see [`keeper`]).
+/// Forks the keeper for `leasehold run` (see [`keeper`]). Call it while the process has one
+/// thread.
 fn run_keeper(args: &run::RunArgs) -> std::io::Result<keeper::Keeper> {
+    // SAFETY: the caller's promise: one thread.
+    unsafe { inputs::forget_inherited_slot() };
     let Some((program, rest)) = args.command.split_first() else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -265,10 +308,12 @@ fn run_keeper(args: &run::RunArgs) -> std::io::Result<keeper::Keeper> {
     })
 }
 
-/// Whether the raw arguments ask for JSON logs, for an error the parser raised before it
+/// Whether the raw arguments ask for JSON logs, for an error the parser raises before it
 /// could say so.
-fn asks_for_json_logs(args: impl Iterator<Item = String>) -> bool {
-    let args: Vec<String> = args.collect();
+fn asks_for_json_logs(args: &[std::ffi::OsString]) -> bool {
+    // The command's own arguments are not leasehold's.
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let args = &args[..end];
     args.iter().any(|a| a == "--log-format=json")
         || args
             .windows(2)

@@ -7,39 +7,45 @@
 //! validity end on its own, and kills it when leasehold dies. The lease is released only
 //! when nothing of the command is left.
 //!
-//! Phases: acquire (a forwarded signal abandons the run and releases whatever landed) →
-//! check replicas → run the command ([`crate::supervise`]) → release → exit status.
+//! Phases: acquire ([`crate::acquire`]: a try, then a wait that names the holder; a
+//! forwarded signal abandons the run and releases whatever landed) → check replicas → run
+//! the command ([`crate::supervise`]; `--timeout` sends its signal as a forwarded one) →
+//! release → exit status.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::runtime::{CancelPolicy, LeaseContext, LeaseRuntime, RunOutcome, RuntimeError};
-use leasehold::{
-    AcquireOutcome, HolderLabel, LeaseClient, LeaseRequest, OperationId, ReleaseOutcome,
-};
-use tokio::sync::oneshot;
+use leasehold::protocol::LeaseRequestBuilder;
+use leasehold::runtime::{LeaseRuntime, RunOutcome, RuntimeError};
+use leasehold::{HolderLabel, LeaseClient, LeaseRequest, OperationId, ReleaseOutcome};
 use tracing::Instrument as _;
 
+use crate::acquire::{Acquire, Acquisition, Contention, Held, signal_status};
 use crate::config::{self, Sourced};
 use crate::diagnose::Server;
 use crate::keeper::{Keeper, Leftovers, Signal};
 use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, report_acquired};
 use crate::signals::Signals;
-use crate::supervise::{CommandEnd, Work, supervise};
-use crate::{Common, fail, status};
+use crate::supervise::{CommandEnd, supervise};
+use crate::{Common, fail, status, ttl};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) common: Common,
-    /// Lease time to live (100ms ..= 1h), renewed while the command runs.
-    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = config::parse_ttl)]
-    ttl: Duration,
-    /// How long to wait for a held lease (0s ..= 1h; 0s: try once).
-    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = config::parse_wait)]
-    wait: Duration,
+    /// Lease time to live, renewed while the command runs (its help, with the minimum under
+    /// the settings in force, is set at start: `ttl::help`).
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_ttl)]
+    pub(crate) ttl: Option<Duration>,
+    /// How long to wait for a held lease (0s ..= 1h; 0s: try once), saying who holds it
+    /// meanwhile (flock's -w) [default: 0s].
+    #[arg(short = 'w', long, value_name = "DURATION", value_parser = config::parse_wait)]
+    wait: Option<Duration>,
+    /// Do not wait for a held lease: try once, as --wait 0s (flock's -n).
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    no_wait: bool,
     /// Renewal cadence [env: LEASEHOLD_RENEW_EVERY] [default: ttl/3]; must be less than
     /// ttl − drift − safety margin.
     #[arg(long, value_name = "DURATION", value_parser = config::parse_renew_every)]
@@ -49,9 +55,20 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = config::parse_grace)]
     pub(crate) grace: Option<Duration>,
     /// Like timeout(1)'s -k: SIGKILL every process of the command if it has not ended this
-    /// long after a forwarded HUP, INT, QUIT, TERM or ALRM (0s ..= 1h).
-    #[arg(long, value_name = "DURATION", value_parser = config::parse_kill_after)]
+    /// long after a forwarded HUP, INT, QUIT, TERM or ALRM, or after --timeout's signal
+    /// (0s ..= 1h).
+    #[arg(short = 'k', long, value_name = "DURATION", value_parser = config::parse_kill_after)]
     pub(crate) kill_after: Option<Duration>,
+    /// Like timeout(1)'s DURATION: this long after the command started, send it --signal
+    /// (to every process it left behind, once it exited), SIGKILL after --kill-after if
+    /// given; once nothing of it is left the lease is released and leasehold exits 124
+    /// (1ms ..= 30d) [default: none].
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_timeout)]
+    pub(crate) timeout: Option<Duration>,
+    /// The signal --timeout sends (timeout(1)'s -s): HUP, INT, QUIT, TERM, USR1, USR2,
+    /// ALRM or KILL, by name (SIGTERM, term) or number [default: TERM].
+    #[arg(short = 's', long, value_name = "SIGNAL", value_parser = config::parse_signal, requires = "timeout")]
+    signal: Option<Signal>,
     /// When the command exits but processes it started still run, keep the lease (renewing)
     /// until they end, instead of stopping them.
     #[arg(long)]
@@ -96,10 +113,11 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "ID")]
     operation_id: Option<String>,
     /// Exit status when the lease is held by someone else (flock's -E) [default: 75].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8))]
+    #[arg(short = 'E', long, value_name = "N", value_parser = clap::value_parser!(u8))]
     conflict_exit_code: Option<u8>,
-    /// Say nothing on stderr when the lease is held by someone else: for a fleet's cron
-    /// jobs, whose losing hosts would otherwise mail the operator every night.
+    /// Say nothing on stderr when the lease is held by someone else, nor while waiting for
+    /// it: for a fleet's cron jobs, whose losing hosts would otherwise mail the operator
+    /// every night.
     #[arg(long)]
     quiet: bool,
     /// Serve Prometheus metrics (text format) on this address while the command runs,
@@ -112,6 +130,11 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
+    /// `--wait`, or none with `--no-wait`.
+    fn wait(&self) -> Duration {
+        self.wait.unwrap_or(Duration::ZERO)
+    }
+
     pub(crate) fn leftovers(&self) -> Leftovers {
         if self.wait_for_descendants {
             Leftovers::Wait
@@ -121,10 +144,6 @@ impl RunArgs {
     }
 }
 
-/// What the work under the lease hands out once the lease is held: its context, the lease
-/// actor's span, and the sender whose drop ends the work (and so releases the lease).
-type Held = (LeaseContext, tracing::Span, oneshot::Sender<()>);
-
 /// How long leasehold waits for the keeper to exit once its work is over (it exits as soon
 /// as nothing of the command is left; this only bounds a process stuck in the kernel).
 const KEEPER_EXIT_LIMIT: Duration = Duration::from_secs(10);
@@ -133,7 +152,8 @@ const KEEPER_EXIT_LIMIT: Duration = Duration::from_secs(10);
 struct Plan {
     client: LeaseClient,
     server: Server,
-    request: LeaseRequest,
+    /// The request but for its wait, which the acquisition sets per stage.
+    builder: LeaseRequestBuilder,
     replicas: Option<ReplicaPolicy>,
 }
 
@@ -157,8 +177,7 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
         args.common.resource()?,
         attempt,
     )
-    .ttl(args.ttl)
-    .wait_timeout(args.wait)
+    .ttl(args.ttl.unwrap_or(ttl::DEFAULT))
     .permits(u32::from(args.permits.unwrap_or(1)));
     if let Some(delay) = args.lock_delay {
         builder = builder.lock_delay(delay);
@@ -169,11 +188,31 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
     if let Some(policy) = replicas {
         builder = builder.wait_for_replicas(policy.wanted, policy.wait);
     }
-    let request = builder.build().map_err(|e| config::option_error(&e))?;
+    // Every bound and relation, checked once here: the stages only change the wait.
+    let request = builder
+        .clone()
+        .wait_timeout(args.wait())
+        .build()
+        .map_err(|e| config::option_error(&e))?;
+    let cadence = match (args.renew_every, std::env::var_os("LEASEHOLD_RENEW_EVERY")) {
+        (Some(_), _) => ttl::Cadence::Flag,
+        (None, Some(_)) => ttl::Cadence::Variable,
+        (None, None) => ttl::Cadence::Default,
+    };
+    ttl::check(
+        client.settings(),
+        request.ttl(),
+        args.ttl.is_some(),
+        cadence,
+    )?;
+    client
+        .settings()
+        .check_request(&request)
+        .map_err(|e| config::option_error(&e))?;
     Ok(Plan {
         client,
         server,
-        request,
+        builder,
         replicas,
     })
 }
@@ -206,58 +245,30 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
             return fail(format!("--metrics-addr {addr}: {e}"));
         }
     }
-    let Plan {
-        client,
-        server,
-        request,
-        replicas,
-    } = plan;
-    let contention = Contention {
-        exit_code: args.conflict_exit_code,
-        quiet: args.quiet,
-    };
-    let runtime = LeaseRuntime::new(client.clone()).with_max_leases(1);
-    // The work under the lease hands its context out and ends when told (by dropping
-    // `done`): the command is supervised here, in one task with the signals and the keeper.
-    // The lease actor's span comes along, so leasehold's events about the command carry
-    // the lease's purpose, digest, operation id and token.
-    let (held_tx, mut held_rx) = oneshot::channel::<Held>();
-    let work = runtime.run_under_lease(&request, CancelPolicy::Kill, move |ctx| async move {
-        let (done_tx, done_rx) = oneshot::channel::<()>();
-        if held_tx
-            .send((ctx, tracing::Span::current(), done_tx))
-            .is_ok()
-        {
-            let _ = done_rx.await;
-        }
-    });
-    let mut work: Work<'_> = Box::pin(work);
-
-    // Acquire.
-    let (mut ctx, span, done) = tokio::select! {
-        biased;
-        outcome = work.as_mut() => return not_run(outcome, &client, &server, &request, contention).await,
-        held = &mut held_rx => match held {
-            Ok(held) => held,
-            Err(_) => return not_run(work.await, &client, &server, &request, contention).await,
+    let runtime = LeaseRuntime::new(plan.client.clone()).with_max_leases(1);
+    let acquire = Acquire {
+        runtime: &runtime,
+        client: &plan.client,
+        server: &plan.server,
+        builder: &plan.builder,
+        wait: args.wait(),
+        contention: Contention {
+            exit_code: args.conflict_exit_code,
+            quiet: args.quiet,
         },
-        Some(signal) = signals.recv() => {
-            // Whatever the acquisition did (it may have landed), the attempt's release
-            // undoes it; a lease actor that had just started ends with its work.
-            drop(work);
-            let release = client
-                .release_attempt(request.purpose(), request.resource(), request.attempt())
-                .await;
-            say!("{} before the command started; release: {}",
-                signal.name(),
-                release.as_str()
-            );
-            return signal_status(signal);
-        }
+    };
+    let Held {
+        mut ctx,
+        span,
+        done,
+        mut work,
+    } = match acquire.acquire(&mut signals).await {
+        Acquisition::Held(held) => held,
+        Acquisition::NotRun(code) => return code,
     };
 
     // Check replicas, and a signal that came with the lease.
-    let refusal = span.in_scope(|| report_acquired(&ctx, replicas));
+    let refusal = span.in_scope(|| report_acquired(&ctx, plan.replicas));
     let early_signal = signals.try_recv();
     if refusal.is_some() || early_signal.is_some() {
         drop(done);
@@ -268,7 +279,8 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         return match (early_signal, refusal) {
             (Some(signal), _) => {
                 say!(
-                    "{} before the command started; release: {release}",
+                    "{} before the command started; release of the lease just acquired: \
+                     {release}",
                     signal.name()
                 );
                 signal_status(signal)
@@ -280,7 +292,10 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         };
     }
 
-    // Run the command until nothing of it is left.
+    // Run the command until nothing of it is left; --timeout counts from its start.
+    if let Some(after) = args.timeout {
+        signals.time_out(after, args.signal.unwrap_or(Signal::Term));
+    }
     let mut work_done = None;
     let end = supervise(
         &mut ctx,
@@ -299,9 +314,13 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         None => work.await,
     };
     if let Ok(RunOutcome::Ran { report, .. }) = &outcome {
-        report_release(&report.release, &server);
+        report_release(&report.release, &plan.server);
     }
-    exit_status(end, outcome, args.leftovers(), &args.command)
+    let ended = Ended {
+        leftovers: args.leftovers(),
+        timed_out: signals.timed_out(),
+    };
+    exit_status(end, outcome, ended, &args.command)
 }
 
 /// One line when the lease was not given back cleanly: it stays held until its TTL ends,
@@ -319,80 +338,18 @@ fn report_release(release: &ReleaseOutcome, server: &Server) {
     );
 }
 
-/// The run ended without the command: not acquired, or the lease ended before it started.
-/// What to do when someone else holds the lease (`--conflict-exit-code`, `--quiet`).
+/// How the run under the lease ended, besides the command's own status.
 #[derive(Debug, Clone, Copy)]
-struct Contention {
-    exit_code: Option<u8>,
-    quiet: bool,
-}
-
-async fn not_run(
-    outcome: Result<RunOutcome<()>, RuntimeError>,
-    client: &LeaseClient,
-    server: &Server,
-    request: &LeaseRequest,
-    contention: Contention,
-) -> u8 {
-    match outcome {
-        Err(RuntimeError::Invalid(e)) => fail(config::option_error(&e)),
-        Err(e) => fail(e),
-        Ok(RunOutcome::NotAcquired(outcome)) => match outcome {
-            AcquireOutcome::Contended { retry_after }
-            | AcquireOutcome::OwnerOperationConflict { retry_after } => {
-                if !contention.quiet {
-                    say!(
-                        "the lease is held by someone else (it ends in {} unless renewed)",
-                        humantime::format_duration(retry_after)
-                    );
-                }
-                contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
-            }
-            AcquireOutcome::LockDelayed { retry_after } => {
-                if !contention.quiet {
-                    say!(
-                        "the lease is in its lock-delay: its last holder's ended without a \
-                         release, and it refuses holders for {} more",
-                        humantime::format_duration(retry_after)
-                    );
-                }
-                contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
-            }
-            AcquireOutcome::Unavailable { detail } => fail(server.explain(&detail)),
-            AcquireOutcome::Indeterminate { attempt, detail } => {
-                // The acquisition may have landed: give it back rather than leave it held.
-                let release = client
-                    .release_attempt(request.purpose(), request.resource(), &attempt)
-                    .await;
-                fail(format!(
-                    "acquisition never confirmed ({}); release: {}",
-                    server.explain(&detail),
-                    release.as_str()
-                ))
-            }
-            AcquireOutcome::Acquired(_) | AcquireOutcome::Replayed(_) => {
-                fail("internal error: acquired lease reported as not acquired")
-            }
-        },
-        Ok(RunOutcome::Ran { report, .. }) => fail(format!(
-            "the lease ended before the command started ({}); release: {}",
-            report
-                .cancelled
-                .map_or_else(|| report.end.as_str().to_owned(), |c| c.reason.to_string()),
-            report.release.as_str()
-        )),
-    }
-}
-
-/// 128 + N, as a shell reports a process a signal ended.
-fn signal_status(signal: Signal) -> u8 {
-    u8::try_from(128 + signal.raw()).unwrap_or(status::FAILED)
+struct Ended {
+    leftovers: Leftovers,
+    /// --timeout ran out before nothing of the command was left.
+    timed_out: bool,
 }
 
 fn exit_status(
     end: CommandEnd,
     outcome: Result<RunOutcome<()>, RuntimeError>,
-    leftovers: Leftovers,
+    ended: Ended,
     command: &[std::ffi::OsString],
 ) -> u8 {
     let report = match outcome {
@@ -421,8 +378,11 @@ fn exit_status(
             lost_before_exit,
             lost_before_gone,
         } => {
-            let cut_short = lost_before_exit || (lost_before_gone && leftovers == Leftovers::Wait);
+            let cut_short =
+                lost_before_exit || (lost_before_gone && ended.leftovers == Leftovers::Wait);
             match status {
+                // timeout(1)'s status: the command did not end within its time.
+                Some(_) if !cut_short && ended.timed_out => status::LEASE_LOST,
                 Some(status) if !cut_short => {
                     if lost_before_gone {
                         say!("the lease was lost after the command exited");

@@ -1,0 +1,161 @@
+//! What leasehold takes from outside besides its parsed options — the raw argument vector,
+//! `LEASEHOLD_*` variables, the resource file, the environment the command inherits —
+//! checked so that a value leasehold cannot read as meant is refused, never taken for
+//! another (an unreadable namespace read as unset would be another lease).
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::Path;
+
+/// The largest `--resource-file` read: a resource id is a name, not a document, and a file
+/// that is not one (`/dev/zero`, a log) must be refused rather than read to the end.
+pub(crate) const RESOURCE_FILE_MAX: u64 = 4096;
+
+/// The first argument before `--` (the command's own may be any bytes) that is not UTF-8,
+/// as one line naming the option it was given to.
+///
+/// # Errors
+/// That line.
+pub(crate) fn check_arguments(args: &[OsString]) -> Result<(), String> {
+    let mut previous: Option<&OsStr> = None;
+    for arg in args.iter().skip(1) {
+        if arg == "--" {
+            return Ok(());
+        }
+        if arg.to_str().is_none() {
+            let lossy = arg.to_string_lossy();
+            // `--opt=value`: the option is the ASCII before `=`.
+            let option = match lossy.split_once('=') {
+                Some((name, _)) if name.starts_with("--") => name.to_owned(),
+                _ => previous
+                    .and_then(OsStr::to_str)
+                    .filter(|p| p.starts_with('-'))
+                    .map_or_else(|| "an argument".to_owned(), str::to_owned),
+            };
+            let hint = match option.as_str() {
+                "--resource" => "; give an id in another encoding with --resource-file",
+                "--holder" => " (a label is printable ASCII)",
+                _ => "",
+            };
+            return Err(format!("{option}: the value is not UTF-8 text{hint}"));
+        }
+        previous = Some(arg);
+    }
+    Ok(())
+}
+
+/// `var`'s value; `None` when unset.
+///
+/// # Errors
+/// One line naming the variable when its value is not UTF-8 (it is not shown: it may hold
+/// a password).
+pub(crate) fn variable(var: &str) -> Result<Option<String>, String> {
+    match std::env::var(var) {
+        Ok(value) => Ok(Some(value)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{var}: the value is not UTF-8 text; leasehold will not guess what it means"
+        )),
+    }
+}
+
+/// The resource id in `path`: a regular file of at most [`RESOURCE_FILE_MAX`] bytes, one
+/// trailing newline dropped. A FIFO or a device is refused without being read (opened
+/// non-blocking, so a FIFO without a writer does not hang the run).
+///
+/// # Errors
+/// One line naming the file: unreadable, not a regular file, or too long.
+pub(crate) fn resource_file(path: &Path) -> Result<Vec<u8>, String> {
+    let name = format!("--resource-file {}", path.display());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("{name}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("{name}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "{name}: not a regular file; the resource id is read from a file of at most \
+             {RESOURCE_FILE_MAX} bytes"
+        ));
+    }
+    let too_long = || {
+        format!(
+            "{name}: longer than {RESOURCE_FILE_MAX} bytes; a resource id is read from a \
+             file of at most that"
+        )
+    };
+    if meta.len() > RESOURCE_FILE_MAX {
+        return Err(too_long());
+    }
+    // Bounded again while reading: the file may grow after the check.
+    let mut bytes = Vec::new();
+    file.take(RESOURCE_FILE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{name}: {e}"))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > RESOURCE_FILE_MAX {
+        return Err(too_long());
+    }
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+    }
+    Ok(bytes)
+}
+
+/// The variable the command's counted-lease slot is given in.
+const SLOT_ENV: &str = "LEASEHOLD_SLOT";
+
+/// Removes an inherited `LEASEHOLD_SLOT` from leasehold's environment, which the command
+/// inherits: only a run that holds a slot (`--permits`) gives it one, so a command never
+/// sees a slot of another run's lease.
+///
+/// # Safety
+/// The process must have one thread (call it before anything starts another).
+pub(crate) unsafe fn forget_inherited_slot() {
+    if std::env::var_os(SLOT_ENV).is_some() {
+        // SAFETY: the caller's promise: no other thread reads or writes the environment.
+        unsafe { std::env::remove_var(SLOT_ENV) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::ffi::OsStringExt as _;
+
+    use super::*;
+
+    fn args(list: &[&[u8]]) -> Vec<OsString> {
+        list.iter()
+            .map(|a| OsString::from_vec(a.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn a_non_utf8_value_is_named_by_its_option_and_the_command_may_be_any_bytes() {
+        let cases: [(&[&[u8]], Option<&str>); 5] = [
+            (
+                &[b"leasehold", b"run", b"--resource", b"\xff"],
+                Some("--resource"),
+            ),
+            (&[b"leasehold", b"run", b"--holder=\xffx"], Some("--holder")),
+            (&[b"leasehold", b"run", b"-w", b"\xff"], Some("-w")),
+            (&[b"leasehold", b"run", b"\xff"], Some("an argument")),
+            (
+                &[b"leasehold", b"run", b"--resource", b"x", b"--", b"\xff"],
+                None,
+            ),
+        ];
+        for (list, named) in cases {
+            let result = check_arguments(&args(list));
+            match named {
+                Some(option) => {
+                    let line = result.expect_err("refused");
+                    assert!(line.starts_with(option), "{line}");
+                    assert!(line.contains("UTF-8"), "{line}");
+                }
+                None => assert!(result.is_ok(), "{result:?}"),
+            }
+        }
+    }
+}

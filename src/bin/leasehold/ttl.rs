@@ -1,0 +1,195 @@
+//! The shortest `--ttl` the settings in force allow, as `--help` states it and as an error
+//! names it: renewals must come sooner than `ttl − drift budget − safety margin`
+//! ([`LeaseSettings::check_renewal_cadence`]), so the minimum depends on the renewal
+//! cadence (ttl/3 unless `--renew-every`), the drift budget and the safety margin (one
+//! command timeout unless set) — not only on the library's fixed 100 ms.
+
+use std::time::Duration;
+
+use leasehold::LeaseSettings;
+use leasehold::protocol::limits;
+
+/// `--ttl`'s default.
+pub(crate) const DEFAULT: Duration = Duration::from_secs(30);
+
+const MS: Duration = Duration::from_millis(1);
+
+/// The shortest TTL (whole milliseconds) `settings` renew in time; `None` when no TTL up to
+/// the longest does.
+pub(crate) fn minimum(settings: &LeaseSettings) -> Option<Duration> {
+    let floor = settings.drift_budget + settings.safety_margin();
+    let estimate = match settings.renew_every {
+        Some(every) => every + floor,
+        None => floor * 3 / 2,
+    };
+    let mut ttl = whole_ms(estimate).max(limits::TTL.min);
+    // The estimate is the exact bound rounded down: a few steps at most.
+    for _ in 0..16 {
+        if ttl > limits::TTL.max {
+            return None;
+        }
+        if settings.check_renewal_cadence(ttl).is_ok() {
+            return Some(ttl);
+        }
+        ttl += MS;
+    }
+    None
+}
+
+/// How the renewal cadence was chosen: by a flag, a variable, or the default ttl/3.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cadence {
+    Default,
+    Flag,
+    Variable,
+}
+
+/// Checks that a lease of `ttl` can be renewed under `settings`.
+///
+/// # Errors
+/// One line naming what the user set — `--ttl`, or `--renew-every` /
+/// `LEASEHOLD_RENEW_EVERY` when that is what does not fit — with the settings in force, the
+/// variables they came from, and the shortest TTL they allow.
+pub(crate) fn check(
+    settings: &LeaseSettings,
+    ttl: Duration,
+    ttl_given: bool,
+    cadence: Cadence,
+) -> Result<(), String> {
+    if settings.check_renewal_cadence(ttl).is_ok() {
+        return Ok(());
+    }
+    let h = |d: Duration| humantime::format_duration(d).to_string();
+    let ttl_text = if ttl_given {
+        format!("--ttl {}", h(ttl))
+    } else {
+        format!("--ttl {} (the default)", h(ttl))
+    };
+    let minimum = minimum(settings).map_or_else(
+        || format!("no ttl up to {} works with them", h(limits::TTL.max)),
+        |min| format!("the shortest ttl they allow is {}", h(min)),
+    );
+    let every = settings.renew_every(ttl);
+    let margins = margins(settings);
+    Err(match cadence {
+        Cadence::Default => format!(
+            "{ttl_text} is too short: renewing every ttl/3 with {margins}, {minimum} (or give \
+             --renew-every)"
+        ),
+        Cadence::Flag | Cadence::Variable => {
+            let name = match cadence {
+                Cadence::Flag => "--renew-every",
+                _ => "LEASEHOLD_RENEW_EVERY",
+            };
+            let window = ttl
+                .saturating_sub(settings.drift_budget)
+                .saturating_sub(settings.safety_margin());
+            format!(
+                "{name} {} does not fit {ttl_text}: it must be less than ttl − drift budget \
+                 − safety margin ({}), with {margins}; {minimum}",
+                h(every),
+                h(window)
+            )
+        }
+    })
+}
+
+/// `a drift budget of 10ms and a safety margin of 200ms (the command timeout)`, naming the
+/// variable each came from when one was set.
+fn margins(settings: &LeaseSettings) -> String {
+    let h = |d: Duration| humantime::format_duration(d).to_string();
+    let set = |var: &str| std::env::var_os(var).is_some();
+    let drift = if set("LEASEHOLD_DRIFT_BUDGET") {
+        " (LEASEHOLD_DRIFT_BUDGET)"
+    } else {
+        ""
+    };
+    let margin = match (
+        settings.safety_margin.is_some(),
+        set("LEASEHOLD_COMMAND_TIMEOUT"),
+    ) {
+        (true, _) => " (LEASEHOLD_SAFETY_MARGIN)",
+        (false, true) => " (the command timeout, LEASEHOLD_COMMAND_TIMEOUT)",
+        (false, false) => " (the command timeout)",
+    };
+    format!(
+        "a drift budget of {}{drift} and a safety margin of {}{margin}",
+        h(settings.drift_budget),
+        h(settings.safety_margin())
+    )
+}
+
+/// `--ttl`'s help, with the minimum under the settings the environment gives (defaults if
+/// it gives invalid ones: the run itself says what is wrong with them).
+pub(crate) fn help() -> String {
+    let settings = LeaseSettings::from_env().unwrap_or_default();
+    let min = minimum(&settings).map_or_else(
+        || "none".to_owned(),
+        |d| humantime::format_duration(d).to_string(),
+    );
+    format!(
+        "Lease time to live, renewed while the command runs: {min} ..= 1h with the settings \
+         in force. The minimum is 1.5 × (drift budget + safety margin) when renewing every \
+         ttl/3, renew-every + drift budget + safety margin with --renew-every; the safety \
+         margin is the command timeout unless LEASEHOLD_SAFETY_MARGIN [default: {}]",
+        humantime::format_duration(DEFAULT)
+    )
+}
+
+fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_minimum_is_the_shortest_ttl_the_cadence_check_accepts() {
+        let cases = [
+            LeaseSettings::default(),
+            LeaseSettings::default().with_command_timeout(Duration::from_millis(500)),
+            LeaseSettings::default().with_renew_every(Duration::from_secs(1)),
+            LeaseSettings::default().with_drift_budget(Duration::from_millis(7)),
+        ];
+        for settings in cases {
+            let min = minimum(&settings).expect("some ttl works");
+            assert!(settings.check_renewal_cadence(min).is_ok(), "{settings:?}");
+            if min > limits::TTL.min {
+                assert!(
+                    settings.check_renewal_cadence(min - MS).is_err(),
+                    "{settings:?}: {min:?} is not the shortest"
+                );
+            }
+        }
+        // Defaults: 1.5 × (10 ms + 200 ms) = 315 ms, which is not enough (ttl/3 must be
+        // strictly less): 316 ms.
+        assert_eq!(
+            minimum(&LeaseSettings::default()),
+            Some(Duration::from_millis(316))
+        );
+    }
+
+    #[test]
+    fn the_error_names_what_the_user_set() {
+        let settings = LeaseSettings::default();
+        let line = check(
+            &settings,
+            Duration::from_millis(200),
+            true,
+            Cadence::Default,
+        )
+        .expect_err("too short");
+        assert!(line.starts_with("--ttl 200ms is too short"), "{line}");
+        assert!(line.contains("316ms"), "{line}");
+        assert!(!line.contains("renew-every 66"), "{line}");
+        let settings = settings.with_renew_every(Duration::from_secs(2));
+        let line = check(&settings, Duration::from_secs(1), true, Cadence::Flag)
+            .expect_err("does not fit");
+        assert!(
+            line.starts_with("--renew-every 2s does not fit --ttl 1s"),
+            "{line}"
+        );
+        assert!(line.contains("2s 211ms"), "{line}");
+    }
+}

@@ -1,0 +1,249 @@
+//! What `run --wait` says while it waits: who holds the lease and when that holding ends,
+//! when the wait starts and each time the holder changes ([`LeaseClient::observe`]) — one
+//! line rewritten in place on a terminal (its countdown ticking each second), a plain line
+//! per change otherwise, a JSON object per change under `--log-format json`.
+//!
+//! A counted lease is described once, when the wait starts (the observer follows plain
+//! leases); the terminal's countdown still ticks.
+
+use std::io::IsTerminal as _;
+use std::time::Duration;
+
+use leasehold::{
+    AcquireOutcome, FencingToken, HolderLabel, LeaseClient, LeaseRequest, ResourceHolder,
+};
+use tokio::sync::watch;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use crate::diagnose::Server;
+use crate::holders::{self, Holding};
+use crate::say;
+
+/// How often the observer reads without a notice (a key deleted from outside).
+const POLL: Duration = Duration::from_secs(1);
+/// How often a terminal's line is redrawn, for its countdown.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What the wait last learnt of the holder.
+enum Seen {
+    /// A read (or the observer's) of every slot, at `at`.
+    Slots {
+        slots: Vec<Option<Holding>>,
+        at: Instant,
+    },
+    /// No read succeeded: what the refusal said.
+    Refusal(String),
+    /// Nothing known of a holder yet (the first try found Redis unavailable, and the read
+    /// failed too): nothing is said until the observer reads one.
+    Nothing,
+}
+
+/// The waiting run's view of the holder, while it waits.
+pub(crate) struct Waiting {
+    changes: Option<watch::Receiver<ResourceHolder>>,
+    /// Kept so the observer runs while the wait does.
+    _observer: Option<leasehold::LeaseObserver>,
+    seen: Seen,
+    /// The holding last shown (token and label), so only a change is said.
+    shown: Option<(FencingToken, Option<HolderLabel>)>,
+    /// This run's own label: an observer may read this run's holding before the wait hears
+    /// of its acquisition.
+    own: Option<HolderLabel>,
+    until: Instant,
+    ticks: Option<Interval>,
+}
+
+impl Waiting {
+    /// Reads who holds `request`'s lease and says so; `refusal` is the first try's outcome,
+    /// said instead if the read fails and it was a holder's refusal. The wait ends at
+    /// `until`.
+    pub(crate) async fn start(
+        client: &LeaseClient,
+        server: &Server,
+        request: &LeaseRequest,
+        refusal: &AcquireOutcome,
+        until: Instant,
+    ) -> Waiting {
+        let lease = holders::Lease {
+            purpose: request.purpose(),
+            resource: request.resource(),
+            permits: request.permits(),
+        };
+        let read = holders::read(client, server, &lease, request.attempt()).await;
+        let seen = match read {
+            Ok(slots) if slots.iter().any(Option::is_some) => Seen::Slots {
+                slots,
+                at: Instant::now(),
+            },
+            _ => refusal_text(refusal).map_or(Seen::Nothing, Seen::Refusal),
+        };
+        // The observer follows a plain lease; one that cannot start leaves the first line.
+        let observer = (request.permits() == 1)
+            .then(|| {
+                client
+                    .observe(request.purpose(), request.resource(), POLL)
+                    .ok()
+            })
+            .flatten();
+        let terminal = std::io::stderr().is_terminal() && !say::is_json();
+        let ticks = terminal.then(|| {
+            let mut ticks = tokio::time::interval_at(Instant::now() + TICK, TICK);
+            ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+            ticks
+        });
+        let waiting = Waiting {
+            changes: observer.as_ref().map(leasehold::LeaseObserver::watch),
+            _observer: observer,
+            shown: first_holding(&seen),
+            seen,
+            own: request.holder().cloned(),
+            until,
+            ticks,
+        };
+        waiting.show();
+        waiting
+    }
+
+    /// Waits for a change of holder (or a terminal's tick) and shows it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a change not yet shown is shown by the next call.
+    pub(crate) async fn next(&mut self) {
+        let change = async {
+            match &mut self.changes {
+                Some(changes) => changes.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        let tick = async {
+            match &mut self.ticks {
+                Some(ticks) => {
+                    ticks.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            alive = change => {
+                if alive {
+                    self.observed();
+                } else {
+                    self.changes = None;
+                }
+            }
+            () = tick => self.show(),
+        }
+    }
+
+    /// Ends the view: a terminal's line is erased, so what follows starts clean.
+    pub(crate) fn finish(&self) {
+        if self.ticks.is_some() {
+            say::clear_status();
+        }
+    }
+
+    fn observed(&mut self) {
+        let Some(changes) = &mut self.changes else {
+            return;
+        };
+        let holder = changes.borrow_and_update().clone();
+        // Free and unknown say nothing new: the wait's next try tells.
+        let ResourceHolder::Held {
+            token,
+            holder,
+            expires_at,
+        } = holder
+        else {
+            return;
+        };
+        let now = Instant::now();
+        let same = self
+            .shown
+            .as_ref()
+            .is_some_and(|(t, h)| *t == token && *h == holder);
+        if same || (holder.is_some() && holder == self.own) {
+            return;
+        }
+        self.shown = Some((token, holder.clone()));
+        self.seen = Seen::Slots {
+            slots: vec![Some(Holding {
+                remaining: expires_at.saturating_duration_since(now),
+                token,
+                holder,
+                delayed: false,
+            })],
+            at: now,
+        };
+        self.show();
+    }
+
+    /// Says what was last seen, the times counted down to now.
+    fn show(&self) {
+        let now = Instant::now();
+        let (who, fields) = match &self.seen {
+            Seen::Slots { slots, at } => {
+                let elapsed = now.saturating_duration_since(*at);
+                let aged: Vec<Option<Holding>> = slots
+                    .iter()
+                    .map(|slot| {
+                        slot.clone().map(|mut h| {
+                            h.remaining = h.remaining.saturating_sub(elapsed);
+                            h
+                        })
+                    })
+                    .collect();
+                let who = holders::describe(&aged)
+                    .unwrap_or_else(|| "free, about to be taken".to_owned());
+                (who, holders::fields(&aged))
+            }
+            Seen::Refusal(text) => (text.clone(), serde_json::json!({})),
+            Seen::Nothing => return,
+        };
+        let left = self.until.saturating_duration_since(now);
+        let message = format!(
+            "waiting for the lease ({} of --wait left): {who}",
+            holders::about(left)
+        );
+        if self.ticks.is_some() {
+            say::status(message);
+        } else {
+            let mut fields = fields;
+            if let serde_json::Value::Object(map) = &mut fields {
+                map.insert(
+                    "wait_left_ms".to_owned(),
+                    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).into(),
+                );
+            }
+            say::event(say::Level::Info, message, fields);
+        }
+    }
+}
+
+/// The holding a read showed first (the slot that ends first), for telling changes.
+fn first_holding(seen: &Seen) -> Option<(FencingToken, Option<HolderLabel>)> {
+    match seen {
+        Seen::Slots { slots, .. } => slots
+            .iter()
+            .flatten()
+            .min_by_key(|h| h.remaining)
+            .map(|h| (h.token, h.holder.clone())),
+        Seen::Refusal(_) | Seen::Nothing => None,
+    }
+}
+
+/// A holder's refusal in words, when nobody could be read: what the try itself learnt.
+/// `None` for a refusal that was not a holder's (Redis unavailable).
+pub(crate) fn refusal_text(refusal: &AcquireOutcome) -> Option<String> {
+    Some(match refusal {
+        AcquireOutcome::LockDelayed { retry_after } => format!(
+            "in its lock-delay for {} more (its last holder ended without a release)",
+            holders::about(*retry_after)
+        ),
+        AcquireOutcome::Contended { retry_after }
+        | AcquireOutcome::OwnerOperationConflict { retry_after } => format!(
+            "held by someone else, which ends in {} unless renewed",
+            holders::about(*retry_after)
+        ),
+        _ => return None,
+    })
+}

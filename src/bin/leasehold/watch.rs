@@ -1,0 +1,116 @@
+//! `leasehold inspect --watch`: the CLI face of [`LeaseClient::observe`] — one line (or one
+//! JSON object) on stdout each time the holder changes, until interrupted.
+
+use std::time::{Duration, SystemTime};
+
+use leasehold::{HolderLabel, LeaseClient, Purpose, ResourceDigest, ResourceHolder};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::diagnose::Server;
+use crate::fail;
+use crate::holders::about;
+
+/// How often the observer reads even without a notice: a key deleted from outside (which
+/// publishes nothing) shows within this.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Prints each change of holder until SIGINT, SIGTERM or SIGHUP (exit 0).
+pub(crate) async fn watch(
+    client: &LeaseClient,
+    server: &Server,
+    purpose: &Purpose,
+    resource: &ResourceDigest,
+    json: bool,
+) -> u8 {
+    let observer = match client.observe(purpose, resource, POLL) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let mut changes = observer.watch();
+    let mut stops = Vec::new();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ] {
+        match signal(kind) {
+            Ok(s) => stops.push(s),
+            Err(e) => return fail(format!("cannot install signal handlers: {e}")),
+        }
+    }
+    let stopped = async {
+        let waits = stops.iter_mut().map(|s| Box::pin(s.recv()));
+        futures_util::future::select_all(waits).await;
+    };
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            () = &mut stopped => return 0,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return fail("the lease observer stopped");
+                }
+                let seen = changes.borrow_and_update().clone();
+                print(&seen, server, json);
+            }
+        }
+    }
+}
+
+/// One change, as a line or a JSON object.
+fn print(seen: &ResourceHolder, server: &Server, json: bool) {
+    let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let remaining = |at: Instant| at.saturating_duration_since(Instant::now());
+    match (seen, json) {
+        // Before the first read: nothing to say yet.
+        (ResourceHolder::Unknown { detail: None }, _) => {}
+        (ResourceHolder::Unknown { detail: Some(d) }, false) => {
+            println!("{now} held: unknown ({})", server.explain(d));
+        }
+        (ResourceHolder::Unknown { detail: Some(d) }, true) => println!(
+            "{}",
+            serde_json::json!({ "time": now, "held": null, "error": server.explain(d) })
+        ),
+        (ResourceHolder::Free, false) => println!("{now} held: no"),
+        (ResourceHolder::Free, true) => {
+            println!("{}", serde_json::json!({ "time": now, "held": false }));
+        }
+        (
+            ResourceHolder::Held {
+                token,
+                holder,
+                expires_at,
+            },
+            false,
+        ) => {
+            let holder = holder
+                .as_ref()
+                .map_or_else(String::new, |h| format!(", holder {h}"));
+            println!(
+                "{now} held: yes{holder}, fencing_token {token}, remaining {}",
+                about(remaining(*expires_at))
+            );
+        }
+        (
+            ResourceHolder::Held {
+                token,
+                holder,
+                expires_at,
+            },
+            true,
+        ) => println!(
+            "{}",
+            serde_json::json!({
+                "time": now,
+                "held": true,
+                "holder": holder.as_ref().map(HolderLabel::as_str),
+                "fencing_token": token.get(),
+                "remaining_ms": u64::try_from(remaining(*expires_at).as_millis()).unwrap_or(u64::MAX),
+            })
+        ),
+        // A state a later version of the library adds: said as unknown.
+        (_, false) => println!("{now} held: unknown"),
+        (_, true) => println!("{}", serde_json::json!({ "time": now, "held": null })),
+    }
+}
