@@ -15,6 +15,7 @@ use super::{
     BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, ReplicatedReply,
     SendFailure,
 };
+use crate::protocol::limits::deadline_after;
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, HolderLabel, InspectReply, LeaseKeys, LeaseRequest,
     ReleaseReply, RenewReply, ReplicaWait,
@@ -307,7 +308,7 @@ impl LeaseBackend for MemoryBackend {
                     operation: attempt.operation().as_str().to_owned(),
                     token,
                     holder: request.holder().cloned(),
-                    expires_at: now + ttl,
+                    expires_at: deadline_after(now, ttl),
                     lock_delay: request.lock_delay().unwrap_or_default(),
                 },
             );
@@ -349,7 +350,7 @@ impl LeaseBackend for MemoryBackend {
                 // Ended: the entry only holds its lock-delay, which a renewal never undoes.
                 Some(entry) if entry.expires_at <= now => RenewReply::Absent,
                 Some(entry) => {
-                    entry.expires_at = now + ttl;
+                    entry.expires_at = deadline_after(now, ttl);
                     RenewReply::Renewed
                 }
             }

@@ -29,7 +29,8 @@ pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailur
 
 /// Storage for leases. Implementations must make each call atomic and bounded by `timeout`
 /// (measured from the call): a call that has not answered by then fails with
-/// [`SendFailure::MaybeSent`].
+/// [`SendFailure::MaybeSent`]. Every duration is taken, `Duration::MAX` included: the
+/// deadline saturates ([`deadline_after`](crate::protocol::limits::deadline_after)).
 pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// Runs the acquire script for `request`'s attempt: take the lease (a free slot of a
     /// counted lease, when `keys` name one) if absent, replay if this attempt holds it.

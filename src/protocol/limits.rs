@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::error::{DurationProblem, LeaseError, excerpt};
 
 /// An inclusive range for one duration parameter, with the name errors use for it.
@@ -175,6 +177,19 @@ pub const OBSERVE_POLL: DurationBounds = DurationBounds {
     min: Duration::from_millis(10),
     max: Duration::from_secs(3600),
 };
+
+/// Longer than any deadline a caller can mean: a duration beyond it (`Duration::MAX`
+/// included) is no deadline at all. Thirty years, as tokio's own "far future".
+pub const NO_DEADLINE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// The deadline `d` after `now`, for any `d` a caller may pass: a duration beyond
+/// [`NO_DEADLINE`] saturates there, so no caller's duration overflows an [`Instant`]. Every
+/// deadline leasehold makes from a caller's `Duration` is made here.
+pub fn deadline_after(now: Instant, d: Duration) -> Instant {
+    // Thirty years past a monotonic clock's reading fits every platform's `Instant` (tokio
+    // relies on the same); the fallback only keeps this free of a panic path.
+    now.checked_add(d.min(NO_DEADLINE)).unwrap_or(now)
+}
 
 /// Longest [`HolderLabel`](crate::HolderLabel), in bytes.
 pub const HOLDER_MAX_LEN: usize = 64;

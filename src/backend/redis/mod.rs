@@ -113,7 +113,7 @@ use super::{
     SendFailure,
 };
 use crate::error::LeaseError;
-use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
+use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, deadline_after};
 use crate::protocol::{
     AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
     ReplicaWait,
@@ -243,7 +243,7 @@ impl RedisBackend {
     /// owner of its slot (leases of different slots cannot share a script call); otherwise
     /// in the next batch (`batch`).
     async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         if matches!(self.inner.topology, Topology::Cluster(_)) {
             return self.alone(&item, deadline).await;
         }
@@ -294,7 +294,7 @@ impl LeaseBackend for RedisBackend {
     ) -> BackendFuture<'a, ReplicatedReply> {
         Box::pin(async move {
             let twin = self.inner.replicated.as_ref().unwrap_or(self);
-            let deadline = Instant::now() + timeout;
+            let deadline = deadline_after(Instant::now(), timeout);
             let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
             let item = batch::Item::acquire(keys, request);
             let value = twin
@@ -386,7 +386,7 @@ impl RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         Box::pin(async move {
-            let deadline = Instant::now() + timeout;
+            let deadline = deadline_after(Instant::now(), timeout);
             // On the node of the shared connection: the primary the scripts publish on.
             // Under Cluster a PUBLISH reaches every node: the slot owner's will do.
             let (_, current) = self.connection(deadline, &keys.lease).await?;
