@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{
-    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, ReplicatedReply,
-    SendFailure,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, ReleaseNotices,
+    ReplicatedReply, SendFailure,
 };
 use crate::protocol::limits::deadline_after;
 use crate::protocol::{
@@ -422,23 +422,17 @@ impl LeaseBackend for MemoryBackend {
         })
     }
 
-    fn scan_leases<'a>(
-        &'a self,
-        prefix: &'a str,
-        limit: usize,
-        timeout: Duration,
-    ) -> BackendFuture<'a, (Vec<String>, bool)> {
-        self.run(timeout, move |store, now| {
-            let mut keys: Vec<String> = store
+    fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {
+        // One page: the whole store is one step.
+        let page = self.run(timeout, move |store, now| {
+            store
                 .leases
                 .iter()
                 .filter(|(key, entry)| key.starts_with(prefix) && entry.expires_at > now)
                 .map(|(key, _)| key.clone())
-                .collect();
-            let more = keys.len() > limit;
-            keys.truncate(limit);
-            (keys, more)
-        })
+                .collect()
+        });
+        Box::pin(futures_util::stream::once(page))
     }
 
     fn subscribe_changes<'a>(

@@ -178,6 +178,18 @@ pub const OBSERVE_POLL: DurationBounds = DurationBounds {
     max: Duration::from_secs(3600),
 };
 
+/// How long [`LeaseClient::list`](crate::LeaseClient::list) may take in all: 1 ms ..= 1 h
+/// ([`list_within`](crate::LeaseClient::list_within) takes it; each `SCAN` step and each
+/// read is bounded by the command timeout as well).
+pub const LIST_BUDGET: DurationBounds = DurationBounds {
+    param: "list_budget",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(3600),
+};
+/// Default budget of a listing: about ten times what a `SCAN` across a million keys takes
+/// on one idle Redis (docs/design.md §8).
+pub const DEFAULT_LIST_BUDGET: Duration = Duration::from_secs(10);
+
 /// Longer than any deadline a caller can mean: a duration beyond it (`Duration::MAX`
 /// included) is no deadline at all. Thirty years, as tokio's own "far future".
 pub const NO_DEADLINE: Duration = Duration::from_secs(86_400 * 365 * 30);

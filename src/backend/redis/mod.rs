@@ -109,8 +109,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, ReplicatedReply,
-    SendFailure,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, ReleaseNotices,
+    ReplicatedReply, SendFailure,
 };
 use crate::error::LeaseError;
 use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, deadline_after};
@@ -351,20 +351,12 @@ impl LeaseBackend for RedisBackend {
         self.subscribe(keys, vec![keys.release_channel.clone()], timeout)
     }
 
-    fn scan_leases<'a>(
-        &'a self,
-        prefix: &'a str,
-        limit: usize,
-        timeout: Duration,
-    ) -> BackendFuture<'a, (Vec<String>, bool)> {
-        Box::pin(async move {
-            // Namespaces and purposes hold no glob character (`[a-z0-9._:-]`). A lease key
-            // ends `{<4 hex>}:<64 hex>`, a counted lease's slot key adds `:n<N>#<i>`; a
-            // fence counter `{<4 hex>}:fence` does not match.
-            let pattern = format!("{prefix}*{{????}}:{}*", "?".repeat(64));
-            self.scan_keys(&pattern, limit, Instant::now() + timeout)
-                .await
-        })
+    fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {
+        // Namespaces and purposes hold no glob character (`[a-z0-9._:-]`). A lease key ends
+        // `{<4 hex>}:<64 hex>`, a counted lease's slot key adds `:n<N>#<i>`; a fence
+        // counter `{<4 hex>}:fence` does not match.
+        let pattern = format!("{prefix}*{{????}}:{}*", "?".repeat(64));
+        self.scan_keys(pattern, timeout)
     }
 
     fn subscribe_changes<'a>(
