@@ -233,6 +233,15 @@ mod tests {
     }
 
     #[test]
+    fn a_deadline_saturates_at_no_deadline() {
+        let now = Instant::now();
+        let second = Duration::from_secs(1);
+        assert_eq!(deadline_after(now, second), now + second);
+        assert_eq!(deadline_after(now, Duration::MAX), now + NO_DEADLINE);
+        assert_eq!(deadline_after(now, NO_DEADLINE + second), now + NO_DEADLINE);
+    }
+
+    #[test]
     fn unparsable_text_is_a_typed_error() {
         let err = TTL.parse("abc").unwrap_err();
         assert!(matches!(
