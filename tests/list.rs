@@ -220,7 +220,12 @@ async fn leases_among_a_million_unrelated_keys_are_listed() {
     const KEYS: usize = 1_000_000;
     const LEASES: usize = 200;
     let server = RedisServer::start();
-    server.cmd(&["DEBUG", "POPULATE", &KEYS.to_string()]);
+    // In steps of 100,000 (about 50 ms each), so that no one command outlasts the
+    // harness's read timeout on a starved machine.
+    for step in 0..KEYS / 100_000 {
+        server.cmd(&["DEBUG", "POPULATE", "100000", &format!("cache{step}")]);
+    }
+    assert_eq!(server.query::<usize>(&["DBSIZE"]), KEYS);
     let settings = redis_settings().with_command_timeout(Duration::from_millis(500));
     let client = LeaseClient::redis(&server.url(), settings).unwrap();
     let mut handles = Vec::new();
