@@ -28,6 +28,7 @@ impl RedisBackend {
             primaries: None,
             at: 0,
             cursor: 0,
+            scanning: None,
         };
         Box::pin(futures_util::stream::unfold(
             Some(scan),
@@ -53,6 +54,8 @@ struct Scan<'a> {
     primaries: Option<Vec<(String, u16)>>,
     at: usize,
     cursor: u64,
+    /// The endpoint the cursor belongs to.
+    scanning: Option<String>,
 }
 
 impl Scan<'_> {
@@ -63,6 +66,12 @@ impl Scan<'_> {
             // A Cluster without a primary: nothing to scan.
             return Ok((Vec::new(), true));
         };
+        if self.scanning.as_deref() != Some(node.endpoint()) {
+            // A cursor means nothing on another node (a Sentinel failover between steps):
+            // start over there; the listing reads a key given twice once.
+            self.cursor = 0;
+            self.scanning = Some(node.endpoint().to_owned());
+        }
         let mut command = redis::cmd("SCAN");
         command
             .arg(self.cursor)
@@ -96,6 +105,7 @@ impl Scan<'_> {
         self.cursor = next;
         if next == 0 {
             self.at += 1;
+            self.scanning = None;
         }
         let nodes = self.primaries.as_ref().map_or(1, Vec::len);
         Ok((keys, self.at >= nodes))
