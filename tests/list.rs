@@ -7,9 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::RedisServer;
 use common::backends::{Backend, Fault, Harness, redis_settings};
 use common::leases::acquired;
+use common::{ProxyMode, RedisServer};
 use leasehold::protocol::limits;
 use leasehold::*;
 
@@ -283,5 +283,38 @@ async fn leases_among_a_million_unrelated_keys_are_listed() {
     println!(
         "measured: budget {budget:?}: {} leases read, returned after {took:?}",
         leases.len()
+    );
+}
+
+/// A `SCAN` step whose reply never came is asked again, on a new connection, instead of
+/// failing the listing: the first connection's replies are dropped until the client
+/// replaced it.
+#[tokio::test]
+async fn a_step_that_did_not_answer_is_asked_again() {
+    let h = Harness::redis();
+    let Backend::Redis { proxy, .. } = &h.backend else {
+        unreachable!()
+    };
+    let lease = acquired(&h.client, &request(&h.client, "again", "r1", "host-1:1")).await;
+    let connected = proxy.accepted();
+    proxy.set_mode(ProxyMode::DropReplies);
+    let client = h.client.clone();
+    let listing = tokio::spawn(async move { client.list(None, 100).await });
+    while proxy.accepted() == connected && !listing.is_finished() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.set_mode(ProxyMode::Pass);
+    let outcome = listing.await.unwrap().unwrap();
+    let ListOutcome::Listed { leases, coverage } = outcome else {
+        panic!("the listing gave up: {outcome:?}")
+    };
+    assert_eq!(coverage, Complete);
+    assert_eq!(
+        leases.iter().map(|l| l.token).collect::<Vec<_>>(),
+        [lease.token()]
+    );
+    assert!(
+        proxy.accepted() > connected,
+        "the step was asked again on a new connection"
     );
 }

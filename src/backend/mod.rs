@@ -95,9 +95,11 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// (`<namespace>:lease:v2:` and maybe a purpose and `:`), a page at a time: on Redis one
     /// page per `SCAN` step (on every primary of a Cluster, one after another), each step
     /// bounded by `timeout` of its own. Read only. The stream ends after the last page, or
-    /// after the first failure, which it yields; a key may come twice (`SCAN` promises
+    /// after a step failed (on Redis, [`LIST_ATTEMPTS`] times), yielding the failure; a key may come twice (`SCAN` promises
     /// only that a key present throughout comes at least once). The caller bounds the
     /// whole: dropping the stream stops the scan.
+    ///
+    /// [`LIST_ATTEMPTS`]: crate::protocol::limits::LIST_ATTEMPTS
     fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a>;
 
     /// Subscribes to the release and the acquisition notices of one lease: every change of

@@ -17,7 +17,9 @@ use tokio::time::Instant;
 use crate::backend::{FailureDetail, KeyPages};
 use crate::error::LeaseError;
 use crate::lease::{InspectOutcome, LeaseClient};
-use crate::protocol::limits::{DEFAULT_LIST_BUDGET, LIST_BUDGET, MAX_PERMITS, deadline_after};
+use crate::protocol::limits::{
+    DEFAULT_LIST_BUDGET, LIST_ATTEMPTS, LIST_BUDGET, MAX_PERMITS, deadline_after,
+};
 use crate::protocol::{Attempt, FencingToken, HolderLabel, Purpose, ResourceDigest};
 
 /// Leases read at once while listing: the batcher sends them together.
@@ -134,10 +136,12 @@ impl LeaseClient {
     /// As [`list`](Self::list), taking at most `budget` (1 ms ..= 1 h) in all. Read only:
     /// `SCAN` steps (on every primary of a Cluster), each with the command timeout, and one
     /// read per lease found, as [`inspect`](Self::inspect) does, 64 at a time while the
-    /// scan goes on. A lease that expires meanwhile is left out. When the budget runs out
-    /// first, the leases read by then are returned, as
-    /// [`ListCoverage::OutOfBudget`] — never `Unavailable`, which means Redis did not
-    /// answer. The future is `Send`: a task of its own can list.
+    /// scan goes on; a step or a read that does not answer is asked again, up to
+    /// [`LIST_ATTEMPTS`](crate::protocol::limits::LIST_ATTEMPTS) times, before the listing
+    /// is `Unavailable`. A lease that expires meanwhile is left out. When the budget runs
+    /// out first, the leases read by then are returned, as [`ListCoverage::OutOfBudget`] —
+    /// never `Unavailable`, which means Redis did not answer. The future is `Send`: a task
+    /// of its own can list.
     ///
     /// # Errors
     /// [`LeaseError::InvalidDuration`] for a `budget` out of bounds;
@@ -278,14 +282,24 @@ impl Found {
     }
 }
 
-/// Reads the lease `name` names, as `inspect` does.
+/// Reads the lease `name` names, as `inspect` does, up to [`LIST_ATTEMPTS`] times while
+/// the read does not answer.
 async fn read(client: &LeaseClient, attempt: &Attempt, name: Name) -> (Name, InspectOutcome) {
     let (purpose, resource, slot) = &name;
     let mut keys = client.keys(purpose, resource);
     if let Some(ListedSlot { slot, permits }) = *slot {
         keys = keys.counted(permits).for_slot(slot);
     }
-    let outcome = client.inspect_keys(&keys, purpose, resource, attempt).await;
+    let mut outcome = client.inspect_keys(&keys, purpose, resource, attempt).await;
+    for _ in 1..LIST_ATTEMPTS {
+        if !matches!(
+            outcome,
+            InspectOutcome::Unavailable { .. } | InspectOutcome::Indeterminate { .. }
+        ) {
+            break;
+        }
+        outcome = client.inspect_keys(&keys, purpose, resource, attempt).await;
+    }
     (name, outcome)
 }
 

@@ -186,6 +186,10 @@ pub const LIST_BUDGET: DurationBounds = DurationBounds {
     min: Duration::from_millis(1),
     max: Duration::from_secs(3600),
 };
+/// Attempts a listing makes at each `SCAN` step and at each read before it reports
+/// `Unavailable`: both are read only, so one that did not answer in time (a starved
+/// machine, a connection replaced) is simply asked again, within the budget.
+pub const LIST_ATTEMPTS: u32 = 3;
 /// Default budget of a listing: about ten times what a `SCAN` across a million keys takes
 /// on one idle Redis (docs/design.md §8).
 pub const DEFAULT_LIST_BUDGET: Duration = Duration::from_secs(10);

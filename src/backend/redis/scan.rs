@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::connection::Connected;
 use super::{RedisBackend, Topology, classify};
 use crate::backend::{FailureDetail, FailureKind, KeyPages, SendFailure};
-use crate::protocol::limits::deadline_after;
+use crate::protocol::limits::{LIST_ATTEMPTS, deadline_after};
 
 /// Keys `SCAN` is asked to look at per step: large enough to cross a keyspace in few round
 /// trips, small enough that one step never blocks Redis for long (measured: 0.85 ms of
@@ -18,8 +18,9 @@ use crate::protocol::limits::deadline_after;
 const STEP: usize = 1000;
 
 impl RedisBackend {
-    /// Keys matching `pattern` (a `SCAN MATCH` glob), one page per `SCAN` step, each step
-    /// (obtaining its connection included) bounded by `timeout`.
+    /// Keys matching `pattern` (a `SCAN MATCH` glob), one page per `SCAN` step, each
+    /// attempt at a step (obtaining its connection included) bounded by `timeout`; a step
+    /// fails the scan after [`LIST_ATTEMPTS`].
     pub(super) fn scan_keys(&self, pattern: String, timeout: Duration) -> KeyPages<'_> {
         let scan = Scan {
             backend: self,
@@ -34,11 +35,19 @@ impl RedisBackend {
             Some(scan),
             |scan| async move {
                 let mut scan = scan?;
-                match scan.step().await {
-                    Ok((keys, done)) => Some((Ok(keys), (!done).then_some(scan))),
-                    // The first failure ends the scan: its cursor means nothing on another
-                    // connection's node.
-                    Err(failure) => Some((Err(failure), None)),
+                let mut attempt = 1;
+                loop {
+                    // A failed step left the cursor where it was: the step is asked again.
+                    match scan.step().await {
+                        Ok((keys, done)) => return Some((Ok(keys), (!done).then_some(scan))),
+                        Err(failure) if attempt < LIST_ATTEMPTS => {
+                            tracing::debug!(attempt, %failure, "SCAN step failed; again");
+                            // Keeps a connection that fails at once from spinning.
+                            tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+                            attempt += 1;
+                        }
+                        Err(failure) => return Some((Err(failure), None)),
+                    }
                 }
             },
         ))
