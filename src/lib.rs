@@ -156,8 +156,8 @@ pub use backend::{
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
     AcquireOutcome, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver, LeaseSettings,
-    LeaseState, ListOutcome, ListedLease, ListedSlot, LostReason, ReleaseOutcome, RenewOutcome,
-    Replication, ResourceHolder, ValidityBudget,
+    LeaseState, ListCoverage, ListOutcome, ListedLease, ListedSlot, LostReason, ReleaseOutcome,
+    RenewOutcome, Replication, ResourceHolder, ValidityBudget,
 };
 pub use protocol::{
     Attempt, FencingToken, HolderLabel, LeaseKeys, LeaseRequest, Namespace, OperationId,

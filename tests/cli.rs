@@ -413,6 +413,7 @@ fn list_shows_every_held_lease_with_its_holder_and_token_and_never_the_raw_id() 
     let value: serde_json::Value = serde_json::from_str(json.stdout.trim())
         .unwrap_or_else(|e| panic!("not JSON: {e}: {:?}", json.stdout));
     assert_eq!(value["truncated"], serde_json::json!(false));
+    assert_eq!(value["incomplete"], serde_json::json!(false));
     let mut tokens: Vec<u64> = value["leases"]
         .as_array()
         .expect("leases: an array")
@@ -436,6 +437,25 @@ fn list_shows_every_held_lease_with_its_holder_and_token_and_never_the_raw_id() 
     cut.assert_code(0, "list --limit 1");
     assert_eq!(cut.stdout.lines().count(), 1);
     assert!(cut.stderr.contains("--limit"), "{:?}", cut.stderr);
+
+    // A keyspace a 1 ms budget cannot cross (100 steps of `SCAN`): what was read by then,
+    // marked incomplete on stderr and in the JSON, exit 0. A budget out of bounds: 125.
+    server.cmd(&["DEBUG", "POPULATE", "100000"]);
+    let mut cmd = leasehold("list", &server);
+    cmd.args(["--json", "--budget", "1ms"]);
+    let partial = finish(cmd, &dir_a, "list-partial");
+    partial.assert_code(0, "list --budget 1ms");
+    assert!(
+        partial.stderr.contains("incomplete"),
+        "{:?}",
+        partial.stderr
+    );
+    let value: serde_json::Value = serde_json::from_str(partial.stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON: {e}: {:?}", partial.stdout));
+    assert_eq!(value["incomplete"], serde_json::json!(true), "{value}");
+    let mut cmd = leasehold("list", &server);
+    cmd.args(["--budget", "2h"]);
+    finish(cmd, &dir_a, "list-budget-2h").assert_code(125, "list --budget 2h");
 
     a.release().assert_code(0, "holder a");
     b.release().assert_code(0, "holder b");

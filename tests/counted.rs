@@ -266,7 +266,7 @@ async fn list_names_each_held_slot_of_its_lease(h: Harness) {
         &common::leases::request(&h.client, "contract", "pool", "p"),
     )
     .await;
-    let ListOutcome::Listed { leases, truncated } = h
+    let ListOutcome::Listed { leases, coverage } = h
         .client
         .list(Some(&Purpose::new("contract").unwrap()), 100)
         .await
@@ -274,7 +274,7 @@ async fn list_names_each_held_slot_of_its_lease(h: Harness) {
     else {
         panic!("the listing did not answer")
     };
-    assert!(!truncated);
+    assert_eq!(coverage, ListCoverage::Complete);
     let seen: Vec<_> = leases.iter().map(|l| (l.slot, l.token)).collect();
     let slot = |slot| Some(ListedSlot { slot, permits: 2 });
     assert_eq!(

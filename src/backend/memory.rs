@@ -12,9 +12,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{
-    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, ReplicatedReply,
-    SendFailure,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, ReleaseNotices,
+    ReplicatedReply, SendFailure,
 };
+use crate::protocol::limits::deadline_after;
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, HolderLabel, InspectReply, LeaseKeys, LeaseRequest,
     ReleaseReply, RenewReply, ReplicaWait,
@@ -307,7 +308,7 @@ impl LeaseBackend for MemoryBackend {
                     operation: attempt.operation().as_str().to_owned(),
                     token,
                     holder: request.holder().cloned(),
-                    expires_at: now + ttl,
+                    expires_at: deadline_after(now, ttl),
                     lock_delay: request.lock_delay().unwrap_or_default(),
                 },
             );
@@ -349,7 +350,7 @@ impl LeaseBackend for MemoryBackend {
                 // Ended: the entry only holds its lock-delay, which a renewal never undoes.
                 Some(entry) if entry.expires_at <= now => RenewReply::Absent,
                 Some(entry) => {
-                    entry.expires_at = now + ttl;
+                    entry.expires_at = deadline_after(now, ttl);
                     RenewReply::Renewed
                 }
             }
@@ -421,23 +422,17 @@ impl LeaseBackend for MemoryBackend {
         })
     }
 
-    fn scan_leases<'a>(
-        &'a self,
-        prefix: &'a str,
-        limit: usize,
-        timeout: Duration,
-    ) -> BackendFuture<'a, (Vec<String>, bool)> {
-        self.run(timeout, move |store, now| {
-            let mut keys: Vec<String> = store
+    fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {
+        // One page: the whole store is one step.
+        let page = self.run(timeout, move |store, now| {
+            store
                 .leases
                 .iter()
                 .filter(|(key, entry)| key.starts_with(prefix) && entry.expires_at > now)
                 .map(|(key, _)| key.clone())
-                .collect();
-            let more = keys.len() > limit;
-            keys.truncate(limit);
-            (keys, more)
-        })
+                .collect()
+        });
+        Box::pin(futures_util::stream::once(page))
     }
 
     fn subscribe_changes<'a>(

@@ -27,9 +27,13 @@ pub use redis::{RedisBackend, RedisConfig};
 /// The future every backend call returns.
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailure>> + Send + 'a>>;
 
+/// The pages of lease keys [`LeaseBackend::scan_leases`] finds.
+pub type KeyPages<'a> = Pin<Box<dyn Stream<Item = Result<Vec<String>, SendFailure>> + Send + 'a>>;
+
 /// Storage for leases. Implementations must make each call atomic and bounded by `timeout`
 /// (measured from the call): a call that has not answered by then fails with
-/// [`SendFailure::MaybeSent`].
+/// [`SendFailure::MaybeSent`]. Every duration is taken, `Duration::MAX` included: the
+/// deadline saturates ([`deadline_after`](crate::protocol::limits::deadline_after)).
 pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// Runs the acquire script for `request`'s attempt: take the lease (a free slot of a
     /// counted lease, when `keys` name one) if absent, replay if this attempt holds it.
@@ -88,15 +92,15 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     ) -> BackendFuture<'a, ReleaseNotices>;
 
     /// The lease keys (never a fence counter) that start with `prefix`
-    /// (`<namespace>:lease:v2:` and maybe a purpose and `:`), at most `limit` of them; the
-    /// flag says whether more were left. Read only, bounded by `timeout`; on Redis a
-    /// `SCAN`, on every primary of a Cluster.
-    fn scan_leases<'a>(
-        &'a self,
-        prefix: &'a str,
-        limit: usize,
-        timeout: Duration,
-    ) -> BackendFuture<'a, (Vec<String>, bool)>;
+    /// (`<namespace>:lease:v2:` and maybe a purpose and `:`), a page at a time: on Redis one
+    /// page per `SCAN` step (on every primary of a Cluster, one after another), each step
+    /// bounded by `timeout` of its own. Read only. The stream ends after the last page, or
+    /// after a step failed (on Redis, [`LIST_ATTEMPTS`] times), yielding the failure; a key may come twice (`SCAN` promises
+    /// only that a key present throughout comes at least once). The caller bounds the
+    /// whole: dropping the stream stops the scan.
+    ///
+    /// [`LIST_ATTEMPTS`]: crate::protocol::limits::LIST_ATTEMPTS
+    fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a>;
 
     /// Subscribes to the release and the acquisition notices of one lease: every change of
     /// holder but an expiry or a deletion from outside. Live when the future resolves.

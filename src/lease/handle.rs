@@ -36,7 +36,7 @@ use crate::lease::session::Session;
 use crate::lease::state::{HandleState, RenewParams};
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
-use crate::protocol::limits::RENEW_ATTEMPTS;
+use crate::protocol::limits::{RENEW_ATTEMPTS, deadline_after};
 use crate::protocol::{Attempt, FencingToken, LeaseKeys, Purpose, RenewReply, ResourceDigest};
 use crate::telemetry::{self, HeldLease, Operation};
 
@@ -176,12 +176,14 @@ impl LeaseHandle {
     }
 
     /// As [`renew`](Self::renew), but gives up at `now + bound` even if validity is left
-    /// (the runtime passes `remaining validity − safety margin`).
+    /// (the runtime passes `remaining validity − safety margin`). Any `bound` is taken: a
+    /// longer one than validity left (`Duration::MAX` included) is as [`renew`](Self::renew).
     ///
     /// # Cancel safety
     /// As for [`renew`](Self::renew).
     pub async fn renew_within(&mut self, bound: Duration) -> RenewOutcome {
-        self.renew_by(Some(Instant::now() + bound)).await
+        self.renew_by(Some(deadline_after(Instant::now(), bound)))
+            .await
     }
 
     async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {

@@ -19,7 +19,7 @@ mod wait;
 pub use acquire::AcquireOutcome;
 pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::LeaseHandle;
-pub use list::{ListOutcome, ListedLease, ListedSlot};
+pub use list::{ListCoverage, ListOutcome, ListedLease, ListedSlot};
 pub use observe::{LeaseObserver, ResourceHolder};
 pub use outcome::{
     InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,

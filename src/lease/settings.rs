@@ -52,7 +52,7 @@ pub struct LeaseSettings {
     #[serde(deserialize_with = "de::optional_duration")]
     pub renew_every: Option<Duration>,
     /// How long before local validity ends the runtime stops relying on a renewal arriving.
-    /// Must be at least one command timeout. Default (`None`): the command timeout.
+    /// At least one command timeout, at most 1 h. Default (`None`): the command timeout.
     #[serde(deserialize_with = "de::optional_duration")]
     pub safety_margin: Option<Duration>,
 }
@@ -124,6 +124,9 @@ impl LeaseSettings {
         limits::RETRY_AFTER_FALLBACK.check(self.retry_after_fallback)?;
         if let Some(every) = self.renew_every {
             RENEW_EVERY.check(every)?;
+        }
+        if let Some(margin) = self.safety_margin {
+            SAFETY_MARGIN.check(margin)?;
         }
         if self.safety_margin() < self.command_timeout {
             return Err(LeaseError::InvalidDuration {
@@ -286,6 +289,14 @@ pub(crate) fn env_text(name: &str) -> Option<String> {
 const RENEW_EVERY: DurationBounds = DurationBounds {
     param: "renew_every",
     min: Duration::from_millis(10),
+    max: Duration::from_secs(3600),
+};
+
+/// Safety margin bounds: no lease (TTL ≤ 1 h) has room for more. Its relation to the
+/// command timeout is checked beside.
+const SAFETY_MARGIN: DurationBounds = DurationBounds {
+    param: "safety_margin",
+    min: Duration::ZERO,
     max: Duration::from_secs(3600),
 };
 

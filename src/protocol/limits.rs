@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::error::{DurationProblem, LeaseError, excerpt};
 
 /// An inclusive range for one duration parameter, with the name errors use for it.
@@ -176,6 +178,35 @@ pub const OBSERVE_POLL: DurationBounds = DurationBounds {
     max: Duration::from_secs(3600),
 };
 
+/// How long [`LeaseClient::list`](crate::LeaseClient::list) may take in all: 1 ms ..= 1 h
+/// ([`list_within`](crate::LeaseClient::list_within) takes it; each `SCAN` step and each
+/// read is bounded by the command timeout as well).
+pub const LIST_BUDGET: DurationBounds = DurationBounds {
+    param: "list_budget",
+    min: Duration::from_millis(1),
+    max: Duration::from_secs(3600),
+};
+/// Attempts a listing makes at each `SCAN` step and at each read before it reports
+/// `Unavailable`: both are read only, so one that did not answer in time (a starved
+/// machine, a connection replaced) is simply asked again, within the budget.
+pub const LIST_ATTEMPTS: u32 = 3;
+/// Default budget of a listing: about ten times what a `SCAN` across a million keys takes
+/// on one idle Redis (docs/design.md §8).
+pub const DEFAULT_LIST_BUDGET: Duration = Duration::from_secs(10);
+
+/// Longer than any deadline a caller can mean: a duration beyond it (`Duration::MAX`
+/// included) is no deadline at all. Thirty years, as tokio's own "far future".
+pub const NO_DEADLINE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// The deadline `d` after `now`, for any `d` a caller may pass: a duration beyond
+/// [`NO_DEADLINE`] saturates there, so no caller's duration overflows an [`Instant`]. Every
+/// deadline leasehold makes from a caller's `Duration` is made here.
+pub fn deadline_after(now: Instant, d: Duration) -> Instant {
+    // Thirty years past a monotonic clock's reading fits every platform's `Instant` (tokio
+    // relies on the same); the fallback only keeps this free of a panic path.
+    now.checked_add(d.min(NO_DEADLINE)).unwrap_or(now)
+}
+
 /// Longest [`HolderLabel`](crate::HolderLabel), in bytes.
 pub const HOLDER_MAX_LEN: usize = 64;
 /// Bytes of OS randomness in an [`OwnerToken`](crate::OwnerToken).
@@ -203,6 +234,15 @@ mod tests {
     fn humantime_text_is_parsed() {
         assert_eq!(TTL.parse("1m 30s"), Ok(Duration::from_secs(90)));
         assert_eq!(WAIT_TIMEOUT.parse("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_deadline_saturates_at_no_deadline() {
+        let now = Instant::now();
+        let second = Duration::from_secs(1);
+        assert_eq!(deadline_after(now, second), now + second);
+        assert_eq!(deadline_after(now, Duration::MAX), now + NO_DEADLINE);
+        assert_eq!(deadline_after(now, NO_DEADLINE + second), now + NO_DEADLINE);
     }
 
     #[test]

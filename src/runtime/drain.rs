@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::protocol::limits::deadline_after;
 use crate::runtime::LeaseRuntime;
 use crate::runtime::lease_actor::release_time;
 use crate::runtime::message::LeaseActorMsg;
@@ -47,7 +48,9 @@ impl LeaseRuntime {
     /// 3. Time for the work to stop on its own ends early enough to leave room for the
     ///    releases (three command timeouts, at most half of `grace`); then work under
     ///    [`CancelPolicy::Kill`] that still runs is stopped and its lease released.
-    /// 4. Returns when nothing is held, or when `grace` is over.
+    /// 4. Returns when nothing is held, or when `grace` is over. Any `grace` is taken:
+    ///    one beyond [`NO_DEADLINE`] (`Duration::MAX` included) is no deadline — the drain
+    ///    waits for the work to stop.
     ///
     /// Local validity bounds everything as always: work never runs past it under `Kill`,
     /// whatever `grace` says.
@@ -58,11 +61,12 @@ impl LeaseRuntime {
     /// Dropping the future only loses the summary and the stop at the deadline.
     ///
     /// [`LeaseCancelled`]: crate::runtime::LeaseCancelled
+    /// [`NO_DEADLINE`]: crate::protocol::limits::NO_DEADLINE
     /// [`CancelReason::Shutdown`]: crate::runtime::CancelReason::Shutdown
     /// [`CancelPolicy::Kill`]: crate::runtime::CancelPolicy::Kill
     pub async fn shutdown(&self, grace: Duration) -> ShutdownSummary {
         let began = Instant::now();
-        let deadline = began + grace;
+        let deadline = deadline_after(began, grace);
         let room = release_time(self.client().settings().command_timeout).min(grace / 2);
         let actors = self.registry.close();
         let leases = self.registry.live();

@@ -109,11 +109,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    BackendFuture, FailureDetail, FailureKind, LeaseBackend, ReleaseNotices, ReplicatedReply,
-    SendFailure,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, ReleaseNotices,
+    ReplicatedReply, SendFailure,
 };
 use crate::error::LeaseError;
-use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT};
+use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, deadline_after};
 use crate::protocol::{
     AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
     ReplicaWait,
@@ -243,7 +243,7 @@ impl RedisBackend {
     /// owner of its slot (leases of different slots cannot share a script call); otherwise
     /// in the next batch (`batch`).
     async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         if matches!(self.inner.topology, Topology::Cluster(_)) {
             return self.alone(&item, deadline).await;
         }
@@ -294,7 +294,7 @@ impl LeaseBackend for RedisBackend {
     ) -> BackendFuture<'a, ReplicatedReply> {
         Box::pin(async move {
             let twin = self.inner.replicated.as_ref().unwrap_or(self);
-            let deadline = Instant::now() + timeout;
+            let deadline = deadline_after(Instant::now(), timeout);
             let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
             let item = batch::Item::acquire(keys, request);
             let value = twin
@@ -351,20 +351,12 @@ impl LeaseBackend for RedisBackend {
         self.subscribe(keys, vec![keys.release_channel.clone()], timeout)
     }
 
-    fn scan_leases<'a>(
-        &'a self,
-        prefix: &'a str,
-        limit: usize,
-        timeout: Duration,
-    ) -> BackendFuture<'a, (Vec<String>, bool)> {
-        Box::pin(async move {
-            // Namespaces and purposes hold no glob character (`[a-z0-9._:-]`). A lease key
-            // ends `{<4 hex>}:<64 hex>`, a counted lease's slot key adds `:n<N>#<i>`; a
-            // fence counter `{<4 hex>}:fence` does not match.
-            let pattern = format!("{prefix}*{{????}}:{}*", "?".repeat(64));
-            self.scan_keys(&pattern, limit, Instant::now() + timeout)
-                .await
-        })
+    fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {
+        // Namespaces and purposes hold no glob character (`[a-z0-9._:-]`). A lease key ends
+        // `{<4 hex>}:<64 hex>`, a counted lease's slot key adds `:n<N>#<i>`; a fence
+        // counter `{<4 hex>}:fence` does not match.
+        let pattern = format!("{prefix}*{{????}}:{}*", "?".repeat(64));
+        self.scan_keys(pattern, timeout)
     }
 
     fn subscribe_changes<'a>(
@@ -386,7 +378,7 @@ impl RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         Box::pin(async move {
-            let deadline = Instant::now() + timeout;
+            let deadline = deadline_after(Instant::now(), timeout);
             // On the node of the shared connection: the primary the scripts publish on.
             // Under Cluster a PUBLISH reaches every node: the slot owner's will do.
             let (_, current) = self.connection(deadline, &keys.lease).await?;

@@ -355,6 +355,10 @@ pub(crate) fn parse_grace(text: &str) -> Result<Duration, String> {
     parse_bounded(GRACE, text)
 }
 
+pub(crate) fn parse_list_budget(text: &str) -> Result<Duration, String> {
+    parse_bounded(limits::LIST_BUDGET, text)
+}
+
 pub(crate) fn parse_lock_delay(text: &str) -> Result<Duration, String> {
     parse_bounded(limits::LOCK_DELAY, text)
 }

@@ -1,8 +1,10 @@
 //! `leasehold list`: the leases held in a namespace — purpose, resource digest, holder,
 //! fencing token and remaining time. What an operator asks first during an incident.
 
+use std::time::Duration;
+
 use clap::Args;
-use leasehold::{HolderLabel, ListOutcome, Purpose};
+use leasehold::{HolderLabel, ListCoverage, ListOutcome, Purpose};
 
 use crate::config::{self, Connection};
 use crate::fail;
@@ -19,9 +21,16 @@ pub(crate) struct ListArgs {
     #[arg(long, default_value_t = 10_000, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     limit: u32,
+    /// Give up after this long (1ms ..= 1h) and print what was read by then, with a line
+    /// on stderr saying the listing is incomplete. Each Redis command is bounded besides
+    /// by LEASEHOLD_COMMAND_TIMEOUT.
+    #[arg(long, default_value = "10s", value_name = "DURATION",
+          value_parser = config::parse_list_budget)]
+    budget: Duration,
     /// Print one JSON object: {"leases":[{"purpose":…,"resource":"sha256:…",
-    /// "fencing_token":…,"remaining_ms":…,"holder":…},…],"truncated":false}; a counted
-    /// lease's slot (`run --permits`) also has "slot" and "permits".
+    /// "fencing_token":…,"remaining_ms":…,"holder":…},…],"truncated":false,
+    /// "incomplete":false} ("truncated": more than --limit held; "incomplete": --budget ran
+    /// out); a counted lease's slot (`run --permits`) also has "slot" and "permits".
     #[arg(long)]
     json: bool,
 }
@@ -32,11 +41,14 @@ pub(crate) async fn list(args: ListArgs) -> u8 {
         Err(message) => return fail(message),
     };
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    let (leases, truncated) = match client.list(args.purpose.as_ref(), limit).await {
-        Ok(ListOutcome::Listed { leases, truncated }) => (leases, truncated),
+    let listed = client.list_within(args.purpose.as_ref(), limit, args.budget);
+    let (leases, coverage) = match listed.await {
+        Ok(ListOutcome::Listed { leases, coverage }) => (leases, coverage),
         Ok(ListOutcome::Unavailable { detail }) => return fail(server.explain(&detail)),
         Err(e) => return fail(e),
     };
+    let truncated = coverage == ListCoverage::StoppedAtLimit;
+    let incomplete = coverage == ListCoverage::OutOfBudget;
     if args.json {
         let rows: Vec<_> = leases
             .iter()
@@ -57,7 +69,7 @@ pub(crate) async fn list(args: ListArgs) -> u8 {
             .collect();
         println!(
             "{}",
-            serde_json::json!({ "leases": rows, "truncated": truncated })
+            serde_json::json!({ "leases": rows, "truncated": truncated, "incomplete": incomplete })
         );
     } else {
         for l in &leases {
@@ -78,6 +90,14 @@ pub(crate) async fn list(args: ListArgs) -> u8 {
     }
     if truncated {
         say!("more than {limit} leases are held; raise --limit to see them all");
+    }
+    if incomplete {
+        let budget = humantime::format_duration(args.budget);
+        say!(
+            "incomplete: the listing's budget of {budget} ran out after {} leases; others \
+             may be held (raise --budget, or list one --purpose)",
+            leases.len()
+        );
     }
     0
 }

@@ -102,7 +102,8 @@ LEASEHOLD_RESOURCE; LEASEHOLD_COMMAND_TIMEOUT, LEASEHOLD_CONNECT_TIMEOUT.";
 
 const LIST_EXIT_STATUS_HELP: &str = "\
 Exit status:
-  0     listed (none held is an empty list)
+  0     listed (none held is an empty list); when --limit or --budget cut the listing
+        short, a line on stderr says so (for the budget: incomplete), as --json does
   125   leasehold itself failed: invalid arguments, Redis unavailable
 
 Each line: purpose, resource digest (the raw id is never stored), holder label, fencing
