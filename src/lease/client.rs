@@ -229,6 +229,16 @@ impl LeaseClient {
     /// As [`try_acquire`](Self::try_acquire): a dropped `acquire` may leave the lease held by
     /// the request's attempt until its TTL; the same attempt finds it.
     pub async fn acquire(&self, request: &LeaseRequest) -> Result<AcquireOutcome, LeaseError> {
+        self.acquire_with(request, wait::Patience::of(request))
+            .await
+    }
+
+    /// As [`acquire`](Self::acquire), waiting as long as `patience` says.
+    pub(crate) async fn acquire_with(
+        &self,
+        request: &LeaseRequest,
+        patience: wait::Patience,
+    ) -> Result<AcquireOutcome, LeaseError> {
         self.settings().check_ttl(request.ttl())?;
         let span = trace::span!(
             "lease.wait",
@@ -237,7 +247,7 @@ impl LeaseClient {
             request.attempt()
         );
         let started = Instant::now();
-        let outcome = wait::acquire_with_wait(&self.session, request)
+        let outcome = wait::acquire_with_wait(&self.session, request, patience)
             .instrument(span.clone())
             .await;
         trace::record_token(&span, outcome.token());
