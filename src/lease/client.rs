@@ -214,7 +214,9 @@ impl LeaseClient {
     /// lease is contended.
     ///
     /// * `Contended` is retried after `min(retry_after, wait left)` with jitter, and woken
-    ///   early by the holder's release notice;
+    ///   early by the holder's release notice; while the subscription to that notice is
+    ///   not confirmed (it failed, or its connection ended) it is made again after 50 ms,
+    ///   doubling to 1 s, with a try each time — never a sleep of the holder's whole TTL;
     /// * `Indeterminate` is retried with the same attempt (a replay is safe);
     /// * `Unavailable` is retried with exponential backoff.
     ///
