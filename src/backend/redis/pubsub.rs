@@ -69,6 +69,8 @@ struct State {
     by_channel: HashMap<String, Vec<(u64, mpsc::Sender<()>)>>,
     /// Channels the server confirmed and no `UNSUBSCRIBE` is on its way for.
     subscribed: HashSet<String>,
+    /// Channels whose routes changed since the last round started: what it looks at.
+    changed: HashSet<String>,
     /// Rounds the writer started.
     started: u64,
     /// True once the connection ended: no new route is taken.
@@ -104,12 +106,16 @@ impl Hub {
             if state.closed {
                 return Err(closed());
             }
+            let mut confirmed = true;
             for channel in &channels {
                 let listeners = state.by_channel.entry(channel.clone()).or_default();
                 listeners.push((id, tx.clone()));
+                if !state.subscribed.contains(channel) {
+                    state.changed.insert(channel.clone());
+                    confirmed = false;
+                }
             }
             // A round that starts after this one saw these routes.
-            let confirmed = channels.iter().all(|c| state.subscribed.contains(c));
             (!confirmed).then_some(state.started + 1)
         };
         let route = Route {
@@ -179,23 +185,21 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts a round: what the server must subscribe and unsubscribe for it to match the
-    /// routes now. Channels being unsubscribed no longer count as subscribed, so a
-    /// subscription arriving meanwhile waits for the next round, which subscribes them
-    /// again.
+    /// Starts a round: what the server must subscribe and unsubscribe, among the channels
+    /// whose routes changed, for it to match the routes now. Channels being unsubscribed no
+    /// longer count as subscribed, so a subscription arriving meanwhile waits for the next
+    /// round, which subscribes them again.
     fn start_round(&self) -> (u64, Vec<String>, Vec<String>) {
         let mut state = self.lock();
         state.started += 1;
-        let subscribe = (state.by_channel.keys())
-            .filter(|c| !state.subscribed.contains(*c))
-            .cloned()
-            .collect();
-        let unsubscribe: Vec<String> = (state.subscribed.iter())
-            .filter(|c| !state.by_channel.contains_key(*c))
-            .cloned()
-            .collect();
-        for channel in &unsubscribe {
-            state.subscribed.remove(channel);
+        let (mut subscribe, mut unsubscribe) = (Vec::new(), Vec::new());
+        for channel in std::mem::take(&mut state.changed) {
+            let routed = state.by_channel.contains_key(&channel);
+            if routed && !state.subscribed.contains(&channel) {
+                subscribe.push(channel);
+            } else if !routed && state.subscribed.remove(&channel) {
+                unsubscribe.push(channel);
+            }
         }
         (state.started, subscribe, unsubscribe)
     }
@@ -215,6 +219,7 @@ impl Shared {
             state.closed = true;
             state.by_channel.clear();
             state.subscribed.clear();
+            state.changed.clear();
         }
         self.progress.send_modify(|p| p.closed = true);
         self.close.cancel();
@@ -261,6 +266,7 @@ impl Drop for Route {
                     listeners.retain(|(id, _)| *id != self.id);
                     if listeners.is_empty() {
                         state.by_channel.remove(channel);
+                        state.changed.insert(channel.clone());
                         unrouted = true;
                     }
                 }
