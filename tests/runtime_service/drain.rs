@@ -281,6 +281,22 @@ async fn a_supervisor_on_a_drained_runtime_ends_after_its_term() {
     assert_eq!(rt.held(), 0);
 }
 
+/// Waits until `waiters` are blocked and listen: their release channels are subscribed.
+async fn listening(server: &RedisServer, waiters: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let subscribed = server.query::<Vec<String>>(&["PUBSUB", "CHANNELS"]).len();
+        if subscribed == waiters {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after 10 s, {subscribed} of {waiters} waiters listen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The redeploy: a thousand leases on a real redis-server, another client's waiters (on
 /// the default settings: a 200 ms command timeout) blocked on each. Every waiter's
 /// subscription is confirmed before the drain — they share one pub/sub connection — and
@@ -310,19 +326,7 @@ async fn a_thousand_leases_drained_on_redis_are_taken_over_by_the_successor_at_o
             })
         })
         .collect();
-    // Every waiter is blocked and listens: its release channel is subscribed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let subscribed = server.query::<Vec<String>>(&["PUBSUB", "CHANNELS"]).len();
-        if subscribed == LEASES {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "after 10 s, {subscribed} of {LEASES} waiters listen"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    listening(&server, LEASES).await;
     let listening: String = server.query(&["CLIENT", "LIST", "TYPE", "pubsub"]);
     assert_eq!(
         listening.lines().count(),
