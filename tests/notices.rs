@@ -1,7 +1,8 @@
 //! Release notices on a real redis-server: every waiter of a client listens on one shared
 //! pub/sub connection (docs/design.md §10), which stays open for the next wait; a channel is
-//! unsubscribed once nobody waits on it; and when that connection dies the waiters still
-//! get their leases (by polling) and the next wait opens a new one.
+//! unsubscribed once nobody waits on it; when that connection dies the waiters still get
+//! their leases and the next wait opens a new one; and a waiter refused its subscription
+//! tries again within a second, on the same connection.
 
 mod common;
 
@@ -133,8 +134,8 @@ async fn when_the_shared_connection_dies_waiters_still_acquire_and_the_next_wait
     let holder = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
     let waiter = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
 
-    // Without notices a contended waiter tries again when the holder's lease would end:
-    // a short TTL keeps that wait short.
+    // A waiter whose subscription ended subscribes again within a second and tries each
+    // time; the short TTL is a backstop.
     let (held, waiting) = contended(&server, &holder, &waiter, 0, SHORT).await;
     let first = pubsub_connections(&server);
     let _: i64 = server.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
@@ -142,7 +143,7 @@ async fn when_the_shared_connection_dies_waiters_still_acquire_and_the_next_wait
         pubsub_connections(&server).is_empty()
     })
     .await;
-    // Released while nobody listens: the waiters find out by polling, within the wait.
+    // Released while the waiters may not listen yet: they find out, within the wait.
     for mut lease in held {
         assert_eq!(lease.release().await, ReleaseOutcome::Released);
     }
@@ -163,4 +164,76 @@ async fn when_the_shared_connection_dies_waiters_still_acquire_and_the_next_wait
     for task in waiting {
         assert!(task.await.unwrap().into_handle().is_some());
     }
+}
+
+/// `SUBSCRIBE`s the server refused (an ACL), from `INFO commandstats`.
+fn refused_subscribes(server: &RedisServer) -> u64 {
+    let info: String = server.query(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_subscribe:"))
+        .and_then(|stats| {
+            (stats.split(','))
+                .find_map(|f| f.strip_prefix("rejected_calls="))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A waiter whose user may not `SUBSCRIBE` (an ACL) gets no notices: it tries again as it
+/// subscribes again — after 50 ms, doubling to a second — so it takes the lease within about
+/// a second of its release, not when the holder's 30 s TTL would have run out. The refusals
+/// cost no new connection: the pub/sub connection stays, refused channels and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_refused_its_subscription_tries_again_within_a_second_on_one_connection() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "deaf",
+        "on",
+        ">pw",
+        "~leasehold:*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let deaf_url = format!("redis://deaf:pw@127.0.0.1:{}", server.port());
+    let holder = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let waiter = LeaseClient::redis(&deaf_url, redis_settings()).unwrap();
+    let mut held = acquired(&holder, &request(&holder, "r", LONG, Duration::ZERO)).await;
+    let req = request(&waiter, "r", LONG, Duration::from_secs(20));
+    let client = waiter.clone();
+    let waiting = tokio::spawn(async move { client.acquire(&req).await.unwrap() });
+
+    until("three subscriptions were refused", || {
+        refused_subscribes(&server) >= 3
+    })
+    .await;
+    let deaf = || -> Vec<String> {
+        let list: String = server.query(&["CLIENT", "LIST"]);
+        list.lines()
+            .filter(|l| l.contains(" user=deaf "))
+            .filter_map(|l| l.split(' ').next().map(str::to_owned))
+            .collect()
+    };
+    let connections = deaf();
+    assert_eq!(
+        connections.len(),
+        2,
+        "a connection and a pub/sub one: {connections:?}"
+    );
+    let released = Instant::now();
+    assert_eq!(held.release().await, ReleaseOutcome::Released);
+    // Held, not released here: releasing publishes, which this user may not do either.
+    let _lease = waiting.await.unwrap().into_handle().expect("acquired");
+    let took = released.elapsed();
+    println!("measured: a waiter without notices took the lease {took:?} after its release");
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?}, the TTL is {LONG:?}"
+    );
+    assert!(
+        refused_subscribes(&server) >= 4,
+        "it kept trying to subscribe"
+    );
+    assert_eq!(deaf(), connections, "no connection was replaced");
 }

@@ -215,7 +215,9 @@ impl LeaseClient {
     /// lease is contended.
     ///
     /// * `Contended` is retried after `min(retry_after, wait left)` with jitter, and woken
-    ///   early by the holder's release notice;
+    ///   early by the holder's release notice; while the subscription to that notice is
+    ///   not confirmed (it failed, or its connection ended) it is made again after 50 ms,
+    ///   doubling to 1 s, with a try each time — never a sleep of the holder's whole TTL;
     /// * `Indeterminate` is retried with the same attempt (a replay is safe);
     /// * `Unavailable` is retried with exponential backoff.
     ///
@@ -230,6 +232,16 @@ impl LeaseClient {
     /// As [`try_acquire`](Self::try_acquire): a dropped `acquire` may leave the lease held by
     /// the request's attempt until its TTL; the same attempt finds it.
     pub async fn acquire(&self, request: &LeaseRequest) -> Result<AcquireOutcome, LeaseError> {
+        self.acquire_with(request, wait::Patience::of(request))
+            .await
+    }
+
+    /// As [`acquire`](Self::acquire), waiting as long as `patience` says.
+    pub(crate) async fn acquire_with(
+        &self,
+        request: &LeaseRequest,
+        patience: wait::Patience,
+    ) -> Result<AcquireOutcome, LeaseError> {
         self.settings().check_ttl(request.ttl())?;
         let span = trace::span!(
             "lease.wait",
@@ -238,7 +250,7 @@ impl LeaseClient {
             request.attempt()
         );
         let started = Instant::now();
-        let outcome = wait::acquire_with_wait(&self.session, request)
+        let outcome = wait::acquire_with_wait(&self.session, request, patience)
             .instrument(span.clone())
             .await;
         trace::record_token(&span, outcome.token());

@@ -26,3 +26,4 @@ pub use outcome::{
 };
 pub use settings::{ENV_VARS, LeaseSettings};
 pub use validity::ValidityBudget;
+pub(crate) use wait::Patience;

@@ -4,12 +4,16 @@
 //!
 //! 1. One attempt throughout: every retry sends the request's attempt, so a try whose reply
 //!    was lost is replayed, never duplicated under another owner.
-//! 2. No sleep runs past the wait deadline; when the deadline comes, one last try is made
-//!    and its outcome returned.
+//! 2. No sleep runs past the wait deadline — while contended, the contended one
+//!    ([`Patience`]); when the deadline comes, one last try is made and its outcome returned.
 //! 3. Once any try may have reached Redis, a failed end is `Indeterminate`, never
 //!    `Unavailable` — that try may hold the lease.
 //! 4. The release subscription is live before the try whose `Contended` reply leads to a
 //!    sleep, so a release between that reply and the sleep still wakes the waiter.
+//! 5. Once contended, the loop keeps a subscription: while it has none (subscribing failed,
+//!    or the connection ended) a contended sleep lasts at most until the next attempt to
+//!    subscribe — [`RESUBSCRIBE_MIN`] doubling to [`RESUBSCRIBE_MAX`] — never the holder's
+//!    whole remaining TTL; each attempt is followed by a try.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +25,7 @@ use crate::backend::{FailureDetail, ReleaseNotices};
 use crate::lease::acquire;
 use crate::lease::acquire::AcquireOutcome;
 use crate::lease::session::Session;
+use crate::protocol::limits::WAIT_TIMEOUT;
 use crate::protocol::{Attempt, LeaseRequest};
 use crate::telemetry;
 
@@ -32,6 +37,44 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const INDETERMINATE_PAUSE: Duration = Duration::from_millis(10);
 /// Upper bound on the jitter added to a contended wait.
 const JITTER_MAX: Duration = Duration::from_millis(20);
+/// First pause before subscribing again after subscribing failed or the subscription
+/// ended; doubled per consecutive failure up to [`RESUBSCRIBE_MAX`], and back to this once
+/// a subscription is confirmed.
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
+
+/// How long the wait loop keeps trying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Patience {
+    /// Whatever the outcomes.
+    pub(crate) wait: Duration,
+    /// While the lease is contended or in its lock-delay (at least `wait`).
+    pub(crate) contended: Duration,
+}
+
+impl Patience {
+    /// The request's wait timeout, for every outcome: what [`LeaseClient::acquire`] does.
+    ///
+    /// [`LeaseClient::acquire`]: crate::LeaseClient::acquire
+    pub(crate) fn of(request: &LeaseRequest) -> Self {
+        let wait = request.wait_timeout();
+        Self {
+            wait,
+            contended: wait,
+        }
+    }
+
+    /// A lease supervisor's: while contended, as long as any wait may last
+    /// ([`WAIT_TIMEOUT`]'s maximum), listening for the release notice; any other outcome
+    /// ends the wait after the request's wait timeout, so the supervisor paces it.
+    pub(crate) fn while_contended(request: &LeaseRequest) -> Self {
+        let wait = request.wait_timeout();
+        Self {
+            wait,
+            contended: wait.max(WAIT_TIMEOUT.max),
+        }
+    }
+}
 
 /// What the wait loop does after a try, decided from its outcome and the time alone.
 #[derive(Debug)]
@@ -41,33 +84,68 @@ pub(crate) enum Step {
     /// The wait is over: return this outcome.
     Done(AcquireOutcome),
     /// Contended for the first time: subscribe to release notices, then try again at once
-    /// (invariant 4).
+    /// (invariant 4). From then on [`WaitPolicy::wants_subscription`] says when to subscribe
+    /// again.
     Subscribe,
     /// Sleep until `wake_at` (a release notice wakes the loop earlier), then try again;
     /// `why` names the outcome for the retry metric.
     Retry { wake_at: Instant, why: &'static str },
 }
 
-/// The wait loop's decisions, sans I/O: the deadline, whether the loop subscribed, whether
-/// any try may have reached Redis, and the backoff after `Unavailable`.
+/// The wait loop's decisions, sans I/O: the deadline, whether the loop listens for
+/// notices, whether any try may have reached Redis, and the backoffs after `Unavailable`
+/// and after a failed subscription.
 #[derive(Debug)]
 pub(crate) struct WaitPolicy {
     deadline: Instant,
-    subscribed: bool,
+    /// The deadline while contended (or lock-delayed): at or after `deadline`.
+    contended_deadline: Instant,
+    /// Contended once: the loop keeps a subscription from then on (invariant 5).
+    wants_notices: bool,
+    /// When to subscribe again while there is no subscription: `None` while there is one.
+    resubscribe_at: Option<Instant>,
+    resubscribe: Duration,
     /// The attempt and failure of the last try that may have reached Redis.
     maybe_sent: Option<(Attempt, FailureDetail)>,
     backoff: Duration,
 }
 
 impl WaitPolicy {
-    /// A wait of `wait_timeout` starting at `now`.
-    pub(crate) fn new(now: Instant, wait_timeout: Duration) -> Self {
+    /// A wait of `patience` starting at `now`.
+    pub(crate) fn new(now: Instant, patience: Patience) -> Self {
         Self {
-            deadline: now + wait_timeout,
-            subscribed: false,
+            deadline: now + patience.wait,
+            contended_deadline: now + patience.contended.max(patience.wait),
+            wants_notices: false,
+            resubscribe_at: Some(now),
+            resubscribe: RESUBSCRIBE_MIN,
             maybe_sent: None,
             backoff: BACKOFF_MIN,
         }
+    }
+
+    /// Whether the loop should subscribe before its next try, at `now`.
+    pub(crate) fn wants_subscription(&self, now: Instant) -> bool {
+        self.wants_notices && self.resubscribe_at.is_some_and(|at| at <= now)
+    }
+
+    /// The loop subscribed (`live`) or failed to, at `now`.
+    pub(crate) fn subscribed(&mut self, live: bool, now: Instant) {
+        if live {
+            self.resubscribe_at = None;
+            self.resubscribe = RESUBSCRIBE_MIN;
+        } else {
+            self.lost(now);
+        }
+    }
+
+    /// There is no subscription any more (or subscribing failed), at `now`: the time of the
+    /// next attempt to subscribe, which a contended sleep does not pass.
+    pub(crate) fn lost(&mut self, now: Instant) -> Instant {
+        let at = now + self.resubscribe;
+        self.resubscribe = (self.resubscribe * 2).min(RESUBSCRIBE_MAX);
+        self.resubscribe_at = Some(at);
+        at
     }
 
     /// The step after a try that answered `outcome` at `now`; `jitter(max)` draws a random
@@ -78,22 +156,38 @@ impl WaitPolicy {
         now: Instant,
         jitter: &mut impl FnMut(Duration) -> Duration,
     ) -> Step {
+        let contended = matches!(
+            outcome,
+            AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
+        );
+        let deadline = if contended {
+            self.contended_deadline
+        } else {
+            self.deadline
+        };
         let (pause, why) = match &outcome {
             AcquireOutcome::Acquired(_)
             | AcquireOutcome::Replayed(_)
             | AcquireOutcome::OwnerOperationConflict { .. } => return Step::Done(outcome),
-            _ if now >= self.deadline => return Step::Done(self.settle(outcome)),
+            _ if now >= deadline => return Step::Done(self.settle(outcome)),
             // A lock-delay ends at its time, or earlier on the ended holder's release: the
             // notice wakes the waiter for it too.
             AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
-                if !self.subscribed =>
+                if !self.wants_notices =>
             {
-                self.subscribed = true;
+                self.wants_notices = true;
                 return Step::Subscribe;
             }
             AcquireOutcome::Contended { retry_after }
             | AcquireOutcome::LockDelayed { retry_after } => {
-                (*retry_after + jitter(*retry_after / 10), outcome.as_str())
+                let pause = *retry_after + jitter(*retry_after / 10);
+                // Without a subscription, no longer than until the next attempt at one
+                // (invariant 5).
+                let pause = match self.resubscribe_at {
+                    Some(at) => pause.min(at.saturating_duration_since(now)),
+                    None => pause,
+                };
+                (pause, outcome.as_str())
             }
             AcquireOutcome::Indeterminate { attempt, detail } => {
                 self.maybe_sent = Some((attempt.clone(), detail.clone()));
@@ -106,7 +200,7 @@ impl WaitPolicy {
             }
         };
         Step::Retry {
-            wake_at: (now + pause).min(self.deadline),
+            wake_at: (now + pause).min(deadline),
             why,
         }
     }
@@ -125,17 +219,21 @@ impl WaitPolicy {
 pub(crate) async fn acquire_with_wait(
     session: &Arc<Session>,
     request: &LeaseRequest,
+    patience: Patience,
 ) -> AcquireOutcome {
-    let mut policy = WaitPolicy::new(Instant::now(), request.wait_timeout());
+    let mut policy = WaitPolicy::new(Instant::now(), patience);
     let mut notices: Option<ReleaseNotices> = None;
     let mut jitter = random_jitter;
     loop {
+        if notices.is_none() && policy.wants_subscription(Instant::now()) {
+            notices = subscribe(session, request).await;
+            policy.subscribed(notices.is_some(), Instant::now());
+        }
         let outcome = acquire::try_acquire(session, request).await;
         let wake_at = match policy.next(outcome, Instant::now(), &mut jitter) {
             Step::Done(outcome) => return outcome,
             Step::Subscribe => {
                 telemetry::wait_retry(request.purpose(), "contended");
-                notices = subscribe(session, request).await;
                 continue;
             }
             Step::Retry { wake_at, why } => {
@@ -143,23 +241,33 @@ pub(crate) async fn acquire_with_wait(
                 wake_at
             }
         };
-        match notices.as_mut() {
-            Some(n) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(wake_at) => {}
-                    alive = n.next() => {
-                        if alive {
-                            telemetry::wait_wakeup(request.purpose());
-                        } else {
-                            // The subscription's connection ended: fall back to sleeping.
-                            notices = None;
-                        }
-                    }
+        sleep(&mut notices, &mut policy, wake_at, request).await;
+    }
+}
+
+/// Sleeps until `wake_at` or a notice. A subscription that ends meanwhile brings the wake
+/// forward to the next attempt to subscribe (invariant 5).
+async fn sleep(
+    notices: &mut Option<ReleaseNotices>,
+    policy: &mut WaitPolicy,
+    mut wake_at: Instant,
+    request: &LeaseRequest,
+) {
+    while let Some(n) = notices.as_mut() {
+        tokio::select! {
+            () = tokio::time::sleep_until(wake_at) => return,
+            alive = n.next() => {
+                if alive {
+                    telemetry::wait_wakeup(request.purpose());
+                    return;
                 }
+                // The subscription's connection ended.
+                *notices = None;
+                wake_at = wake_at.min(policy.lost(Instant::now()));
             }
-            None => tokio::time::sleep_until(wake_at).await,
         }
     }
+    tokio::time::sleep_until(wake_at).await;
 }
 
 async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<ReleaseNotices> {

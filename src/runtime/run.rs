@@ -13,7 +13,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::lease::AcquireOutcome;
+use crate::lease::{AcquireOutcome, Patience};
 use crate::protocol::LeaseRequest;
 use crate::runtime::worker::{TaskEnd, Worker};
 use crate::runtime::{
@@ -99,7 +99,7 @@ impl LeaseRuntime {
         // The acquisition and the actor's start are boxed: this future rests in its
         // caller's task for as long as the lease is held, at the size of its largest state
         // (3 KB unboxed, against the few hundred bytes of waiting for the report).
-        let (handle, slot) = match Box::pin(self.take(request)).await? {
+        let (handle, slot) = match Box::pin(self.take(request, Patience::of(request))).await? {
             Ok(held) => held,
             Err(other) => return Ok(RunOutcome::NotAcquired(other)),
         };

@@ -8,7 +8,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LeaseError;
-use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState};
+use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience};
 use crate::protocol::LeaseRequest;
 use crate::runtime::job::Started;
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
@@ -163,7 +163,7 @@ impl LeaseRuntime {
         W: Actor,
         W::Msg: From<LeaseCancelled>,
     {
-        let (handle, slot) = match self.take(request).await? {
+        let (handle, slot) = match self.take(request, Patience::of(request)).await? {
             Ok(held) => held,
             Err(other) => return Ok(SpawnOutcome::NotAcquired(other)),
         };
@@ -256,16 +256,18 @@ impl LeaseRuntime {
     }
 
     /// What every entry point does first: the checks before any I/O (renewal room, the
-    /// runtime's lease limit, a drain), then the acquisition — given up if a drain begins
-    /// meanwhile. The handle with its slot, or what the acquisition answered instead.
+    /// runtime's lease limit, a drain), then the acquisition, waiting as `patience` says —
+    /// given up if a drain begins meanwhile. The handle with its slot, or what the
+    /// acquisition answered instead.
     pub(crate) async fn take(
         &self,
         request: &LeaseRequest,
+        patience: Patience,
     ) -> Result<Result<(LeaseHandle, Slot), AcquireOutcome>, RuntimeError> {
         self.client.settings().check_request(request)?;
         let slot = self.slot()?;
         let outcome = tokio::select! {
-            outcome = self.client.acquire(request) => outcome?,
+            outcome = self.client.acquire_with(request, patience) => outcome?,
             () = self.registry.drain_began() => {
                 // The acquisition may have landed: give it up by its attempt
                 // (owner-checked, so nobody else's lease is touched).

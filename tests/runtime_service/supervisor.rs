@@ -319,3 +319,73 @@ async fn on_redis_a_linked_supervisor_whose_make_panics_fails_to_the_application
     println!("measured: the panicked term's lease taken by the next client after {waited:?}");
     app.stop(None);
 }
+
+/// Leader election on the defaults (settings and request: a 30 s TTL, no wait timeout): a
+/// follower's supervisor listens for the leader's release notice while it waits, so when
+/// the leader stops gracefully the follower holds the lease within milliseconds — not when
+/// the TTL the leader's last renewal set would have run out. Five handovers, each side
+/// leading in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_follower_on_defaults_takes_over_at_once_when_the_leader_stops() {
+    const HANDOVERS: usize = 5;
+    let server = RedisServer::start();
+    let runtimes = [(); 2].map(|()| {
+        LeaseRuntime::new(LeaseClient::redis(&server.url(), LeaseSettings::default()).unwrap())
+    });
+    let elect = |rt: &LeaseRuntime| {
+        let request = rt
+            .client()
+            .request("leader", "scheduler")
+            .unwrap()
+            .build()
+            .unwrap();
+        let rt = rt.clone();
+        async move {
+            rt.supervise(
+                request,
+                |_| (UntilCancelled, ()),
+                CancelPolicy::Kill,
+                SupervisorConfig::default(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let mut leader = elect(&runtimes[0]).await;
+    next_term(&mut leader.watch(), None).await;
+    let mut took = Vec::with_capacity(HANDOVERS);
+    for round in 1..=HANDOVERS {
+        let follower = elect(&runtimes[round % 2]).await;
+        // The follower waits, listening: the lease's release channel is subscribed.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.query::<Vec<String>>(&["PUBSUB", "CHANNELS"]).len() != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the follower never listened"
+            );
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(*follower.watch().borrow(), SupervisorState::Acquiring);
+        let stopped = Instant::now();
+        let summary = leader.shutdown().await;
+        assert_eq!(
+            summary.last.map(|r| r.release),
+            Some(ReleaseOutcome::Released)
+        );
+        next_term(&mut follower.watch(), None).await;
+        took.push(stopped.elapsed());
+        leader = follower;
+    }
+    let _ = leader.shutdown().await;
+    println!(
+        "measured: a follower on defaults took over after the leader's graceful stop in {took:?}"
+    );
+    for (round, took) in took.iter().enumerate() {
+        // Without the notice it would wait for the leader's TTL (30 s).
+        assert!(
+            *took <= Duration::from_millis(500),
+            "handover {}: {took:?}",
+            round + 1
+        );
+    }
+}

@@ -64,11 +64,16 @@
 //! * An acquisition that waits for replicas (`LeaseRequestBuilder::wait_for_replicas`) runs
 //!   alone on a twin backend with connections of its own — the script, then `WAIT` on the
 //!   same connection — since `WAIT` blocks its connection until the replicas answer.
-//! * Release notices use one pub/sub connection per subscription, to the node of the shared
-//!   connection (under Sentinel: the current primary, where the release script publishes).
-//!   Obtaining the shared connection and subscribing are bounded together by the
-//!   subscription's timeout. The subscription ends — the caller falls back to polling — when
-//!   its connection breaks or the primary moves to another node; it is closed when dropped.
+//! * Release notices use one pub/sub connection per node, shared by every subscription of
+//!   the backend (`pubsub`), to the node of the shared connection (under Sentinel: the
+//!   current primary, where the release script publishes). Obtaining the shared connection,
+//!   opening the pub/sub one if needed and the server's confirmation are bounded together by
+//!   the subscription's timeout; concurrent subscriptions are confirmed together, by a few
+//!   pipelined `SUBSCRIBE`s. The subscription ends — the caller subscribes again soon — when
+//!   its connection breaks, when the server leaves a round of `SUBSCRIBE`s unconfirmed for
+//!   the connect timeout, when the shared connection is replaced (the pub/sub connection
+//!   opened beside it closes then, so none outlives a fault or a dropped backend), or when
+//!   the primary moves to another node; dropping it unsubscribes.
 //!
 //! # What Sentinel does not promise
 //!
@@ -384,7 +389,8 @@ impl RedisBackend {
             let (_, current) = self.connection(deadline, &keys.lease).await?;
             let failed = |kind, m: String| SendFailure::NotSent(FailureDetail::new(kind, m));
             let node = &current.node;
-            let subscribe = node.notices.subscribe(&node.client, channels);
+            let subscribe =
+                (node.notices).subscribe(&node.client, channels, self.inner.connect_timeout);
             let bound = deadline.min(Instant::now() + self.inner.connect_timeout);
             let notices = tokio::time::timeout_at(bound, subscribe)
                 .await

@@ -12,12 +12,19 @@ use crate::protocol::OperationId;
 
 const MS: Duration = Duration::from_millis(1);
 
+/// A try's outcome, or what the loop's subscription did.
 #[derive(Debug, Clone, Copy)]
 enum Try {
     Conflict,
     Contended(u64),
     Indeterminate,
     Unavailable,
+    /// Subscribing succeeded.
+    Subscribed,
+    /// Subscribing failed.
+    SubscribeFailed,
+    /// The subscription ended.
+    Lost,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,49 +34,104 @@ enum Expect {
     Subscribe,
     /// Retry at t0 + ms, for this reason.
     Retry(u64, &'static str),
+    /// After a subscription event: the next attempt to subscribe is at t0 + ms (`None`:
+    /// there is a subscription).
+    Resubscribe(Option<u64>),
 }
 
 struct Row {
     name: &'static str,
+    /// `None`: a 1 s wait, whatever the outcomes.
+    patience: Option<Patience>,
     tries: &'static [(Try, u64, Expect)],
 }
 
-use Expect::{Done, Retry, Subscribe};
+const fn wait(wait: Duration) -> Patience {
+    Patience {
+        wait,
+        contended: wait,
+    }
+}
+
+const SECOND: Patience = wait(Duration::from_secs(1));
+
+/// A supervisor's: no wait but while contended, and then up to 10 s.
+const WHILE_CONTENDED: Option<Patience> = Some(Patience {
+    wait: Duration::ZERO,
+    contended: Duration::from_secs(10),
+});
+
+use Expect::{Done, Resubscribe, Retry, Subscribe};
 
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
-    Row { name: "a conflict ends the wait at once", tries: &[(Try::Conflict, 0, Done("owner_operation_conflict"))] },
-    Row { name: "first contention subscribes, then sleeps retry_after + jitter", tries: &[
+    Row { name: "a conflict ends the wait at once", patience: None, tries: &[(Try::Conflict, 0, Done("owner_operation_conflict"))] },
+    Row { name: "first contention subscribes, then sleeps retry_after + jitter", patience: None, tries: &[
         (Try::Contended(100), 0, Subscribe),
+        (Try::Subscribed, 1, Resubscribe(None)),
         (Try::Contended(100), 5, Retry(115, "contended")),
         (Try::Contended(100), 115, Retry(225, "contended")),
     ] },
-    Row { name: "no sleep past the deadline", tries: &[
+    Row { name: "no sleep past the deadline", patience: None, tries: &[
         (Try::Contended(5000), 0, Subscribe),
+        (Try::Subscribed, 1, Resubscribe(None)),
         (Try::Contended(5000), 5, Retry(1000, "contended")),
     ] },
-    Row { name: "at the deadline the last outcome is returned", tries: &[
+    Row { name: "without a subscription a contended sleep ends at the next attempt at one", patience: None, tries: &[
+        (Try::Contended(5000), 0, Subscribe),
+        (Try::SubscribeFailed, 1, Resubscribe(Some(51))),
+        (Try::Contended(5000), 2, Retry(51, "contended")),
+        (Try::SubscribeFailed, 51, Resubscribe(Some(151))),
+        (Try::Contended(5000), 52, Retry(151, "contended")),
+        (Try::Subscribed, 151, Resubscribe(None)),
+        (Try::Contended(5000), 152, Retry(1000, "contended")),
+    ] },
+    Row { name: "a subscription that ends is made again soon; a confirmed one starts the pauses over", patience: None, tries: &[
+        (Try::Contended(5000), 0, Subscribe),
+        (Try::Subscribed, 1, Resubscribe(None)),
+        (Try::Lost, 10, Resubscribe(Some(60))),
+        (Try::SubscribeFailed, 60, Resubscribe(Some(160))),
+        (Try::Subscribed, 160, Resubscribe(None)),
+        (Try::Lost, 200, Resubscribe(Some(250))),
+    ] },
+    Row { name: "a retry_after shorter than the next attempt to subscribe is kept", patience: None, tries: &[
+        (Try::Contended(5000), 0, Subscribe),
+        (Try::SubscribeFailed, 1, Resubscribe(Some(51))),
+        (Try::Contended(20), 2, Retry(24, "contended")),
+    ] },
+    Row { name: "at the deadline the last outcome is returned", patience: None, tries: &[
         (Try::Contended(100), 0, Subscribe),
         (Try::Contended(100), 1000, Done("contended")),
     ] },
-    Row { name: "unavailable backs off, doubling", tries: &[
+    Row { name: "unavailable backs off, doubling", patience: None, tries: &[
         (Try::Unavailable, 0, Retry(10, "unavailable")),
         (Try::Unavailable, 10, Retry(30, "unavailable")),
         (Try::Unavailable, 30, Retry(70, "unavailable")),
     ] },
-    Row { name: "indeterminate replays after a short pause", tries: &[
+    Row { name: "indeterminate replays after a short pause", patience: None, tries: &[
         (Try::Indeterminate, 0, Retry(10, "indeterminate")),
     ] },
-    Row { name: "after a try that may have landed, a failed end is indeterminate", tries: &[
+    Row { name: "after a try that may have landed, a failed end is indeterminate", patience: None, tries: &[
         (Try::Indeterminate, 0, Retry(10, "indeterminate")),
         (Try::Unavailable, 1000, Done("indeterminate")),
     ] },
-    Row { name: "only unavailable tries: the end is unavailable", tries: &[
+    Row { name: "only unavailable tries: the end is unavailable", patience: None, tries: &[
         (Try::Unavailable, 0, Retry(10, "unavailable")),
         (Try::Unavailable, 1000, Done("unavailable")),
     ] },
-    Row { name: "a zero wait is one try", tries: &[
+    Row { name: "a zero wait is one try", patience: None, tries: &[
         (Try::Contended(100), 1000, Done("contended")),
+    ] },
+    Row { name: "a supervisor waits while contended, listening", patience: WHILE_CONTENDED, tries: &[
+        (Try::Contended(5000), 0, Subscribe),
+        (Try::Subscribed, 1, Resubscribe(None)),
+        (Try::Contended(5000), 2, Retry(5502, "contended")),
+        (Try::Contended(5000), 5502, Retry(10000, "contended")),
+        (Try::Contended(5000), 10000, Done("contended")),
+    ] },
+    Row { name: "a supervisor's wait ends on anything but contention", patience: WHILE_CONTENDED, tries: &[
+        (Try::Contended(5000), 0, Subscribe),
+        (Try::Unavailable, 2, Done("unavailable")),
     ] },
 ];
 
@@ -87,7 +149,34 @@ fn outcome(t: Try, attempt: &Attempt) -> AcquireOutcome {
             detail: detail(),
         },
         Try::Unavailable => AcquireOutcome::Unavailable { detail: detail() },
+        Try::Subscribed | Try::SubscribeFailed | Try::Lost => {
+            unreachable!("{t:?} is not a try")
+        }
     }
+}
+
+/// Applies a subscription event to `policy` and says when it will next subscribe; `None`
+/// for a try.
+fn subscription_event(
+    policy: &mut WaitPolicy,
+    t: Try,
+    now: Instant,
+    t0: Instant,
+) -> Option<Expect> {
+    match t {
+        Try::Subscribed => policy.subscribed(true, now),
+        Try::SubscribeFailed => policy.subscribed(false, now),
+        Try::Lost => {
+            policy.lost(now);
+        }
+        _ => return None,
+    }
+    assert!(!policy.wants_subscription(now), "{t:?} at {now:?}");
+    let at = policy.resubscribe_at.map(|at| {
+        let ms = at.duration_since(t0).as_millis();
+        u64::try_from(ms).unwrap_or(u64::MAX)
+    });
+    Some(Resubscribe(at))
 }
 
 #[test]
@@ -96,9 +185,13 @@ fn every_row_of_the_wait_policy_table() {
     let t0 = Instant::now();
     let at = |ms: u64| t0 + MS * u32::try_from(ms).unwrap_or(u32::MAX);
     for row in ROWS {
-        let mut policy = WaitPolicy::new(t0, Duration::from_secs(1));
+        let mut policy = WaitPolicy::new(t0, row.patience.unwrap_or(SECOND));
         let mut jitter = |max: Duration| max;
         for &(t, ms, expect) in row.tries {
+            if let Some(got) = subscription_event(&mut policy, t, at(ms), t0) {
+                assert_eq!(got, expect, "{}: {t:?} at {ms}", row.name);
+                continue;
+            }
             let step = policy.next(outcome(t, &attempt), at(ms), &mut jitter);
             let got = match &step {
                 Step::Done(outcome) => Done(outcome.as_str()),
@@ -117,7 +210,7 @@ fn every_row_of_the_wait_policy_table() {
 fn the_settled_indeterminate_outcome_names_the_attempt_that_may_hold_the_lease() {
     let attempt = Attempt::new(OperationId::new("wait-test").expect("id")).expect("attempt");
     let t0 = Instant::now();
-    let mut policy = WaitPolicy::new(t0, Duration::ZERO);
+    let mut policy = WaitPolicy::new(t0, wait(Duration::ZERO));
     let mut jitter = |max: Duration| max;
     let _ = policy.next(outcome(Try::Indeterminate, &attempt), t0 - MS, &mut jitter);
     match policy.next(outcome(Try::Unavailable, &attempt), t0, &mut jitter) {
@@ -129,7 +222,7 @@ fn the_settled_indeterminate_outcome_names_the_attempt_that_may_hold_the_lease()
 #[test]
 fn the_backoff_after_unavailable_stops_growing_at_its_maximum() {
     let t0 = Instant::now();
-    let mut policy = WaitPolicy::new(t0, Duration::from_secs(3600));
+    let mut policy = WaitPolicy::new(t0, wait(Duration::from_secs(3600)));
     let mut jitter = |max: Duration| max;
     let mut last = Duration::ZERO;
     for _ in 0..20 {
@@ -141,4 +234,15 @@ fn the_backoff_after_unavailable_stops_growing_at_its_maximum() {
         }
     }
     assert_eq!(last, BACKOFF_MAX);
+}
+
+#[test]
+fn the_pause_before_subscribing_again_stops_growing_at_its_maximum() {
+    let t0 = Instant::now();
+    let mut policy = WaitPolicy::new(t0, wait(Duration::from_secs(3600)));
+    let mut last = Duration::ZERO;
+    for _ in 0..20 {
+        last = policy.lost(t0) - t0;
+    }
+    assert_eq!(last, RESUBSCRIBE_MAX);
 }

@@ -33,6 +33,7 @@ use crate::runtime::watchdog::{Action, Watchdog};
 use crate::runtime::worker::Worker;
 use crate::runtime::worker::WorkerState;
 use crate::runtime::{CancelReason, JobEnd, LeaseCancelled};
+use state::ArmedTimer;
 pub(crate) use state::{LeaseActorArgs, LeaseActorState, release_time};
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must
@@ -142,6 +143,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             watchdog: Watchdog::new(valid_until, now, renew_every, safety_margin, policy),
             cancelled: None,
             timer: 0,
+            armed: ArmedTimer::default(),
             span,
         };
         state.publish();

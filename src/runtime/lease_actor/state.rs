@@ -47,6 +47,8 @@ pub(crate) struct LeaseActorState<M> {
     pub(super) cancelled: Option<LeaseCancelled>,
     /// Generation of the one armed timer: a `Tick` of an older one is stale.
     pub(super) timer: u64,
+    /// The armed timer's task, stopped when another is armed and when the actor ends.
+    pub(super) armed: ArmedTimer,
     /// One span for the lease's whole life in this actor.
     pub(super) span: tracing::Span,
 }
@@ -71,6 +73,29 @@ impl<M> LeaseActorState<M> {
     }
 }
 
+/// The task of the one armed timer (ractor's `send_after` sleeps in a task of its own until
+/// the deadline, which can be a whole TTL away): a timer no longer wanted is stopped, so an
+/// ended lease leaves no task behind.
+#[derive(Default)]
+pub(super) struct ArmedTimer(Option<TimerTask>);
+
+type TimerTask = ractor::concurrency::JoinHandle<Result<(), ractor::MessagingErr<LeaseActorMsg>>>;
+
+impl ArmedTimer {
+    /// Arms `task` (or nothing), stopping the one armed before.
+    fn replace(&mut self, task: Option<TimerTask>) {
+        if let Some(previous) = std::mem::replace(&mut self.0, task) {
+            previous.abort();
+        }
+    }
+}
+
+impl Drop for ArmedTimer {
+    fn drop(&mut self) {
+        self.replace(None);
+    }
+}
+
 /// The effects of the watchdog's decisions: I/O, messages and telemetry.
 impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     pub(super) fn arm(&mut self, myself: &ActorRef<LeaseActorMsg>) {
@@ -81,7 +106,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         let generation = self.timer;
         let delay = deadline.at().saturating_duration_since(Instant::now());
         tracing::trace!(?deadline, ?delay, "lease actor timer armed");
-        myself.send_after(delay, move || LeaseActorMsg(Command::Tick(generation)));
+        let task = myself.send_after(delay, move || LeaseActorMsg(Command::Tick(generation)));
+        self.armed.replace(Some(task));
     }
 
     /// Sends the one cancellation (invariant 2) and applies the policy if no time is left.
@@ -175,6 +201,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     pub(super) async fn finish(&mut self, end: JobEnd) -> LeaseReport {
         self.watchdog.finish();
         self.timer += 1;
+        self.armed.replace(None);
         let mut release = self.handle.release().await;
         // A release that did not land leaves the key held until its TTL; the worker has
         // stopped, so a few bounded retries cost nothing and usually free it sooner. The

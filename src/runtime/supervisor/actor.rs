@@ -12,7 +12,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{AcquireOutcome, LeaseHandle};
+use crate::lease::{AcquireOutcome, LeaseHandle, Patience};
 use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::job::report_or_vanished;
 use crate::runtime::lease_actor::release_time;
@@ -263,7 +263,11 @@ where
         let myself = myself.clone();
         tokio::spawn(async move {
             let answer = tokio::select! {
-                taken = runtime.take(&request) => Command::Acquired(Box::new(taken)),
+                // Contended, it waits for the release notice however long that takes,
+                // whatever the request's own wait: a handover is one round trip.
+                taken = runtime.take(&request, Patience::while_contended(&request)) => {
+                    Command::Acquired(Box::new(taken))
+                }
                 () = cancel.cancelled() => {
                     // The acquisition may have landed: give it up by its attempt
                     // (owner-checked, so nobody else's lease is touched).
@@ -294,7 +298,7 @@ where
                     outcome = outcome.as_str(),
                     "lease supervisor did not acquire"
                 );
-                let hint = retry_hint(&outcome, self.request.wait_timeout());
+                let hint = retry_hint(&outcome);
                 pause_then_acquire(myself, self.pacing.after_failure(hint));
                 return Ok(());
             }

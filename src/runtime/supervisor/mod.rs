@@ -209,10 +209,14 @@ impl LeaseSupervisor {
 }
 
 impl LeaseRuntime {
-    /// Keeps a worker made by `make` running under `request`'s lease: acquire (waiting up
-    /// to the request's wait timeout, again and again), run a term, and when the term ends
-    /// by loss, failure or abort, re-acquire with a new attempt after a backoff and start a
-    /// fresh worker. A term whose worker completes normally ends the supervisor; so does
+    /// Keeps a worker made by `make` running under `request`'s lease: acquire, run a term,
+    /// and when the term ends by loss, failure or abort, re-acquire with a new attempt after
+    /// a backoff and start a fresh worker. While the lease is held by another (or in its
+    /// lock-delay) the supervisor waits for it however long that takes, listening for the
+    /// release notice whatever the request's wait timeout: a leader's graceful stop hands
+    /// over in one round trip; a crashed leader's lease when its TTL runs out. Other
+    /// failures to acquire are retried within the request's wait timeout, then paced by
+    /// `config`. A term whose worker completes normally ends the supervisor; so does
     /// the runtime's [`shutdown`](Self::shutdown), after the current term.
     ///
     /// The supervisor is an actor of its own, linked to nothing (see

@@ -41,17 +41,11 @@ impl Pacing {
 }
 
 /// What an acquisition that did not take the lease says about the pause before the next
-/// one, for [`Pacing::after_failure`]: a contended lease's (or lock-delay's) remaining time
-/// when the request
-/// does not wait, nothing at all (`Some(ZERO)`) when it waited its whole wait timeout — the
-/// wait loop already slept — and `None` (back off) for anything else.
-pub(crate) fn retry_hint(outcome: &AcquireOutcome, wait_timeout: Duration) -> Option<Duration> {
+/// one, for [`Pacing::after_failure`]: nothing at all (`Some(ZERO)`) for a contended lease
+/// (or one in its lock-delay) — the acquisition already waited, listening for its release,
+/// as long as a wait may last — and `None` (back off) for anything else.
+pub(crate) fn retry_hint(outcome: &AcquireOutcome) -> Option<Duration> {
     match outcome {
-        AcquireOutcome::Contended { retry_after } | AcquireOutcome::LockDelayed { retry_after }
-            if wait_timeout.is_zero() =>
-        {
-            Some(*retry_after)
-        }
         AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. } => {
             Some(Duration::ZERO)
         }
@@ -100,19 +94,18 @@ mod tests {
     }
 
     #[test]
-    fn a_contended_lease_says_when_to_try_again_and_other_outcomes_back_off() {
+    fn a_contended_lease_is_tried_again_at_once_and_other_outcomes_back_off() {
         let contended = AcquireOutcome::Contended {
             retry_after: 700 * MS,
         };
-        assert_eq!(retry_hint(&contended, Duration::ZERO), Some(700 * MS));
-        assert_eq!(retry_hint(&contended, 5 * 1000 * MS), Some(Duration::ZERO));
+        assert_eq!(retry_hint(&contended), Some(Duration::ZERO));
         let unavailable = AcquireOutcome::Unavailable {
             detail: crate::backend::FailureDetail::new(
                 crate::backend::FailureKind::Timeout,
                 "test",
             ),
         };
-        assert_eq!(retry_hint(&unavailable, Duration::ZERO), None);
+        assert_eq!(retry_hint(&unavailable), None);
     }
 
     #[test]
