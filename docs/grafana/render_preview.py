@@ -38,9 +38,11 @@ What it does:
    Prometheus's extrapolation, `sum`/`min`/`max by`) at a 500 ms step with
    $__rate_interval = 2 s (four scrape intervals, as Grafana computes it), applies each
    target's legendFormat, and draws every panel where its gridPos puts it, under the row
-   titles, with the scenario's events marked on every time axis.
+   titles, with the scenario's events marked on every time axis (the handoff where the
+   waiter's log says it acquired).
 5. Prints the run's key figures: exit statuses, the handoff as the logs saw it, what the
    waiter's metrics say of its wait, the lowest renew margin before and during the pause.
+   It exits 1, after drawing, when a process did not end with its planned exit status.
 
 What a reader of the picture should know, as of a Prometheus behind Grafana:
   * rate() and increase() cannot tell that a series which first appears with value 1 was 0
@@ -89,7 +91,7 @@ LOOKBACK = 300.0                     # Prometheus's default lookback for instant
 WORKER = 'trap "sleep 1; exit 143" TERM; sleep {seconds} & wait $!'
 
 # Every holder renews every second or faster, so the 1.5 s pause surely delays one renewal of
-# each, and a rate over a few seconds is smooth. A renewal makes up to three attempts of one
+# each (the default, ttl/3, could miss it). A renewal makes up to three attempts of one
 # command timeout each: with LEASEHOLD_COMMAND_TIMEOUT=2s it waits the pause out and is
 # confirmed late, with less validity left; deploy-us keeps the default timeout (200 ms: about
 # 0.6 s for the three attempts) and renews every 500 ms, so the pause catches a renewal with
@@ -133,28 +135,37 @@ def free_port():
 
 # ---------------------------------------------------------------- the run
 
-class Scraper(threading.Thread):
-    """Scrapes every registered target each SCRAPE_INTERVAL into `scrapes`:
-    {'t', 'instance', 'series': [[name, labels, value], ...] or None when the scrape failed}."""
+class Scraper:
+    """Scrapes each target on a thread of its own every SCRAPE_INTERVAL, as Prometheus does (a
+    slow target delays no other), into `scrapes`: {'t': when the scrape started, 'instance',
+    'series': [[name, labels, value], ...], or None when the scrape failed}."""
 
     def __init__(self):
-        super().__init__(daemon=True)
-        self.targets = {}  # instance -> url
         self.scrapes = []
         self.stop = threading.Event()
+        self.threads = []
 
-    def run(self):
+    def add(self, instance, url):
+        thread = threading.Thread(target=self.scrape_every_interval, args=(instance, url))
+        thread.start()
+        self.threads.append(thread)
+
+    def scrape_every_interval(self, instance, url):
+        due = time.time()
         while not self.stop.is_set():
-            started = time.time()
-            for instance, url in list(self.targets.items()):
-                self.scrapes.append({'t': time.time(), 'instance': instance,
-                                     'series': scrape(url)})
-            self.stop.wait(max(0.0, SCRAPE_INTERVAL - (time.time() - started)))
+            self.scrapes.append({'t': time.time(), 'instance': instance, 'series': scrape(url)})
+            due += SCRAPE_INTERVAL
+            self.stop.wait(max(0.0, due - time.time()))
+
+    def close(self):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
 
 
 def scrape(url):
     try:
-        with urllib.request.urlopen(url, timeout=0.5) as reply:
+        with urllib.request.urlopen(url, timeout=SCRAPE_INTERVAL) as reply:
             return parse_exposition(reply.read().decode())
     except OSError:
         return None
@@ -183,7 +194,6 @@ def run_scenario(leasehold):
         url = 'redis://127.0.0.1:%d' % r.connection_pool.connection_kwargs['port']
         t0 = time.time()
         events = []
-        scraper.start()
         try:
             for at, action, what in SCHEDULE:
                 time.sleep(max(0.0, t0 + at - time.time()))
@@ -198,7 +208,7 @@ def run_scenario(leasehold):
                     with open(logs[what], 'w') as log:
                         procs[what] = subprocess.Popen(argv, stderr=log, stdout=subprocess.DEVNULL,
                                                        env=dict(os.environ, **env))
-                    scraper.targets[what] = 'http://127.0.0.1:%d/metrics' % port
+                    scraper.add(what, 'http://127.0.0.1:%d/metrics' % port)
                     continue
                 if action == 'sigterm':
                     procs[what].terminate()
@@ -216,8 +226,7 @@ def run_scenario(leasehold):
                 proc.wait(timeout=120)
             time.sleep(END_AFTER_LAST_EXIT)
         finally:
-            scraper.stop.set()
-            scraper.join()
+            scraper.close()
             for proc in procs.values():  # only after an error: stop what is left, by PID
                 if proc.poll() is None:
                     proc.kill()
@@ -458,10 +467,12 @@ def style(ax, formatter, end, integer):
 # ---------------------------------------------------------------- the figures
 
 def log_time(logs, name, message):
+    """When process `name` first logged `message` (its stderr also holds the command's lines,
+    which are not JSON)."""
     for line in logs.get(name, []):
         with contextlib.suppress(ValueError):
             record = json.loads(line)
-            if record['fields']['message'] == message:
+            if record.get('fields', {}).get('message') == message:
                 return datetime.fromisoformat(record['timestamp'].replace('Z', '+00:00'))
     return None
 
