@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{FencingToken, HolderLabel, InspectOutcome};
+use leasehold::{FencingToken, HolderLabel, InspectOutcome, LeaseRequest};
 
 use crate::{Common, config, fail, status};
 
@@ -51,16 +51,11 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         Err(e) => return fail(e),
     };
     let permits = args.permits.unwrap_or(1);
-    let slots = match client
-        .inspect_slots(
-            args.common.purpose(),
-            &resource,
-            u32::from(permits),
-            &attempt,
-        )
-        .await
-    {
-        Ok(slots) => slots,
+    let request = LeaseRequest::builder(args.common.purpose().clone(), resource, attempt)
+        .permits(u32::from(permits))
+        .build();
+    let slots = match request {
+        Ok(request) => client.inspect_slots(&request).await,
         Err(e) => return fail(config::option_error(&e)),
     };
     let mut held = Vec::with_capacity(slots.len());

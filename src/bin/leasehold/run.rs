@@ -245,9 +245,7 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
             // Whatever the acquisition did (it may have landed), the attempt's release
             // undoes it; a lease actor that had just started ends with its work.
             drop(work);
-            let release = client
-                .release_attempt(request.purpose(), request.resource(), request.attempt())
-                .await;
+            let release = client.release_attempt(&request).await;
             say!("{} before the command started; release: {}",
                 signal.name(),
                 release.as_str()
@@ -359,11 +357,10 @@ async fn not_run(
                 contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
             }
             AcquireOutcome::Unavailable { detail } => fail(server.explain(&detail)),
-            AcquireOutcome::Indeterminate { attempt, detail } => {
-                // The acquisition may have landed: give it back rather than leave it held.
-                let release = client
-                    .release_attempt(request.purpose(), request.resource(), &attempt)
-                    .await;
+            AcquireOutcome::Indeterminate { detail, .. } => {
+                // The acquisition may have landed (by the request's attempt, which every
+                // try reuses): give it back rather than leave it held.
+                let release = client.release_attempt(request).await;
                 fail(format!(
                     "acquisition never confirmed ({}); release: {}",
                     server.explain(&detail),

@@ -269,7 +269,7 @@ where
                     // (owner-checked, so nobody else's lease is touched).
                     let _ = runtime
                         .client()
-                        .release_attempt(request.purpose(), request.resource(), request.attempt())
+                        .release_attempt(&request)
                         .await;
                     Command::AcquireAbandoned
                 }
