@@ -157,7 +157,10 @@ async fn inspect_reads_a_counted_lease_whole_and_slot_by_slot(h: Harness) {
     assert_eq!(h.client.inspect(&stranger).await, InspectOutcome::Absent);
     // The two-permit holders are another lease: counts never mix.
     let two = request(&h.client, 2, "look");
-    let tokens: Vec<_> = (h.client.inspect_slots(&two).await)
+    let tokens: Vec<_> = h
+        .client
+        .inspect_slots(&two)
+        .await
         .iter()
         .map(|s| match s {
             InspectOutcome::HeldByOther { token, .. } => *token,
@@ -192,7 +195,11 @@ async fn inspect_reads_a_counted_lease_whole_and_slot_by_slot(h: Harness) {
 async fn an_indeterminate_counted_acquisition_is_settled_by_inspect_and_release_attempt(
     h: Harness,
 ) {
-    let settings = (h.client.settings().clone()).with_command_timeout(Duration::from_millis(150));
+    let settings = h
+        .client
+        .settings()
+        .clone()
+        .with_command_timeout(Duration::from_millis(150));
     let client = h.client_with(settings);
     // Connected, and the script loaded on every node (see backend_contract.rs).
     for i in 0..32 {
@@ -234,7 +241,9 @@ async fn an_indeterminate_counted_acquisition_is_settled_by_inspect_and_release_
 
 /// The keys `req` acquires: its lease's, counted.
 fn req_keys(h: &Harness, req: &LeaseRequest) -> LeaseKeys {
-    (h.client.keys(req.purpose(), req.resource())).counted(req.permits())
+    h.client
+        .keys(req.purpose(), req.resource())
+        .counted(req.permits())
 }
 
 async fn a_waiter_wakes_on_a_freed_slot(h: Harness) {

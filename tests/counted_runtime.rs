@@ -186,18 +186,13 @@ impl Stalled {
 
     /// The pool's slots held on the server, by number.
     fn held(&self) -> Vec<u16> {
-        let keys = (self.client.keys(
-            &Purpose::new("pool").unwrap(),
-            &ResourceDigest::of("workers"),
-        ))
-        .counted(3);
-        (0..3)
-            .filter(|&slot| {
-                self.server
-                    .query::<i64>(&["EXISTS", &keys.for_slot(slot).lease])
-                    == 1
-            })
-            .collect()
+        let pool = redis_request(&self.client, "look");
+        let keys = self.client.keys(pool.purpose(), pool.resource());
+        let exists = |slot| {
+            let key = keys.clone().counted(3).for_slot(slot).lease;
+            self.server.query::<i64>(&["EXISTS", &key]) == 1
+        };
+        (0..3).filter(|&slot| exists(slot)).collect()
     }
 
     /// Waits until an acquisition sent through the stalled proxy ran on the server (slot 1

@@ -129,6 +129,11 @@ impl LeaseClient {
         self.session.backend()
     }
 
+    /// The keys `request` acquires: its lease's, counted when it has more than one permit.
+    pub(crate) fn request_keys(&self, request: &LeaseRequest) -> LeaseKeys {
+        self.session.request_keys(request)
+    }
+
     /// A fresh attempt (new owner token) for operation `operation_id`. Make it before the
     /// first send and keep it until the outcome is certain.
     ///
@@ -305,7 +310,7 @@ impl LeaseClient {
     /// Cancel safe: it changes nothing.
     pub async fn inspect_slots(&self, request: &LeaseRequest) -> Vec<InspectOutcome> {
         let (purpose, resource) = (request.purpose(), request.resource());
-        let slots = self.session.request_keys(request).each_slot();
+        let slots = self.request_keys(request).each_slot();
         futures_util::future::join_all(
             slots
                 .iter()
@@ -374,7 +379,7 @@ impl LeaseClient {
     /// # Cancel safety
     /// If dropped mid-flight the release may or may not have landed; call again.
     pub async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseOutcome {
-        let keys = self.session.request_keys(request);
+        let keys = self.request_keys(request);
         let release = Release {
             keys: &keys,
             purpose: request.purpose(),

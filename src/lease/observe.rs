@@ -390,9 +390,7 @@ impl Reader {
     }
 
     async fn subscribe(&self) -> Option<ReleaseNotices> {
-        let request = &self.request;
-        let keys =
-            (self.client.keys(request.purpose(), request.resource())).counted(request.permits());
+        let keys = self.client.request_keys(&self.request);
         let timeout = self.client.settings().command_timeout;
         match self
             .client

@@ -379,7 +379,10 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         // Stopped from outside while the worker ran (invariant 7); the release waits for the
         // worker's end (invariant 5).
         state.cancel(CancelReason::Shutdown);
-        let left = (state.watchdog.valid_until()).saturating_duration_since(Instant::now());
+        let left = state
+            .watchdog
+            .valid_until()
+            .saturating_duration_since(Instant::now());
         let running = match state.worker.take_running() {
             Some(running) => running.ended_within(STOP_GRACE.min(left)).await,
             None => None,
