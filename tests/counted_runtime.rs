@@ -240,6 +240,12 @@ async fn on_redis_a_counted_acquisition_a_drain_gives_up_in_flight_leaves_no_slo
     s.until_landed().await;
     let summary = rt.shutdown(Duration::from_secs(30)).await;
     assert_eq!(summary.left, 0, "{summary:?}");
+    println!(
+        "measured: the drain gave up a stalled counted acquisition and released it in {:?} \
+         (a round trip through the proxy: {:?})",
+        summary.took,
+        STALL * 2
+    );
     let given_up = job.await.unwrap();
     assert!(
         matches!(given_up, Err(RuntimeError::ShuttingDown)),
@@ -266,7 +272,14 @@ async fn on_redis_a_counted_acquisition_a_supervisor_gives_up_in_flight_leaves_n
         .await
         .unwrap();
     s.until_landed().await;
+    let asked = std::time::Instant::now();
     let summary = supervisor.shutdown().await;
+    println!(
+        "measured: the supervisor gave up a stalled counted acquisition and released it in \
+         {:?} (a round trip through the proxy: {:?})",
+        asked.elapsed(),
+        STALL * 2
+    );
     assert_eq!(
         summary.terms, 0,
         "given up before a term began: {summary:?}"

@@ -254,7 +254,12 @@ async fn a_lease_in_its_lock_delay_is_observed_as_such_then_free(h: Harness) {
         |s| matches!(s, ResourceHolder::LockDelayed { .. }),
     )
     .await;
-    let ResourceHolder::LockDelayed { token: ended, .. } = seen else {
+    let ResourceHolder::LockDelayed {
+        token: ended,
+        free_at,
+        ..
+    } = seen
+    else {
         unreachable!()
     };
     assert_eq!(ended, token);
@@ -268,6 +273,11 @@ async fn a_lease_in_its_lock_delay_is_observed_as_such_then_free(h: Harness) {
         *s == ResourceHolder::Free
     })
     .await;
+    println!(
+        "measured: {} observer reported the lock-delay's end {:?} after it",
+        h.name(),
+        tokio::time::Instant::now().saturating_duration_since(free_at)
+    );
 }
 
 contract_tests!(

@@ -405,8 +405,13 @@ async fn on_redis_stopping_the_application_tells_the_terms_worker_and_counts_the
         .await
         .unwrap();
     let term = next_term(&mut supervisor.watch(), None).await;
+    let stopped = std::time::Instant::now();
     app.stop(None);
     let summary = supervisor.join().await;
+    println!(
+        "measured: the application's stop ended the term, told and released, in {:?}",
+        stopped.elapsed()
+    );
     assert_ended_by_a_stop(&summary, &term, &mut told);
     let next = redis_request(&client, Duration::ZERO);
     assert_eq!(client.inspect(&next).await, InspectOutcome::Absent);
@@ -430,8 +435,13 @@ async fn on_redis_a_killed_lease_actors_report_carries_the_release_that_happened
         panic!("the lease is free")
     };
     let worker = job.worker().clone();
+    let killed = std::time::Instant::now();
     job.lease_actor().kill();
     let report = job.wait().await;
+    println!(
+        "measured: a killed lease actor reported its release {:?} after the kill",
+        killed.elapsed()
+    );
     assert_eq!(report.end, JobEnd::Aborted);
     assert_eq!(report.release, ReleaseOutcome::Released);
     assert_eq!(worker.get_status(), ActorStatus::Stopped);
