@@ -58,7 +58,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Purpose::new("leader")?,
         ResourceDigest::of(b"billing-scheduler"),
     );
-    let mut observer = connect()?.observe(&purpose, &resource, Duration::from_secs(1))?;
+    let observing = connect()?;
+    let watching =
+        LeaseRequest::builder(purpose.clone(), resource, observing.new_attempt("observe")?)
+            .build()?;
+    let mut observer = observing.observe(&watching, Duration::from_secs(1))?;
     tokio::spawn(async move {
         loop {
             if let ResourceHolder::Held {

@@ -157,7 +157,7 @@ pub use error::{DurationProblem, LeaseError};
 pub use lease::{
     AcquireOutcome, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver, LeaseSettings,
     LeaseState, ListCoverage, ListOutcome, ListedLease, ListedSlot, LostReason, ReleaseOutcome,
-    RenewOutcome, Replication, ResourceHolder, ValidityBudget,
+    RenewOutcome, Replication, ResourceHolder, SlotHolder, ValidityBudget,
 };
 pub use protocol::{
     Attempt, FencingToken, HolderLabel, LeaseKeys, LeaseRequest, Namespace, OperationId,

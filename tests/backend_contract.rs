@@ -187,25 +187,20 @@ async fn release_when_absent_is_already_absent(h: Harness) {
 
 async fn inspect_tells_attempt_other_and_absent_apart(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let (p, r) = (req.purpose().clone(), *req.resource());
-    let stranger = h.client.new_attempt("op-1").unwrap();
-    assert_eq!(
-        h.client.inspect(&p, &r, req.attempt()).await,
-        InspectOutcome::Absent
-    );
+    let stranger = req.with_new_attempt().unwrap();
+    assert_eq!(h.client.inspect(&req).await, InspectOutcome::Absent);
     let mut lease = acquired(&h.client, &req).await;
     let InspectOutcome::HeldByAttempt {
         remaining,
         token,
         holder: None,
-    } = h.client.inspect(&p, &r, req.attempt()).await
+    } = h.client.inspect(&req).await
     else {
         panic!("expected held by attempt, no holder label")
     };
     assert_eq!(token, lease.token());
     assert!(remaining > Duration::from_secs(20));
-    let InspectOutcome::HeldByOther { token, .. } = h.client.inspect(&p, &r, &stranger).await
-    else {
+    let InspectOutcome::HeldByOther { token, .. } = h.client.inspect(&stranger).await else {
         panic!("expected held by other")
     };
     assert_eq!(token, lease.token());
@@ -354,11 +349,7 @@ async fn reply_lost_after_the_script_ran_is_indeterminate_and_the_attempt_finds_
     let keys = client.keys(req.purpose(), req.resource());
     let held = h.held(&keys);
     assert!(held, "the script ran");
-    let InspectOutcome::HeldByAttempt { token, .. } = h
-        .client
-        .inspect(req.purpose(), req.resource(), &attempt)
-        .await
-    else {
+    let InspectOutcome::HeldByAttempt { token, .. } = h.client.inspect(&req).await else {
         panic!("inspect must find the attempt")
     };
     let AcquireOutcome::Replayed(lease) = h.client.try_acquire(&req).await.unwrap() else {

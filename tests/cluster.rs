@@ -43,9 +43,7 @@ async fn leases_on_every_primary_acquire_renew_inspect_and_release_on_their_slot
         assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
         let pttl: i64 = topology.nodes()[owner].query(&["PTTL", &keys.lease]);
         assert!(pttl > 29_000, "renew reset the TTL: {pttl}");
-        let inspected = client
-            .inspect(lease.purpose(), lease.resource(), lease.attempt())
-            .await;
+        let inspected = client.inspect(&req).await;
         assert!(
             matches!(inspected, InspectOutcome::HeldByAttempt { token, .. } if token == lease.token()),
             "{inspected:?}"
@@ -145,9 +143,7 @@ async fn a_lease_whose_slot_is_migrating_follows_ask_to_the_importing_node() {
     );
     assert!(pttl > 29_000, "renewed on the importing node: {pttl}");
     let look = request(&other, "migrating", "look");
-    let seen = other
-        .inspect(look.purpose(), look.resource(), look.attempt())
-        .await;
+    let seen = other.inspect(&look).await;
     assert!(
         matches!(seen, InspectOutcome::HeldByOther { token, .. } if token == held.token()),
         "{seen:?}"

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::backends::Harness;
+use common::backends::{Fault, Harness};
 use common::leases::acquired;
 use leasehold::*;
 use tokio::time::Instant;
@@ -137,28 +137,30 @@ async fn renew_release_and_expiry_touch_only_the_holders_slot(h: Harness) {
     std::mem::forget(after);
 }
 
-async fn inspect_slots_reports_each_slot_its_token_and_the_attempts_own(h: Harness) {
-    let held = fill(&h, 2).await;
+async fn inspect_reads_a_counted_lease_whole_and_slot_by_slot(h: Harness) {
+    let mut held = fill(&h, 2).await;
     let req = request(&h.client, 4, "mine");
     let mine = acquired(&h.client, &req).await;
-    let slots = h
-        .client
-        .inspect_slots(req.purpose(), req.resource(), 4, req.attempt())
-        .await
-        .unwrap();
+    let slots = h.client.inspect_slots(&req).await;
     assert_eq!(slots.len(), 4);
     assert!(
         matches!(&slots[0], InspectOutcome::HeldByAttempt { token, .. } if *token == mine.token()),
         "{slots:?}"
     );
     assert!(slots[1..].iter().all(|s| *s == InspectOutcome::Absent));
+    // Whole, for its attempt: the slot it holds; for anyone else: a slot is free.
+    assert!(matches!(
+        h.client.inspect(&req).await,
+        InspectOutcome::HeldByAttempt { token, .. } if token == mine.token()
+    ));
+    let stranger = req.with_new_attempt().unwrap();
+    assert_eq!(h.client.inspect(&stranger).await, InspectOutcome::Absent);
     // The two-permit holders are another lease: counts never mix.
-    let two = h
+    let two = request(&h.client, 2, "look");
+    let tokens: Vec<_> = h
         .client
-        .inspect_slots(req.purpose(), req.resource(), 2, req.attempt())
+        .inspect_slots(&two)
         .await
-        .unwrap();
-    let tokens: Vec<_> = two
         .iter()
         .map(|s| match s {
             InspectOutcome::HeldByOther { token, .. } => *token,
@@ -166,19 +168,82 @@ async fn inspect_slots_reports_each_slot_its_token_and_the_attempts_own(h: Harne
         })
         .collect();
     assert_eq!(tokens, [held[0].token(), held[1].token()]);
+    // Every slot taken: the whole reads as the slot that frees first (slot 0 was renewed
+    // since slot 1 was taken).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(matches!(
+        held[0].renew().await,
+        RenewOutcome::Renewed { .. }
+    ));
+    let InspectOutcome::HeldByOther {
+        token, remaining, ..
+    } = h.client.inspect(&two).await
+    else {
+        panic!("every slot of two is held")
+    };
+    assert_eq!(token, held[1].token());
+    assert!(remaining < Duration::from_secs(30), "{remaining:?}");
     assert_eq!(
-        h.client
-            .inspect(req.purpose(), req.resource(), req.attempt())
-            .await,
+        h.client.inspect(&request(&h.client, 1, "plain")).await,
         InspectOutcome::Absent,
         "the plain lease on the same resource is a third one"
     );
-    let err = h
+}
+
+/// The way to settle an acquisition whose reply was lost works on a counted lease: inspect
+/// finds the attempt's slot, and `release_attempt` frees that slot (and no other).
+async fn an_indeterminate_counted_acquisition_is_settled_by_inspect_and_release_attempt(
+    h: Harness,
+) {
+    let settings = h
         .client
-        .inspect_slots(req.purpose(), req.resource(), 65, req.attempt())
-        .await
-        .unwrap_err();
-    assert_eq!(err, LeaseError::InvalidPermits { value: 65, max: 64 });
+        .settings()
+        .clone()
+        .with_command_timeout(Duration::from_millis(150));
+    let client = h.client_with(settings);
+    // Connected, and the script loaded on every node (see backend_contract.rs).
+    for i in 0..32 {
+        let warm = LeaseRequest::builder(
+            Purpose::new("contract").unwrap(),
+            ResourceDigest::of(format!("warm-{i}")),
+            client.new_attempt("warm").unwrap(),
+        )
+        .build()
+        .unwrap();
+        let _ = acquired(&client, &warm).await.release().await;
+    }
+    let other = acquired(&h.client, &request(&h.client, 3, "other")).await;
+    let req = request(&client, 3, "lost-reply");
+    h.fault(Fault::LoseReplies).await;
+    let outcome = client.try_acquire(&req).await.unwrap();
+    h.fault(Fault::None).await;
+    assert!(
+        matches!(outcome, AcquireOutcome::Indeterminate { .. }),
+        "{outcome:?}"
+    );
+    let slot = req_keys(&h, &req).for_slot(1);
+    assert!(h.held(&slot), "the script ran and took slot 1");
+    let InspectOutcome::HeldByAttempt { token, .. } = client.inspect(&req).await else {
+        panic!("inspect must find the attempt's slot")
+    };
+    assert!(token > other.token());
+    assert_eq!(client.release_attempt(&req).await, ReleaseOutcome::Released);
+    assert!(!h.held(&slot));
+    assert!(h.held(other.keys()), "another holder's slot is untouched");
+    assert_eq!(client.inspect(&req).await, InspectOutcome::Absent);
+    // Nothing of the attempt's left: a second release finds no slot of its own.
+    assert_eq!(
+        client.release_attempt(&req).await,
+        ReleaseOutcome::AlreadyAbsent
+    );
+    std::mem::forget(other);
+}
+
+/// The keys `req` acquires: its lease's, counted.
+fn req_keys(h: &Harness, req: &LeaseRequest) -> LeaseKeys {
+    h.client
+        .keys(req.purpose(), req.resource())
+        .counted(req.permits())
 }
 
 async fn a_waiter_wakes_on_a_freed_slot(h: Harness) {
@@ -327,7 +392,8 @@ contract_tests!(
     the_same_attempt_replays_its_own_slot_and_token,
     the_same_owner_under_another_operation_is_a_conflict_even_with_a_slot_free,
     renew_release_and_expiry_touch_only_the_holders_slot,
-    inspect_slots_reports_each_slot_its_token_and_the_attempts_own,
+    inspect_reads_a_counted_lease_whole_and_slot_by_slot,
+    an_indeterminate_counted_acquisition_is_settled_by_inspect_and_release_attempt,
     a_waiter_wakes_on_a_freed_slot,
     twenty_contenders_on_four_permits_never_hold_more_than_four_at_once,
 );

@@ -2,13 +2,17 @@
 //! past their TTL, the next is not acquired, and losing one slot cancels its job only;
 //! three supervisors on two permits make two leaders, and the third takes over a freed slot.
 //! `MemoryBackend` under paused tokio time (the slots themselves, on every backend:
-//! `counted.rs`).
+//! `counted.rs`). On a real redis-server behind a stalling proxy: an acquisition a drain or
+//! a supervisor's shutdown gives up in flight leaves no slot held.
 
 mod common;
 
 use std::time::Duration;
 
+use common::backends::redis_settings;
+use common::leases::acquired;
 use common::workers::UntilCancelled;
+use common::{Proxy, ProxyMode, RedisServer};
 use leasehold::runtime::*;
 use leasehold::*;
 use tokio::sync::oneshot;
@@ -143,4 +147,143 @@ async fn three_supervisors_on_two_permits_make_two_leaders_and_the_third_takes_o
     for s in supervisors {
         s.shutdown().await;
     }
+}
+
+/// How long the proxy holds each chunk, each way, while an acquisition is given up: a round
+/// trip well within the command timeout ([`COMMAND_TIMEOUT`]), so nothing times out — Redis
+/// is only slow — and long enough that the give-up surely comes while the reply is on its
+/// way.
+const STALL: Duration = Duration::from_secs(1);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A redis-server behind a proxy, and a client through it that has already connected and
+/// loaded its script (by taking slot 0 of the pool, which stays held by someone else).
+struct Stalled {
+    server: RedisServer,
+    proxy: Proxy,
+    client: LeaseClient,
+    other: LeaseHandle,
+}
+
+impl Stalled {
+    async fn start() -> Self {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.addr());
+        let client = LeaseClient::redis(
+            &proxy.url(),
+            redis_settings().with_command_timeout(COMMAND_TIMEOUT),
+        )
+        .unwrap();
+        let other = acquired(&client, &redis_request(&client, "other")).await;
+        assert_eq!(other.keys().slot(), Some(0));
+        Self {
+            server,
+            proxy,
+            client,
+            other,
+        }
+    }
+
+    /// The pool's slots held on the server, by number.
+    fn held(&self) -> Vec<u16> {
+        let pool = redis_request(&self.client, "look");
+        let keys = self.client.keys(pool.purpose(), pool.resource());
+        let exists = |slot| {
+            let key = keys.clone().counted(3).for_slot(slot).lease;
+            self.server.query::<i64>(&["EXISTS", &key]) == 1
+        };
+        (0..3).filter(|&slot| exists(slot)).collect()
+    }
+
+    /// Waits until an acquisition sent through the stalled proxy ran on the server (slot 1
+    /// is held): its reply is then still on its way back, for about [`STALL`].
+    async fn until_landed(&self) {
+        let deadline = tokio::time::Instant::now() + STALL * 10;
+        while self.held() != [0, 1] {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the acquisition never reached the server"
+            );
+            sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// A request for one of 3 permits on the pool, by a fresh attempt of `client`, whose TTL
+/// leaves renewals room after the command timeout.
+fn redis_request(client: &LeaseClient, op: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        Purpose::new("pool").unwrap(),
+        ResourceDigest::of("workers"),
+        client.new_attempt(op).unwrap(),
+    )
+    .ttl(Duration::from_secs(60))
+    .permits(3)
+    .build()
+    .unwrap()
+}
+
+/// A drain that begins while a counted acquisition's reply is stalled gives the acquisition
+/// up, and frees the slot it took — whichever slot that was — not the plain lease's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_counted_acquisition_a_drain_gives_up_in_flight_leaves_no_slot_held() {
+    let s = Stalled::start().await;
+    let rt = LeaseRuntime::new(s.client.clone());
+    s.proxy.set_mode(ProxyMode::Delay(STALL));
+    let job = tokio::spawn({
+        let (rt, req) = (rt.clone(), redis_request(&s.client, "given-up"));
+        async move {
+            rt.run_under_lease(&req, CancelPolicy::Kill, |_| async {})
+                .await
+        }
+    });
+    s.until_landed().await;
+    let summary = rt.shutdown(Duration::from_secs(30)).await;
+    assert_eq!(summary.left, 0, "{summary:?}");
+    println!(
+        "measured: the drain gave up a stalled counted acquisition and released it in {:?} \
+         (a round trip through the proxy: {:?})",
+        summary.took,
+        STALL * 2
+    );
+    let given_up = job.await.unwrap();
+    assert!(
+        matches!(given_up, Err(RuntimeError::ShuttingDown)),
+        "{given_up:?}"
+    );
+    assert_eq!(s.held(), [0], "only the other holder's slot is held");
+    std::mem::forget(s.other);
+}
+
+/// A supervisor shut down while its counted acquisition's reply is stalled gives the
+/// acquisition up (no term starts) and frees the slot it took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_counted_acquisition_a_supervisor_gives_up_in_flight_leaves_no_slot_held() {
+    let s = Stalled::start().await;
+    let rt = LeaseRuntime::new(s.client.clone());
+    s.proxy.set_mode(ProxyMode::Delay(STALL));
+    let supervisor = rt
+        .supervise(
+            redis_request(&s.client, "candidate"),
+            |_| (UntilCancelled, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )
+        .await
+        .unwrap();
+    s.until_landed().await;
+    let asked = std::time::Instant::now();
+    let summary = supervisor.shutdown().await;
+    println!(
+        "measured: the supervisor gave up a stalled counted acquisition and released it in \
+         {:?} (a round trip through the proxy: {:?})",
+        asked.elapsed(),
+        STALL * 2
+    );
+    assert_eq!(
+        summary.terms, 0,
+        "given up before a term began: {summary:?}"
+    );
+    assert_eq!(s.held(), [0], "only the other holder's slot is held");
+    std::mem::forget(s.other);
 }

@@ -78,13 +78,9 @@ fn whole_millis(d: Duration) -> Duration {
 async fn edge_is_bounded(a: Duration, b: Duration) -> Result<(), TestCaseError> {
     let (client, backend) = memory_client();
     let calls = backend.calls();
-    let (purpose, resource) = (Purpose::new("edge").unwrap(), ResourceDigest::of("r"));
-    bounded(
-        limits::OBSERVE_POLL,
-        a,
-        client.observe(&purpose, &resource, a),
-    )?;
     let builder = || client.request("edge", "r").unwrap();
+    let observed = builder().build().unwrap();
+    bounded(limits::OBSERVE_POLL, a, client.observe(&observed, a))?;
     bounded(limits::TTL, whole_millis(a), builder().ttl(a).build())?;
     bounded(limits::WAIT_TIMEOUT, a, builder().wait_timeout(a).build())?;
     bounded(

@@ -23,18 +23,10 @@ fn request(client: &LeaseClient, holder: Option<&str>) -> LeaseRequest {
     builder.build().unwrap()
 }
 
-/// What `inspect` says of the lease, for `attempt`: (held by it, token, holder).
-async fn seen(
-    h: &Harness,
-    req: &LeaseRequest,
-    attempt: &Attempt,
-) -> Option<(bool, FencingToken, Option<String>)> {
+/// What `inspect` says of `req`'s lease, for its attempt: (held by it, token, holder).
+async fn seen(h: &Harness, req: &LeaseRequest) -> Option<(bool, FencingToken, Option<String>)> {
     let label = |holder: Option<HolderLabel>| holder.map(|l| l.as_str().to_owned());
-    match h
-        .client
-        .inspect(req.purpose(), req.resource(), attempt)
-        .await
-    {
+    match h.client.inspect(req).await {
         InspectOutcome::HeldByAttempt { token, holder, .. } => Some((true, token, label(holder))),
         InspectOutcome::HeldByOther { token, holder, .. } => Some((false, token, label(holder))),
         InspectOutcome::Absent => None,
@@ -44,16 +36,13 @@ async fn seen(
 
 async fn the_holder_label_is_reported_to_the_holder_and_to_everyone_else(h: Harness) {
     let req = request(&h.client, Some("web-7.eu:4242"));
-    let stranger = h.client.new_attempt("op-2").unwrap();
+    let stranger = req.with_new_attempt().unwrap();
     let mut lease = acquired(&h.client, &req).await;
     let token = lease.token();
     let label = Some("web-7.eu:4242".to_owned());
+    assert_eq!(seen(&h, &req).await, Some((true, token, label.clone())));
     assert_eq!(
-        seen(&h, &req, req.attempt()).await,
-        Some((true, token, label.clone()))
-    );
-    assert_eq!(
-        seen(&h, &req, &stranger).await,
+        seen(&h, &stranger).await,
         Some((false, token, label.clone()))
     );
     // A replay finds the same token behind the label; a renewal keeps the label.
@@ -63,20 +52,19 @@ async fn the_holder_label_is_reported_to_the_holder_and_to_everyone_else(h: Harn
     assert_eq!(replay.token(), token);
     std::mem::forget(replay);
     assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
-    assert_eq!(seen(&h, &req, &stranger).await, Some((false, token, label)));
+    assert_eq!(seen(&h, &stranger).await, Some((false, token, label)));
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
-    assert_eq!(seen(&h, &req, &stranger).await, None);
+    assert_eq!(seen(&h, &stranger).await, None);
 }
 
 async fn a_lease_taken_without_a_label_reports_none_and_the_next_holder_s_label_is_its_own(
     h: Harness,
 ) {
     let plain = request(&h.client, None);
-    let stranger = h.client.new_attempt("op-2").unwrap();
     let mut lease = acquired(&h.client, &plain).await;
     let first = lease.token();
     assert_eq!(
-        seen(&h, &plain, &stranger).await,
+        seen(&h, &plain.with_new_attempt().unwrap()).await,
         Some((false, first, None))
     );
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
@@ -84,7 +72,7 @@ async fn a_lease_taken_without_a_label_reports_none_and_the_next_holder_s_label_
     let mut next = acquired(&h.client, &labelled).await;
     assert!(next.token() > first);
     assert_eq!(
-        seen(&h, &labelled, &stranger).await,
+        seen(&h, &labelled.with_new_attempt().unwrap()).await,
         Some((false, next.token(), Some("worker-2".to_owned())))
     );
     assert_eq!(next.release().await, ReleaseOutcome::Released);

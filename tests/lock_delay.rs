@@ -57,10 +57,7 @@ async fn while_held_every_time_reported_is_the_leases_own_not_the_delays(h: Harn
         panic!("the holder's own attempt replays")
     };
     assert!(replay.remaining_validity() <= TTL);
-    let inspected = h
-        .client
-        .inspect(req.purpose(), req.resource(), req.attempt())
-        .await;
+    let inspected = h.client.inspect(&req).await;
     let InspectOutcome::HeldByAttempt { remaining, .. } = inspected else {
         panic!("{inspected:?}")
     };
@@ -88,11 +85,8 @@ async fn an_unreleased_end_refuses_everyone_with_lock_delayed_until_the_delay_en
     let own = h.client.try_acquire(&req).await.unwrap();
     assert!(matches!(own, AcquireOutcome::LockDelayed { .. }), "{own:?}");
     // Nobody holds it; inspect says whose lease ended, and for how long it refuses.
-    let stranger = h.client.new_attempt("stranger").unwrap();
-    let seen = h
-        .client
-        .inspect(req.purpose(), req.resource(), &stranger)
-        .await;
+    let stranger = req.with_new_attempt().unwrap();
+    let seen = h.client.inspect(&stranger).await;
     let InspectOutcome::LockDelayed {
         remaining,
         token,
@@ -174,10 +168,7 @@ async fn a_release_skips_the_lock_delay_before_and_after_the_end(h: Harness) {
     // After the end, its holder's release (of the attempt: the handle may have given up
     // locally) says its work is over: the delay goes with the key.
     let (req, lease) = ended(&h).await;
-    let released = h
-        .client
-        .release_attempt(req.purpose(), req.resource(), req.attempt())
-        .await;
+    let released = h.client.release_attempt(&req).await;
     assert_eq!(released, ReleaseOutcome::Released);
     let after = acquired(&h.client, &request(&h.client, "after", None)).await;
     assert!(after.token() > lease.token());

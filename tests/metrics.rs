@@ -190,16 +190,17 @@ async fn every_acquire_renew_release_and_inspect_outcome_is_counted() {
         1
     );
 
-    let stranger = client.new_attempt("x").unwrap();
-    let _ = client
-        .inspect(req.purpose(), req.resource(), req.attempt())
-        .await;
-    let _ = client
-        .inspect(req.purpose(), req.resource(), &stranger)
-        .await;
-    let _ = client
-        .inspect(req.purpose(), &ResourceDigest::of("none"), &stranger)
-        .await;
+    let stranger = req.with_new_attempt().unwrap();
+    let nobody = LeaseRequest::builder(
+        req.purpose().clone(),
+        ResourceDigest::of("none"),
+        stranger.attempt().clone(),
+    )
+    .build()
+    .unwrap();
+    let _ = client.inspect(&req).await;
+    let _ = client.inspect(&stranger).await;
+    let _ = client.inspect(&nobody).await;
     for outcome in ["held_by_attempt", "held_by_other", "absent"] {
         assert_eq!(
             m.counter(

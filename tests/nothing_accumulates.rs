@@ -236,8 +236,12 @@ async fn redeploys_and_a_frozen_redis() {
     let observers: Vec<LeaseObserver> = std::iter::once("leader".to_owned())
         .chain((0..OBSERVED - 1).map(|i| format!("job{i}")))
         .map(|r| {
-            let resource = ResourceDigest::of(r);
-            (watcher.observe(&purpose, &resource, Duration::from_secs(1))).unwrap()
+            let request = watcher
+                .request(purpose.as_str(), r)
+                .unwrap()
+                .build()
+                .unwrap();
+            (watcher.observe(&request, Duration::from_secs(1))).unwrap()
         })
         .collect();
 

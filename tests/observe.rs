@@ -1,7 +1,8 @@
 //! `LeaseClient::observe` on every backend: each change of holder is reported, woken by the
 //! release and acquisition notices (the fallback poll is an hour, so nothing else could
-//! explain a prompt report), an expiry when the holder's TTL runs out, and a deletion from
-//! outside at the next poll.
+//! explain a prompt report), an expiry when the holder's TTL runs out (and a lock-delay's
+//! end when it does), a deletion from outside at the next poll, and a counted lease's
+//! slots.
 
 mod common;
 
@@ -29,13 +30,8 @@ fn request(client: &LeaseClient, holder: &str, ttl: Duration) -> LeaseRequest {
 }
 
 fn observe(h: &Harness, poll: Duration) -> LeaseObserver {
-    h.client
-        .observe(
-            &Purpose::new("observed").unwrap(),
-            &ResourceDigest::of("leader"),
-            poll,
-        )
-        .unwrap()
+    let watching = request(&h.client, "observer", HOUR);
+    h.client.observe(&watching, poll).unwrap()
 }
 
 /// The next change, which must come within [`PROMPT`].
@@ -148,9 +144,9 @@ async fn a_lease_deleted_from_outside_is_reported_free_at_the_next_poll(h: Harne
 }
 
 async fn a_poll_out_of_bounds_is_refused_before_any_read(h: Harness) {
-    let (purpose, resource) = (Purpose::new("observed").unwrap(), ResourceDigest::of("x"));
+    let watching = request(&h.client, "observer", HOUR);
     for poll in [Duration::from_millis(9), HOUR + Duration::from_millis(1)] {
-        let refused = h.client.observe(&purpose, &resource, poll).map(|_| ());
+        let refused = h.client.observe(&watching, poll).map(|_| ());
         assert!(
             matches!(
                 refused,
@@ -161,7 +157,132 @@ async fn a_poll_out_of_bounds_is_refused_before_any_read(h: Harness) {
     }
 }
 
+/// Waits (within `bound`) until the observer reports what `wanted` accepts; returns it.
+async fn until(
+    observer: &LeaseObserver,
+    bound: Duration,
+    what: &str,
+    wanted: impl FnMut(&ResourceHolder) -> bool,
+) -> ResourceHolder {
+    let mut watch = observer.watch();
+    let seen = tokio::time::timeout(bound, watch.wait_for(wanted))
+        .await
+        .unwrap_or_else(|_| panic!("not reported within {bound:?}: {what}"));
+    seen.expect("the observer runs").clone()
+}
+
+/// A counted lease's slots as observed: the holder's token in each, `None` for a free one.
+fn slot_tokens(seen: &ResourceHolder) -> Option<Vec<Option<FencingToken>>> {
+    let ResourceHolder::Counted { slots } = seen else {
+        return None;
+    };
+    Some(
+        slots
+            .iter()
+            .map(|slot| match slot {
+                SlotHolder::Held { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// A counted lease is observed slot by slot, each acquisition and release on its notice —
+/// never as `Free` while a slot is held.
+async fn a_counted_lease_is_observed_slot_by_slot(h: Harness) {
+    let counted = |name: &str| {
+        LeaseRequest::builder(
+            Purpose::new("observed").unwrap(),
+            ResourceDigest::of("pool"),
+            h.client.new_attempt(name).unwrap(),
+        )
+        .ttl(HOUR)
+        .permits(3)
+        .build()
+        .unwrap()
+    };
+    let observer = h.client.observe(&counted("observer"), HOUR).unwrap();
+    let free = vec![None; 3];
+    until(&observer, PROMPT, "the first read", |s| {
+        slot_tokens(s) == Some(free.clone())
+    })
+    .await;
+    let mut a = acquired(&h.client, &counted("a")).await;
+    let b = acquired(&h.client, &counted("b")).await;
+    let both = vec![Some(a.token()), Some(b.token()), None];
+    let seen = until(&observer, PROMPT, "two acquisitions", |s| {
+        slot_tokens(s) == Some(both.clone())
+    })
+    .await;
+    assert_ne!(seen, ResourceHolder::Free);
+    assert_eq!(a.release().await, ReleaseOutcome::Released);
+    let one = vec![None, Some(b.token()), None];
+    until(&observer, PROMPT, "a slot's release", |s| {
+        slot_tokens(s) == Some(one.clone())
+    })
+    .await;
+    std::mem::forget(b);
+}
+
+/// A lease that ended unreleased is observed in its lock-delay — nobody holds it, yet a
+/// follower acting on it is refused — and then free, though neither change publishes
+/// anything.
+async fn a_lease_in_its_lock_delay_is_observed_as_such_then_free(h: Harness) {
+    let observer = observe(&h, HOUR);
+    until(&observer, PROMPT, "the first read", |s| {
+        *s == ResourceHolder::Free
+    })
+    .await;
+    let delay = Duration::from_secs(3);
+    let crashed = LeaseRequest::builder(
+        Purpose::new("observed").unwrap(),
+        ResourceDigest::of("leader"),
+        h.client.new_attempt("crashed").unwrap(),
+    )
+    .ttl(Duration::from_secs(1))
+    .lock_delay(delay)
+    .build()
+    .unwrap();
+    let lease = acquired(&h.client, &crashed).await;
+    let token = lease.token();
+    // Never renewed, never released: its holder crashed.
+    std::mem::forget(lease);
+    let seen = until(
+        &observer,
+        Duration::from_secs(1) + PROMPT,
+        "the lock-delay",
+        |s| matches!(s, ResourceHolder::LockDelayed { .. }),
+    )
+    .await;
+    let ResourceHolder::LockDelayed {
+        token: ended,
+        free_at,
+        ..
+    } = seen
+    else {
+        unreachable!()
+    };
+    assert_eq!(ended, token);
+    let follower = request(&h.client, "follower", HOUR);
+    let refused = h.client.try_acquire(&follower).await.unwrap();
+    assert!(
+        matches!(refused, AcquireOutcome::LockDelayed { .. }),
+        "{refused:?}"
+    );
+    until(&observer, delay + PROMPT, "the lock-delay's end", |s| {
+        *s == ResourceHolder::Free
+    })
+    .await;
+    println!(
+        "measured: {} observer reported the lock-delay's end {:?} after it",
+        h.name(),
+        tokio::time::Instant::now().saturating_duration_since(free_at)
+    );
+}
+
 contract_tests!(
+    a_counted_lease_is_observed_slot_by_slot,
+    a_lease_in_its_lock_delay_is_observed_as_such_then_free,
     every_change_of_holder_is_reported_on_its_notice,
     a_holder_whose_ttl_runs_out_is_reported_gone_at_its_expiry,
     a_lease_deleted_from_outside_is_reported_free_at_the_next_poll,

@@ -145,9 +145,7 @@ async fn script_flush_mid_run_is_recovered_by_reloading_the_script() {
     assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
     server.cmd(&["SCRIPT", "FLUSH"]);
     assert!(matches!(
-        client
-            .inspect(req.purpose(), req.resource(), req.attempt())
-            .await,
+        client.inspect(&req).await,
         InspectOutcome::HeldByAttempt { .. }
     ));
     server.cmd(&["SCRIPT", "FLUSH"]);

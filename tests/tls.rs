@@ -58,12 +58,7 @@ async fn rediss_url_acquires_renews_and_releases() {
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     assert_eq!(lease.state(), LeaseState::Released);
     assert_eq!(server.query::<i64>(&["EXISTS", &keys.lease]), 0);
-    assert_eq!(
-        client
-            .inspect(req.purpose(), req.resource(), req.attempt())
-            .await,
-        InspectOutcome::Absent
-    );
+    assert_eq!(client.inspect(&req).await, InspectOutcome::Absent);
     drop(replayed);
 }
 

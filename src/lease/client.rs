@@ -16,7 +16,6 @@ use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::wait;
-use crate::protocol::limits::check_permits;
 use crate::protocol::{
     Attempt, InspectReply, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose,
     ResourceDigest,
@@ -129,6 +128,11 @@ impl LeaseClient {
 
     pub(crate) fn backend(&self) -> &dyn LeaseBackend {
         self.session.backend()
+    }
+
+    /// The keys `request` acquires: its lease's, counted when it has more than one permit.
+    pub(crate) fn request_keys(&self, request: &LeaseRequest) -> LeaseKeys {
+        self.session.request_keys(request)
     }
 
     /// A fresh attempt (new owner token) for operation `operation_id`. Make it before the
@@ -259,25 +263,47 @@ impl LeaseClient {
         Ok(outcome)
     }
 
-    /// Reads whether `attempt` holds the lease on (`purpose`, `resource`). Read only.
+    /// Reads the lease `request` names — its purpose, resource and permits — as its attempt
+    /// sees it: whether the attempt holds it, and if not, who does. Read only. What settles
+    /// an acquisition that ended `Indeterminate` (or was given up in flight): `HeldByAttempt`
+    /// means it landed — acquire again with the same request to get its handle (a replay) or
+    /// [`release_attempt`](Self::release_attempt) it.
+    ///
+    /// A counted lease ([`LeaseRequestBuilder::permits`]) answers for the whole lease, as its
+    /// acquisition would: the attempt's slot if it holds one; else `Absent` while a slot is
+    /// free; else the slot that frees first (`HeldByOther`, or `LockDelayed` if that one is
+    /// in its lock-delay). A slot that could not be read makes it `Indeterminate` or
+    /// `Unavailable` unless the attempt's slot was found. Each slot:
+    /// [`inspect_slots`](Self::inspect_slots).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), leasehold::LeaseError> {
+    /// use leasehold::{AcquireOutcome, InspectOutcome, LeaseClient, LeaseSettings, MemoryBackend};
+    /// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+    /// let request = client.request("exports", "fleet")?.permits(4).build()?;
+    /// if let AcquireOutcome::Indeterminate { .. } = client.try_acquire(&request).await? {
+    ///     match client.inspect(&request).await {
+    ///         // It landed: replay it for the handle (same token, same slot).
+    ///         InspectOutcome::HeldByAttempt { .. } => { let _ = client.try_acquire(&request).await?; }
+    ///         // Not known: give it up rather than leave a slot held until its TTL.
+    ///         _ => { let _ = client.release_attempt(&request).await; }
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
-    pub async fn inspect(
-        &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
-        attempt: &Attempt,
-    ) -> InspectOutcome {
-        let keys = self.keys(purpose, resource);
-        self.inspect_keys(&keys, purpose, resource, attempt).await
+    pub async fn inspect(&self, request: &LeaseRequest) -> InspectOutcome {
+        InspectOutcome::of_slots(self.inspect_slots(request).await)
     }
 
-    /// Reads every slot of the counted lease of `permits` holders on (`purpose`,
-    /// `resource`) ([`LeaseRequestBuilder::permits`]): one outcome per slot, in slot order
-    /// — how many are held, by which tokens, for how long, and whether `attempt` holds one.
-    /// For `permits` 1 it is [`inspect`](Self::inspect)'s one outcome. The slots are read
-    /// together (on Redis, in one script call), each atomically; read only.
+    /// Reads each slot of the lease `request` names, in slot order: one outcome for a plain
+    /// lease, `permits` for a counted one ([`LeaseRequestBuilder::permits`]) — how many are
+    /// held, by which tokens, for how long, and whether the request's attempt holds one.
+    /// The slots are read together (on Redis, in one script call), each atomically; read
+    /// only.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -286,37 +312,24 @@ impl LeaseClient {
     /// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
     /// let request = client.request("exports", "fleet")?.permits(4).build()?;
     /// let _lease = client.try_acquire(&request).await?.into_handle();
-    /// let slots = client
-    ///     .inspect_slots(request.purpose(), request.resource(), 4, request.attempt())
-    ///     .await?;
+    /// let slots = client.inspect_slots(&request).await;
     /// let held = slots.iter().filter(|s| s.is_held()).count();
     /// assert_eq!((held, slots.len()), (1, 4));
     /// assert!(matches!(slots[0], InspectOutcome::HeldByAttempt { .. }));
     /// # Ok(()) }
     /// ```
     ///
-    /// # Errors
-    /// [`LeaseError::InvalidPermits`] for 0 or more than
-    /// [`MAX_PERMITS`](crate::protocol::limits::MAX_PERMITS), before any I/O.
-    ///
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
-    pub async fn inspect_slots(
-        &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
-        permits: u32,
-        attempt: &Attempt,
-    ) -> Result<Vec<InspectOutcome>, LeaseError> {
-        let permits = check_permits(permits)?;
-        let lease = self.keys(purpose, resource).counted(permits);
-        let slots: Vec<LeaseKeys> = (0..permits).map(|slot| lease.for_slot(slot)).collect();
-        Ok(futures_util::future::join_all(
+    pub async fn inspect_slots(&self, request: &LeaseRequest) -> Vec<InspectOutcome> {
+        let (purpose, resource) = (request.purpose(), request.resource());
+        let slots = self.request_keys(request).each_slot();
+        futures_util::future::join_all(
             slots
                 .iter()
-                .map(|keys| self.inspect_keys(keys, purpose, resource, attempt)),
+                .map(|keys| self.inspect_keys(keys, purpose, resource, request.attempt())),
         )
-        .await)
+        .await
     }
 
     pub(crate) async fn inspect_keys(
@@ -370,24 +383,21 @@ impl LeaseClient {
         outcome
     }
 
-    /// Releases the lease on (`purpose`, `resource`) if `attempt` holds it — for an attempt
-    /// whose acquisition ended `Indeterminate` and is being given up, so the lease is not
-    /// left held until its TTL. Owner-checked: another holder's lease is never touched.
+    /// Releases the lease `request` names if its attempt holds it — for an acquisition that
+    /// ended `Indeterminate` or was given up in flight, so the lease is not left held until
+    /// its TTL. Owner-checked: another holder's lease is never touched. On a counted lease
+    /// the attempt's slot, whichever it took, is released (each slot is tried, owner-checked:
+    /// at most one is the attempt's); `Released` if it held one.
     ///
     /// # Cancel safety
     /// If dropped mid-flight the release may or may not have landed; call again.
-    pub async fn release_attempt(
-        &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
-        attempt: &Attempt,
-    ) -> ReleaseOutcome {
-        let keys = self.keys(purpose, resource);
+    pub async fn release_attempt(&self, request: &LeaseRequest) -> ReleaseOutcome {
+        let keys = self.request_keys(request);
         let release = Release {
             keys: &keys,
-            purpose,
-            resource,
-            attempt,
+            purpose: request.purpose(),
+            resource: request.resource(),
+            attempt: request.attempt(),
             token: None,
         };
         release::release(&self.session, release).await

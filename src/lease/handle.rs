@@ -291,6 +291,26 @@ impl LeaseHandle {
         outcome
     }
 
+    /// Moves the lease out into a new handle, which releases it as this one would have;
+    /// this one is left RELEASED and its drop does nothing. For an owner being dropped that
+    /// must still release and say how it went (a lease actor killed from outside).
+    pub(crate) fn take(&mut self) -> LeaseHandle {
+        LeaseHandle {
+            session: Arc::clone(&self.session),
+            keys: self.keys.clone(),
+            purpose: self.purpose.clone(),
+            resource: self.resource,
+            attempt: self.attempt.clone(),
+            ttl: self.ttl,
+            token: self.token,
+            confirmed: self.confirmed,
+            // Set directly, not through `apply`: the lease did not change state, it moved.
+            state: std::mem::replace(&mut self.state, HandleState::Released),
+            held: self.held.take(),
+            replication: self.replication.clone(),
+        }
+    }
+
     /// Applies the clock: ACTIVE with no validity left becomes LOST (invariant 3).
     fn observe(&mut self, now: Instant) {
         let next = self.state.observe(now);

@@ -20,7 +20,7 @@ pub use acquire::AcquireOutcome;
 pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::LeaseHandle;
 pub use list::{ListCoverage, ListOutcome, ListedLease, ListedSlot};
-pub use observe::{LeaseObserver, ResourceHolder};
+pub use observe::{LeaseObserver, ResourceHolder, SlotHolder};
 pub use outcome::{
     InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };

@@ -1,8 +1,9 @@
 //! `LeaseClient::observe`: who holds a resource now, and each time that changes — for
 //! followers of a leader election and for dashboards.
 //!
-//! One task per observer reads the lease (`inspect`) when a release or acquisition notice
-//! arrives, when the holder's TTL runs out (an expiry publishes nothing), and at least every
+//! One task per observer reads the lease (each slot of it: `inspect_slots`) when a release
+//! or acquisition notice arrives, when a holder's TTL or a lock-delay runs out (an expiry
+//! publishes nothing), and at least every
 //! `poll` (a deletion from outside publishes nothing either, and a subscription can end).
 //! What it reads is published on a `watch` channel, only when the holder changed.
 
@@ -13,14 +14,16 @@ use tokio::time::Instant;
 
 use crate::backend::{FailureDetail, ReleaseNotices};
 use crate::error::LeaseError;
-use crate::lease::LeaseClient;
+use crate::lease::{InspectOutcome, LeaseClient};
+#[cfg(doc)]
+use crate::protocol::LeaseRequestBuilder;
 use crate::protocol::limits::OBSERVE_POLL;
-use crate::protocol::{Attempt, FencingToken, HolderLabel, Purpose, ResourceDigest};
+use crate::protocol::{FencingToken, HolderLabel, LeaseRequest};
 
 /// Who holds a resource, as an observer last read it.
 ///
-/// Two `Held` values are equal when they name the same holding (token and label); the
-/// expiry estimate moves with every renewal and is not a change of holder.
+/// Two readings are equal when they name the same holdings (tokens and labels); an expiry
+/// estimate moves with every renewal and is not a change of holder.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum ResourceHolder {
@@ -29,39 +32,162 @@ pub enum ResourceHolder {
         /// Why, once a read failed; `None` before the first read.
         detail: Option<FailureDetail>,
     },
-    /// Nobody held it at the last read.
+    /// Nobody held it at the last read, and nothing refuses a holder.
     Free,
     /// Held under `token`, by `holder` if its acquisition gave a label.
     Held {
         /// The holder's fencing token.
         token: FencingToken,
         /// The holder's label ([`LeaseRequestBuilder::holder`]), if any.
-        ///
-        /// [`LeaseRequestBuilder::holder`]: crate::protocol::LeaseRequestBuilder::holder
         holder: Option<HolderLabel>,
         /// When the lease expires unless renewed, as of the last read (local clock; a
         /// renewal moves it without counting as a change).
         expires_at: Instant,
     },
+    /// Nobody holds it, but no holder can take it yet: the last lease (`token`, `holder`)
+    /// ended without a release and its lock-delay ([`LeaseRequestBuilder::lock_delay`])
+    /// refuses every acquisition until `free_at`; the last holder's work may still be
+    /// finishing. A follower that acts now is refused (`LockDelayed`).
+    LockDelayed {
+        /// The ended lease's fencing token.
+        token: FencingToken,
+        /// The ended lease's label, if its acquisition gave one.
+        holder: Option<HolderLabel>,
+        /// When the lock-delay ends, as of the last read (local clock).
+        free_at: Instant,
+    },
+    /// A counted lease ([`LeaseRequestBuilder::permits`] > 1): each slot as last read, in
+    /// slot order. A slot is free for the next holder only when it reads
+    /// [`SlotHolder::Free`].
+    Counted {
+        /// One reading per slot.
+        slots: Vec<SlotHolder>,
+    },
+}
+
+/// One slot of a lease as an observer last read it: a plain lease's only one, or each of
+/// a counted lease's ([`ResourceHolder::Counted`]). Equal as [`ResourceHolder`]s are.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SlotHolder {
+    /// Nobody holds it, and nothing refuses a holder.
+    Free,
+    /// As [`ResourceHolder::Held`].
+    Held {
+        /// The holder's fencing token.
+        token: FencingToken,
+        /// The holder's label, if any.
+        holder: Option<HolderLabel>,
+        /// When it expires unless renewed, as of the last read.
+        expires_at: Instant,
+    },
+    /// As [`ResourceHolder::LockDelayed`].
+    LockDelayed {
+        /// The ended lease's fencing token.
+        token: FencingToken,
+        /// The ended lease's label, if any.
+        holder: Option<HolderLabel>,
+        /// When the lock-delay ends, as of the last read.
+        free_at: Instant,
+    },
+}
+
+/// What two readings are compared by: the kind of holding, its token and its label —
+/// never the time estimates, which a renewal moves.
+type Holding<'a> = (u8, Option<FencingToken>, Option<&'a HolderLabel>);
+
+impl PartialEq for SlotHolder {
+    fn eq(&self, other: &Self) -> bool {
+        self.holding() == other.holding()
+    }
+}
+
+impl Eq for SlotHolder {}
+
+impl SlotHolder {
+    fn holding(&self) -> Holding<'_> {
+        match self {
+            Self::Free => (0, None, None),
+            Self::Held { token, holder, .. } => (1, Some(*token), holder.as_ref()),
+            Self::LockDelayed { token, holder, .. } => (2, Some(*token), holder.as_ref()),
+        }
+    }
+
+    /// What `read` (sent at `sent`) says of one slot; the detail when nothing is known.
+    fn read(read: InspectOutcome, sent: Instant) -> Result<Self, FailureDetail> {
+        Ok(match read {
+            InspectOutcome::HeldByAttempt {
+                remaining,
+                token,
+                holder,
+            }
+            | InspectOutcome::HeldByOther {
+                remaining,
+                token,
+                holder,
+            } => Self::Held {
+                token,
+                holder,
+                expires_at: sent + remaining,
+            },
+            InspectOutcome::LockDelayed {
+                remaining,
+                token,
+                holder,
+            } => Self::LockDelayed {
+                token,
+                holder,
+                free_at: sent + remaining,
+            },
+            InspectOutcome::Absent => Self::Free,
+            InspectOutcome::Unavailable { detail } | InspectOutcome::Indeterminate { detail } => {
+                return Err(detail);
+            }
+        })
+    }
+
+    /// When this reading changes without a notice: an expiry publishes nothing, nor does a
+    /// lock-delay's end.
+    fn silent_change(&self) -> Option<Instant> {
+        match self {
+            Self::Free => None,
+            Self::Held { expires_at, .. } => Some(*expires_at),
+            Self::LockDelayed { free_at, .. } => Some(*free_at),
+        }
+    }
+}
+
+impl From<SlotHolder> for ResourceHolder {
+    fn from(slot: SlotHolder) -> Self {
+        match slot {
+            SlotHolder::Free => Self::Free,
+            SlotHolder::Held {
+                token,
+                holder,
+                expires_at,
+            } => Self::Held {
+                token,
+                holder,
+                expires_at,
+            },
+            SlotHolder::LockDelayed {
+                token,
+                holder,
+                free_at,
+            } => Self::LockDelayed {
+                token,
+                holder,
+                free_at,
+            },
+        }
+    }
 }
 
 impl PartialEq for ResourceHolder {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Self::Unknown { .. }, Self::Unknown { .. }) | (Self::Free, Self::Free) => true,
-            (
-                Self::Held {
-                    token: a,
-                    holder: ha,
-                    ..
-                },
-                Self::Held {
-                    token: b,
-                    holder: hb,
-                    ..
-                },
-            ) => a == b && ha == hb,
-            _ => false,
+            (Self::Counted { slots: a }, Self::Counted { slots: b }) => a == b,
+            _ => self.holding() == other.holding(),
         }
     }
 }
@@ -69,16 +195,54 @@ impl PartialEq for ResourceHolder {
 impl Eq for ResourceHolder {}
 
 impl ResourceHolder {
-    /// The holder's token, while held.
+    /// The holder's token, while a plain lease is held (a counted lease's: each
+    /// [`SlotHolder`]).
     pub fn token(&self) -> Option<FencingToken> {
         match self {
             Self::Held { token, .. } => Some(*token),
             _ => None,
         }
     }
+
+    /// As [`SlotHolder::holding`]; a counted lease's are its slots'.
+    fn holding(&self) -> Holding<'_> {
+        match self {
+            Self::Free => (0, None, None),
+            Self::Held { token, holder, .. } => (1, Some(*token), holder.as_ref()),
+            Self::LockDelayed { token, holder, .. } => (2, Some(*token), holder.as_ref()),
+            Self::Unknown { .. } => (3, None, None),
+            Self::Counted { .. } => (4, None, None),
+        }
+    }
+
+    /// The reading of `slots` (in slot order), as one slot for a plain lease; `Unknown` if
+    /// any slot could not be read.
+    fn read(slots: Vec<InspectOutcome>, sent: Instant) -> Self {
+        let read: Result<Vec<SlotHolder>, FailureDetail> = slots
+            .into_iter()
+            .map(|slot| SlotHolder::read(slot, sent))
+            .collect();
+        match read {
+            Err(detail) => Self::Unknown {
+                detail: Some(detail),
+            },
+            Ok(mut slots) if slots.len() == 1 => slots.pop().map_or(Self::Free, Self::from),
+            Ok(slots) => Self::Counted { slots },
+        }
+    }
+
+    /// The earliest moment this reading changes without a notice.
+    fn silent_change(&self) -> Option<Instant> {
+        match self {
+            Self::Unknown { .. } | Self::Free => None,
+            Self::Held { expires_at, .. } => Some(*expires_at),
+            Self::LockDelayed { free_at, .. } => Some(*free_at),
+            Self::Counted { slots } => slots.iter().filter_map(SlotHolder::silent_change).min(),
+        }
+    }
 }
 
-/// How long after a holder's TTL runs out its expiry is read: the server's clock may be a
+/// How long after a holder's TTL (or a lock-delay) runs out its expiry is read: the server's clock may be a
 /// little behind ours.
 const EXPIRY_GRACE: Duration = Duration::from_millis(5);
 /// How soon a reader without a subscription (it failed: a timeout, a connection lost, a
@@ -126,14 +290,17 @@ impl LeaseObserver {
 }
 
 impl LeaseClient {
-    /// Observes who holds `resource` under `purpose`: the holder's token and label, each
-    /// time they change. Changes are read one round trip after the release or acquisition
-    /// notice that announces them; an expiry when the holder's TTL runs out; a key deleted
-    /// from outside within `poll` (10 ms ..= 1 h). While notices are unavailable (the
-    /// subscription failed or ended) it reads and subscribes again every second, or every
-    /// `poll` if shorter.
+    /// Observes who holds the lease `request` names — its purpose, resource and permits —
+    /// each time that changes: the holder's token and label, a lock-delay after a lease that
+    /// ended unreleased, and for a counted lease each slot. Changes are read one round trip
+    /// after the release or acquisition notice that announces them; an expiry (and a
+    /// lock-delay's end) when its time runs out; a key deleted from outside within `poll`
+    /// (10 ms ..= 1 h). While notices are unavailable (the subscription failed or ended) it
+    /// reads and subscribes again every second, or every `poll` if shorter.
     ///
-    /// Spawns a task on the current tokio runtime; it reads the lease only, never writes.
+    /// Spawns a task on the current tokio runtime; it reads the lease only, never writes —
+    /// the request's attempt is only who reads (a follower passes its own request; a
+    /// dashboard one built for the purpose, [`request`](Self::request)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -142,9 +309,10 @@ impl LeaseClient {
     /// use leasehold::*;
     ///
     /// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
-    /// let (purpose, resource) = (Purpose::new("leader")?, ResourceDigest::of(b"scheduler"));
-    /// let mut leader = client.observe(&purpose, &resource, Duration::from_secs(1))?;
-    /// let request = LeaseRequest::builder(purpose, resource, client.new_attempt("elect")?)
+    /// let watching = client.request("leader", b"scheduler")?.build()?;
+    /// let mut leader = client.observe(&watching, Duration::from_secs(1))?;
+    /// let request = client
+    ///     .request("leader", b"scheduler")?
     ///     .holder(HolderLabel::new("node-a")?)
     ///     .build()?;
     /// let _lease = client.try_acquire(&request).await?;
@@ -154,26 +322,20 @@ impl LeaseClient {
     /// ```
     ///
     /// # Errors
-    /// [`LeaseError::InvalidDuration`] for a `poll` out of bounds;
-    /// [`LeaseError::EntropyUnavailable`] — both before any I/O.
+    /// [`LeaseError::InvalidDuration`] for a `poll` out of bounds, before any I/O.
     ///
     /// # Panics
     /// Outside a tokio runtime (it spawns its task there).
     pub fn observe(
         &self,
-        purpose: &Purpose,
-        resource: &ResourceDigest,
+        request: &LeaseRequest,
         poll: Duration,
     ) -> Result<LeaseObserver, LeaseError> {
         let poll = OBSERVE_POLL.check(poll)?;
-        // A stranger's attempt: it never holds the lease, so every holder reads as another.
-        let attempt = self.new_attempt("observe")?;
         let (tx, holder) = watch::channel(ResourceHolder::Unknown { detail: None });
         let reader = Reader {
             client: self.clone(),
-            purpose: purpose.clone(),
-            resource: *resource,
-            attempt,
+            request: request.clone(),
             poll,
         };
         let task = tokio::spawn(reader.run(tx));
@@ -183,9 +345,7 @@ impl LeaseClient {
 
 struct Reader {
     client: LeaseClient,
-    purpose: Purpose,
-    resource: ResourceDigest,
-    attempt: Attempt,
+    request: LeaseRequest,
     poll: Duration,
 }
 
@@ -198,10 +358,7 @@ impl Reader {
                 notices = self.subscribe().await;
             }
             let read = self.read().await;
-            let expiry = match &read {
-                ResourceHolder::Held { expires_at, .. } => Some(*expires_at + EXPIRY_GRACE),
-                _ => None,
-            };
+            let expiry = read.silent_change().map(|at| at + EXPIRY_GRACE);
             // The same holding keeps its newest expiry but tells nobody.
             tx.send_if_modified(|current| {
                 let changed = *current != read;
@@ -233,7 +390,7 @@ impl Reader {
     }
 
     async fn subscribe(&self) -> Option<ReleaseNotices> {
-        let keys = self.client.keys(&self.purpose, &self.resource);
+        let keys = self.client.request_keys(&self.request);
         let timeout = self.client.settings().command_timeout;
         match self
             .client
@@ -251,20 +408,6 @@ impl Reader {
 
     async fn read(&self) -> ResourceHolder {
         let sent = Instant::now();
-        let read = self
-            .client
-            .inspect(&self.purpose, &self.resource, &self.attempt)
-            .await;
-        match read.into_held() {
-            Ok(Some((remaining, token, holder))) => ResourceHolder::Held {
-                token,
-                holder,
-                expires_at: sent + remaining,
-            },
-            Ok(None) => ResourceHolder::Free,
-            Err(detail) => ResourceHolder::Unknown {
-                detail: Some(detail),
-            },
-        }
+        ResourceHolder::read(self.client.inspect_slots(&self.request).await, sent)
     }
 }

@@ -238,6 +238,30 @@ impl InspectOutcome {
         }
     }
 
+    /// A counted lease's reading from its slots' (in slot order), as
+    /// [`LeaseClient::inspect`](crate::LeaseClient::inspect) documents it: the attempt's
+    /// slot; else a failed read; else `Absent` (a slot is free); else the slot that frees
+    /// first. A plain lease's one outcome is itself.
+    pub(crate) fn of_slots(slots: Vec<InspectOutcome>) -> InspectOutcome {
+        let rank = |slot: &InspectOutcome| match slot {
+            Self::HeldByAttempt { .. } => (0, Duration::ZERO),
+            Self::Indeterminate { .. } => (1, Duration::ZERO),
+            Self::Unavailable { .. } => (2, Duration::ZERO),
+            Self::Absent => (3, Duration::ZERO),
+            Self::HeldByOther { remaining, .. } | Self::LockDelayed { remaining, .. } => {
+                (4, *remaining)
+            }
+        };
+        // The first of equals: a slot's order breaks ties, as the acquire script's does.
+        let mut best: Option<InspectOutcome> = None;
+        for slot in slots {
+            if best.as_ref().is_none_or(|b| rank(&slot) < rank(b)) {
+                best = Some(slot);
+            }
+        }
+        best.unwrap_or(Self::Absent)
+    }
+
     /// Whether someone (this attempt or another) held the lease at the read.
     pub fn is_held(&self) -> bool {
         matches!(self, Self::HeldByAttempt { .. } | Self::HeldByOther { .. })
@@ -318,6 +342,56 @@ impl fmt::Display for LeaseState {
         match self {
             Self::Lost(reason) => write!(f, "lost ({reason})"),
             other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::FailureKind;
+
+    #[test]
+    fn a_counted_lease_reads_as_its_acquisition_would_see_it() {
+        let ms = Duration::from_millis;
+        let token = FencingToken::new;
+        let other = |left, t| InspectOutcome::HeldByOther {
+            remaining: ms(left),
+            token: token(t),
+            holder: None,
+        };
+        let delayed = |left, t| InspectOutcome::LockDelayed {
+            remaining: ms(left),
+            token: token(t),
+            holder: None,
+        };
+        let mine = InspectOutcome::HeldByAttempt {
+            remaining: ms(900),
+            token: token(7),
+            holder: None,
+        };
+        let lost = InspectOutcome::Indeterminate {
+            detail: FailureDetail::new(FailureKind::Timeout, "t"),
+        };
+        let cases = [
+            (vec![other(5, 1), lost.clone(), mine.clone()], mine),
+            (
+                vec![other(5, 1), InspectOutcome::Absent, lost.clone()],
+                lost,
+            ),
+            (
+                vec![other(5, 1), InspectOutcome::Absent],
+                InspectOutcome::Absent,
+            ),
+            (
+                vec![other(50, 1), delayed(5, 2), other(5, 3)],
+                delayed(5, 2),
+            ),
+            (vec![other(50, 1), other(20, 2)], other(20, 2)),
+            (vec![other(50, 1)], other(50, 1)),
+        ];
+        for (slots, read) in cases {
+            assert_eq!(InspectOutcome::of_slots(slots.clone()), read, "{slots:?}");
         }
     }
 }

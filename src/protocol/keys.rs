@@ -121,6 +121,16 @@ impl LeaseKeys {
         }
     }
 
+    /// The keys of each slot, in slot order: those of every slot of a counted lease, `self`
+    /// alone for a plain lease and for keys already naming a slot. What a read or a release
+    /// by attempt goes through when the attempt's slot is not known.
+    pub fn each_slot(&self) -> Vec<Self> {
+        match (self.permits, self.slot) {
+            (1, _) | (_, Some(_)) => vec![self.clone()],
+            (n, None) => (0..n).map(|slot| self.for_slot(slot)).collect(),
+        }
+    }
+
     /// Every key an acquisition reads: the lease key for a plain lease, each slot's key for
     /// a counted one.
     pub fn slot_keys(&self) -> Vec<String> {
@@ -198,6 +208,10 @@ mod tests {
         assert_eq!(slot.release_channel, counted.release_channel);
         assert_eq!(slot.acquire_channel(), counted.acquire_channel());
         assert_eq!(slot.slot_keys(), [slots[2].clone()]);
+        let each: Vec<_> = counted.each_slot().into_iter().map(|k| k.lease).collect();
+        assert_eq!(each, slots);
+        assert_eq!(slot.each_slot(), std::slice::from_ref(&slot));
+        assert_eq!(plain.each_slot(), std::slice::from_ref(&plain));
         // Another count is another lease.
         assert_ne!(plain.counted(4).lease, counted.lease);
     }

@@ -23,8 +23,11 @@ pub enum JobEnd {
         /// The error text.
         error: String,
     },
-    /// The LeaseActor was stopped or killed from outside before the worker ended; the
-    /// worker was stopped with it and the lease released best effort (see the logs).
+    /// The LeaseActor was stopped or killed from outside and the worker did not end on its
+    /// own: it was stopped, then the lease released ([`LeaseReport::release`] says how that
+    /// went). A stop (not a kill) first sends the worker [`LeaseCancelled`] with
+    /// [`CancelReason::Shutdown`] and gives it a second; a worker that ends within it is
+    /// `Cancelled`.
     Aborted,
 }
 
@@ -47,7 +50,8 @@ pub struct LeaseReport {
     pub end: JobEnd,
     /// The cancellation sent to the worker, if one was.
     pub cancelled: Option<LeaseCancelled>,
-    /// The owner-checked release made after the worker ended.
+    /// The owner-checked release made after the worker ended — also when the LeaseActor
+    /// was killed, whose release then runs in a task of its own before this report is sent.
     pub release: ReleaseOutcome,
     /// The lease's fencing token.
     pub token: FencingToken,

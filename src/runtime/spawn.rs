@@ -273,7 +273,7 @@ impl LeaseRuntime {
                 // (owner-checked, so nobody else's lease is touched).
                 let _ = self
                     .client
-                    .release_attempt(request.purpose(), request.resource(), request.attempt())
+                    .release_attempt(request)
                     .await;
                 return Err(RuntimeError::ShuttingDown);
             }

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use ractor::{ActorCell, ActorRef, SpawnErr};
 
@@ -86,11 +87,73 @@ impl<M> WorkerState<M> {
         }
     }
 
+    /// The worker, if it runs and is the lease actor's to stop (a child or a task), taken
+    /// out to be stopped: from now on it counts as ended.
+    pub(crate) fn take_running(&mut self) -> Option<Running> {
+        match std::mem::replace(self, WorkerState::Starting) {
+            WorkerState::Child {
+                worker,
+                alive: true,
+            } => {
+                let cell = worker.get_cell();
+                *self = WorkerState::Child {
+                    worker,
+                    alive: false,
+                };
+                Some(Running::Actor(cell))
+            }
+            WorkerState::Task { task, alive: true } => Some(Running::Task(task)),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
     /// The worker as the watchdog needs to know it.
     pub(crate) fn view(&self) -> WorkerView {
         WorkerView {
             attached: matches!(self, WorkerState::Attached(_)),
             alive: self.alive(),
+        }
+    }
+}
+
+/// A running worker taken out of its lease actor to be stopped; it carries no message type,
+/// so it can outlive the actor (a killed actor's release waits for it in a task).
+pub(crate) enum Running {
+    Actor(ActorCell),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+impl Running {
+    /// Waits up to `grace` for it to end on its own; `None` if it did, itself if not.
+    pub(crate) async fn ended_within(mut self, grace: Duration) -> Option<Self> {
+        let ended = match &mut self {
+            Running::Actor(cell) => cell.wait(Some(grace)).await.is_ok(),
+            Running::Task(task) => tokio::time::timeout(grace, task).await.is_ok(),
+        };
+        (!ended).then_some(self)
+    }
+
+    /// Stops it now, without waiting.
+    pub(crate) fn kill(&self) {
+        match self {
+            Running::Actor(cell) => cell.kill(),
+            Running::Task(task) => task.abort(),
+        }
+    }
+
+    /// Stops it and waits, up to `wait`, for its end.
+    pub(crate) async fn stop(self, wait: Duration) {
+        match self {
+            Running::Actor(cell) => {
+                let _ = cell.kill_and_wait(Some(wait)).await;
+            }
+            Running::Task(task) => {
+                task.abort();
+                let _ = tokio::time::timeout(wait, task).await;
+            }
         }
     }
 }

@@ -54,7 +54,16 @@ async fn one_script_call_answers_every_operation_with_its_own_outcome() {
         .collect();
     let purpose = Purpose::new("batch").unwrap();
     let theirs = request(&client, "theirs", "op");
-    let (their_digest, nobody) = (ResourceDigest::of("theirs"), ResourceDigest::of("nobody"));
+    // Reads by `mine`'s attempt of its lease, of theirs, and of nobody's.
+    let read = |digest| {
+        LeaseRequest::builder(purpose.clone(), digest, mine.attempt().clone())
+            .build()
+            .unwrap()
+    };
+    let (read_theirs, read_nobody) = (
+        read(ResourceDigest::of("theirs")),
+        read(ResourceDigest::of("nobody")),
+    );
     let before = script_calls(&server);
 
     // All polled in one go on this (current-thread) runtime: queued before a flusher runs.
@@ -77,9 +86,9 @@ async fn one_script_call_answers_every_operation_with_its_own_outcome() {
         },
         async {
             tokio::join!(
-                client.inspect(&purpose, mine.resource(), mine.attempt()),
-                client.inspect(&purpose, &their_digest, mine.attempt()),
-                client.inspect(&purpose, &nobody, mine.attempt()),
+                client.inspect(&mine),
+                client.inspect(&read_theirs),
+                client.inspect(&read_nobody),
             )
         },
     );

@@ -72,3 +72,31 @@ impl Actor for FailsToStart {
         Err("cannot open the job's input".into())
     }
 }
+
+/// A job that runs until its lease ends, and tells the test the cancellation it got.
+pub struct TellsCancelled;
+
+impl Actor for TellsCancelled {
+    type Msg = LeaseCancelled;
+    type State = tokio::sync::mpsc::UnboundedSender<LeaseCancelled>;
+    type Arguments = tokio::sync::mpsc::UnboundedSender<LeaseCancelled>;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        told: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(told)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LeaseCancelled>,
+        cancelled: LeaseCancelled,
+        told: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _ = told.send(cancelled);
+        myself.stop(None);
+        Ok(())
+    }
+}

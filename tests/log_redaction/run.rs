@@ -121,7 +121,10 @@ impl Run<'_> {
         attempt: &Attempt,
         expected: Option<&str>,
     ) -> InspectOutcome {
-        let outcome = client.inspect(&self.purpose, &self.resource, attempt).await;
+        let request = LeaseRequest::builder(self.purpose.clone(), self.resource, attempt.clone())
+            .build()
+            .unwrap();
+        let outcome = client.inspect(&request).await;
         self.log.debug("inspect outcome", &outcome);
         if let Some(expected) = expected {
             self.expect(expected, outcome.as_str(), &outcome);

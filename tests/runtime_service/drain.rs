@@ -62,10 +62,7 @@ where
 
 async fn holder_of(client: &LeaseClient, resource: &str) -> Option<FencingToken> {
     let req = request(client, resource, Duration::ZERO);
-    match client
-        .inspect(req.purpose(), req.resource(), req.attempt())
-        .await
-    {
+    match client.inspect(&req).await {
         InspectOutcome::HeldByOther { token, .. } => Some(token),
         InspectOutcome::Absent => None,
         other => panic!("inspect: {other:?}"),

@@ -1,5 +1,6 @@
-//! `LeaseSupervisor` as an actor of the application's tree: linked, failing, stopped from
-//! outside, shut down mid-acquisition, pacing a crash loop. (Its memory over ten thousand
+//! `LeaseSupervisor` as an actor of the application's tree: linked, failing, stopped or
+//! killed from outside (its term's worker told first, the term counted), shut down
+//! mid-acquisition, pacing a crash loop; a killed lease actor's report. (Its memory over ten thousand
 //! terms: `tests/supervisor_memory`.) `MemoryBackend` and paused time, but for one test on
 //! a real redis-server.
 
@@ -14,7 +15,7 @@ use tokio::time::{Instant, sleep};
 use crate::app::AppSupervisor;
 use crate::common::RedisServer;
 use crate::common::backends::redis_settings;
-use crate::common::workers::{FailsToStart, UntilCancelled};
+use crate::common::workers::{Deaf, FailsToStart, TellsCancelled, UntilCancelled};
 
 const TTL: Duration = Duration::from_secs(3);
 
@@ -93,20 +94,46 @@ async fn a_linked_supervisor_whose_make_panics_fails_to_the_application_and_hold
     assert_eq!(rt.held(), 0);
 }
 
+/// The term as a stopped supervisor must have ended it: its worker told to stop for a
+/// shutdown, stopped of its own accord, the lease released, the term counted.
+fn assert_ended_by_a_stop(
+    summary: &SupervisorSummary,
+    term: &LeaseContext,
+    told: &mut mpsc::UnboundedReceiver<LeaseCancelled>,
+) {
+    assert_eq!(summary.terms, 1, "{summary:?}");
+    let last = summary.last.as_ref().expect("the term's report");
+    assert_eq!(last.token, term.token());
+    assert_eq!(
+        last.end,
+        JobEnd::Cancelled {
+            reason: CancelReason::Shutdown,
+            killed: false
+        }
+    );
+    assert_eq!(last.release, ReleaseOutcome::Released);
+    let cancelled = told.try_recv().expect("the worker was sent LeaseCancelled");
+    assert_eq!(cancelled.reason, CancelReason::Shutdown);
+    assert_eq!(cancelled.token, term.token());
+    assert!(term.is_cancelled());
+}
+
 /// The application's supervisor stopping takes the lease supervisor with it (ractor kills
-/// linked children): the term's worker is stopped and its lease released, not left to
-/// run on unsupervised.
+/// linked children), but not its term's worker without a word: the worker is sent
+/// `LeaseCancelled` with `Shutdown`, stops, the lease is released, and the summary counts
+/// the term.
 #[tokio::test(start_paused = true)]
-async fn stopping_the_application_stops_the_term_and_releases_its_lease() {
+async fn stopping_the_application_tells_the_terms_worker_and_counts_the_term() {
     let (rt, backend) = runtime();
     let (tx, _events) = mpsc::unbounded_channel();
     let (app, _) = Actor::spawn(None, AppSupervisor { filter: true }, tx)
         .await
         .unwrap();
+    let (told_tx, mut told) = mpsc::unbounded_channel();
     let supervisor = rt
         .supervise_linked(
             request(rt.client(), Duration::ZERO),
-            |_| (UntilCancelled, ()),
+            move |_| (TellsCancelled, told_tx.clone()),
             CancelPolicy::Kill,
             SupervisorConfig::default(),
             app.get_cell(),
@@ -117,35 +144,69 @@ async fn stopping_the_application_stops_the_term_and_releases_its_lease() {
     assert_eq!(backend.held_leases(), 1);
     app.stop(None);
     let summary = supervisor.join().await;
-    assert_eq!(summary.terms, 0, "killed, not ended: {summary:?}");
-    assert!(term.is_cancelled(), "the term's work was told to stop");
-    sleep(Duration::from_millis(10)).await;
+    assert_ended_by_a_stop(&summary, &term, &mut told);
     assert_eq!(backend.held_leases(), 0);
     assert_eq!(rt.held(), 0);
     assert_eq!(app.get_status(), ActorStatus::Stopped);
 }
 
-/// Stopped through its actor, the supervisor ends its term before it goes: the worker is
-/// stopped, then the lease released, and the term is in the summary.
+/// Stopped or killed through its actor, the supervisor ends its term before its summary:
+/// the worker is told, stops, then the lease is released, and the term is in the summary.
 #[tokio::test(start_paused = true)]
-async fn a_supervisor_stopped_through_its_actor_ends_its_term_first() {
+async fn a_supervisor_stopped_or_killed_through_its_actor_ends_its_term_first() {
+    for kill in [false, true] {
+        let (rt, backend) = runtime();
+        let (told_tx, mut told) = mpsc::unbounded_channel();
+        let supervisor = rt
+            .supervise(
+                request(rt.client(), Duration::ZERO),
+                move |_| (TellsCancelled, told_tx.clone()),
+                CancelPolicy::Kill,
+                SupervisorConfig::default(),
+            )
+            .await
+            .unwrap();
+        let term = next_term(&mut supervisor.watch(), None).await;
+        if kill {
+            supervisor.actor().kill();
+        } else {
+            supervisor.actor().stop(None);
+        }
+        let summary = supervisor.join().await;
+        assert_ended_by_a_stop(&summary, &term, &mut told);
+        assert_eq!(backend.held_leases(), 0, "killed: {kill}");
+    }
+}
+
+/// A worker that does not stop on its cancellation is stopped after its grace: the term
+/// ends `Aborted`, its lease released, within the grace and the release.
+#[tokio::test(start_paused = true)]
+async fn a_worker_deaf_to_its_cancellation_is_stopped_after_a_grace() {
     let (rt, backend) = runtime();
     let supervisor = rt
         .supervise(
             request(rt.client(), Duration::ZERO),
-            |_| (UntilCancelled, ()),
+            |_| (Deaf, ()),
             CancelPolicy::Kill,
             SupervisorConfig::default(),
         )
         .await
         .unwrap();
-    let term = next_term(&mut supervisor.watch(), None).await;
+    next_term(&mut supervisor.watch(), None).await;
+    let asked = Instant::now();
     supervisor.actor().stop(None);
     let summary = supervisor.join().await;
-    assert_eq!(summary.terms, 1);
-    let last = summary.last.unwrap();
-    assert_eq!(last.token, term.token());
+    assert_eq!(
+        asked.elapsed(),
+        Duration::from_secs(1),
+        "the grace, then the stop"
+    );
+    let last = summary.last.expect("the term's report");
     assert_eq!(last.end, JobEnd::Aborted);
+    assert_eq!(
+        last.cancelled.map(|c| c.reason),
+        Some(CancelReason::Shutdown)
+    );
     assert_eq!(last.release, ReleaseOutcome::Released);
     assert_eq!(backend.held_leases(), 0);
 }
@@ -388,4 +449,72 @@ async fn on_redis_a_follower_on_defaults_takes_over_at_once_when_the_leader_stop
             round + 1
         );
     }
+}
+
+/// On a real redis-server: the application stopping ends the linked supervisor's term as a
+/// stop does — the worker is sent `LeaseCancelled` with `Shutdown`, the release lands, the
+/// summary counts the term — and the lease is free for the next client at once.
+#[tokio::test]
+async fn on_redis_stopping_the_application_tells_the_terms_worker_and_counts_the_term() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let rt = LeaseRuntime::new(client.clone());
+    let (tx, _events) = mpsc::unbounded_channel();
+    let (app, _) = Actor::spawn(None, AppSupervisor { filter: true }, tx)
+        .await
+        .unwrap();
+    let (told_tx, mut told) = mpsc::unbounded_channel();
+    let supervisor = rt
+        .supervise_linked(
+            redis_request(&client, Duration::ZERO),
+            move |_| (TellsCancelled, told_tx.clone()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+            app.get_cell(),
+        )
+        .await
+        .unwrap();
+    let term = next_term(&mut supervisor.watch(), None).await;
+    let stopped = std::time::Instant::now();
+    app.stop(None);
+    let summary = supervisor.join().await;
+    println!(
+        "measured: the application's stop ended the term, told and released, in {:?}",
+        stopped.elapsed()
+    );
+    assert_ended_by_a_stop(&summary, &term, &mut told);
+    let next = redis_request(&client, Duration::ZERO);
+    assert_eq!(client.inspect(&next).await, InspectOutcome::Absent);
+    assert_eq!(rt.held(), 0);
+}
+
+/// On a real redis-server: a lease actor killed from outside still releases its lease once
+/// its worker stopped, and its report says so — not "indeterminate" while the release
+/// landed.
+#[tokio::test]
+async fn on_redis_a_killed_lease_actors_report_carries_the_release_that_happened() {
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let rt = LeaseRuntime::new(client.clone());
+    let req = redis_request(&client, Duration::ZERO);
+    let SpawnOutcome::Started(job) = rt
+        .spawn_under_lease(&req, Deaf, |_| (), CancelPolicy::Kill)
+        .await
+        .unwrap()
+    else {
+        panic!("the lease is free")
+    };
+    let worker = job.worker().clone();
+    let killed = std::time::Instant::now();
+    job.lease_actor().kill();
+    let report = job.wait().await;
+    println!(
+        "measured: a killed lease actor reported its release {:?} after the kill",
+        killed.elapsed()
+    );
+    assert_eq!(report.end, JobEnd::Aborted);
+    assert_eq!(report.release, ReleaseOutcome::Released);
+    assert_eq!(worker.get_status(), ActorStatus::Stopped);
+    assert_eq!(client.inspect(&req).await, InspectOutcome::Absent);
+    assert_eq!(rt.held(), 0, "its place in the runtime was given back");
 }

@@ -1,12 +1,14 @@
 //! A job that ends from its own side — the worker exits, errs or panics, or its lease actor
 //! is killed or stopped — releases the lease and reports how it ended.
 
+use std::time::Duration;
+
 use leasehold::runtime::*;
 use leasehold::*;
 use tokio::time::{Instant, sleep};
 
 use crate::worker::{Event, OnCancel, WorkerMsg};
-use crate::{MS, cancellations, settle, setup, start};
+use crate::{MS, cancellations, setup, start};
 
 #[tokio::test(start_paused = true)]
 async fn worker_exit_releases_the_lease_at_once() {
@@ -64,33 +66,48 @@ async fn killing_the_lease_actor_stops_the_worker() {
     job.lease_actor().kill();
     let report = job.wait().await;
     assert_eq!(report.end, JobEnd::Aborted);
-    // Nothing was released here: the release was left to the handle's drop, and says so.
-    assert!(
-        matches!(
-            &report.release,
-            ReleaseOutcome::Indeterminate { detail } if detail.kind == FailureKind::Abandoned
-        ),
-        "{report:?}"
-    );
-    settle().await;
+    // Released once the worker stopped, and the report says what the release did.
+    assert_eq!(report.release, ReleaseOutcome::Released);
     assert_eq!(worker.get_status(), ractor::ActorStatus::Stopped);
     assert!(
         !matches!(rx.try_recv(), Ok(Event::Cancelled(..))),
-        "no cancellation to a stopped worker"
+        "a kill leaves no time for a cancellation"
     );
-    // The handle's drop released the lease best effort.
-    settle().await;
     assert_eq!(s.backend.held_leases(), 0);
+    assert_eq!(s.runtime.held(), 0);
 }
 
+/// Stopped from outside, the lease actor tells its worker (a shutdown) and gives it a grace
+/// to end on its own: one that does ends `Cancelled`; one that ignores it is stopped after
+/// the grace and ends `Aborted`. The lease is released after either.
 #[tokio::test(start_paused = true)]
-async fn stopping_the_lease_actor_stops_the_worker_then_releases() {
-    let s = setup();
-    let (job, _rx) = start(&s, OnCancel::Ignore, CancelPolicy::Kill).await;
-    let worker = job.worker().clone();
-    job.lease_actor().stop(None);
-    let report = job.wait().await;
-    assert_eq!(report.end, JobEnd::Aborted);
-    assert_eq!(report.release, ReleaseOutcome::Released);
-    assert_eq!(worker.get_status(), ractor::ActorStatus::Stopped);
+async fn stopping_the_lease_actor_tells_the_worker_then_stops_it_then_releases() {
+    for (on_cancel, ended) in [
+        (
+            OnCancel::Exit,
+            JobEnd::Cancelled {
+                reason: CancelReason::Shutdown,
+                killed: false,
+            },
+        ),
+        (OnCancel::Ignore, JobEnd::Aborted),
+    ] {
+        let s = setup();
+        let (job, mut rx) = start(&s, on_cancel, CancelPolicy::Kill).await;
+        let worker = job.worker().clone();
+        let asked = Instant::now();
+        job.lease_actor().stop(None);
+        let report = job.wait().await;
+        assert_eq!(report.end, ended);
+        assert_eq!(report.release, ReleaseOutcome::Released);
+        assert_eq!(worker.get_status(), ractor::ActorStatus::Stopped);
+        let told: Vec<_> = cancellations(&mut rx).iter().map(|c| c.reason).collect();
+        assert_eq!(told, [CancelReason::Shutdown], "{ended:?}");
+        let grace = match ended {
+            JobEnd::Aborted => MS * 1000,
+            _ => Duration::ZERO,
+        };
+        assert_eq!(asked.elapsed(), grace, "{ended:?}");
+        assert_eq!(s.backend.held_leases(), 0);
+    }
 }

@@ -295,7 +295,8 @@ async fn after_the_primary_is_killed_calls_fail_fast_and_honestly_until_a_replic
     let timeout = Duration::from_millis(300);
     let client = topology.client(settings_with_timeout(timeout));
     let before = churn(&client, "r", 2).await;
-    let mut held = acquired(&client, &request(&client, "held", "op")).await;
+    let holding = request(&client, "held", "op");
+    let mut held = acquired(&client, &holding).await;
     topology.wait_replicated();
     let old = tokio::task::block_in_place(|| topology.kill_primary_only());
 
@@ -305,9 +306,7 @@ async fn after_the_primary_is_killed_calls_fail_fast_and_honestly_until_a_replic
     let mut outcomes = Vec::new();
     loop {
         let started = Instant::now();
-        let outcome = client
-            .inspect(held.purpose(), held.resource(), held.attempt())
-            .await;
+        let outcome = client.inspect(&holding).await;
         let took = started.elapsed();
         assert!(
             took < timeout + Duration::from_millis(200),

@@ -49,9 +49,7 @@ async fn acquire_renew_and_release_through_the_sentinels_land_on_the_primary() {
         pttl(primary, &key) > Duration::from_secs(15),
         "renew reset the TTL"
     );
-    let inspected = client
-        .inspect(lease.purpose(), lease.resource(), lease.attempt())
-        .await;
+    let inspected = client.inspect(&req).await;
     assert!(
         matches!(inspected, InspectOutcome::HeldByAttempt { token, .. } if token == lease.token()),
         "{inspected:?}"

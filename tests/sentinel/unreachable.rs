@@ -133,14 +133,16 @@ async fn reply_lost_through_the_sentinel_backend_is_indeterminate_and_the_attemp
     let AcquireOutcome::Indeterminate { attempt, .. } = outcome else {
         panic!("expected indeterminate, got {outcome:?}")
     };
+    assert_eq!(
+        &attempt,
+        req.attempt(),
+        "the request's attempt, to settle by"
+    );
     topology.proxy().set_mode(common::ProxyMode::Pass);
     let keys = client.keys(req.purpose(), req.resource());
     assert!(exists(topology.primary(), &keys.lease), "the script ran");
     // The timeout dropped the connection: this finds the primary again, via the sentinels.
-    let InspectOutcome::HeldByAttempt { token, .. } = client
-        .inspect(req.purpose(), req.resource(), &attempt)
-        .await
-    else {
+    let InspectOutcome::HeldByAttempt { token, .. } = client.inspect(&req).await else {
         panic!("inspect must find the attempt")
     };
     let AcquireOutcome::Replayed(lease) = client.try_acquire(&req).await.unwrap() else {

@@ -167,10 +167,7 @@ impl Acquire<'_> {
     /// A signal before the command started: release whatever the attempt acquired, say
     /// whether it held anything, and exit 128+N.
     async fn abandon(&self, request: &LeaseRequest, signal: Signal) -> u8 {
-        let release = self
-            .client
-            .release_attempt(request.purpose(), request.resource(), request.attempt())
-            .await;
+        let release = self.client.release_attempt(request).await;
         let what = match &release {
             ReleaseOutcome::Released => "the lease it had just acquired was released".to_owned(),
             ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner => {
@@ -226,12 +223,10 @@ impl Acquire<'_> {
                 self.contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
             }
             AcquireOutcome::Unavailable { detail } => fail(self.server.explain(&detail)),
-            AcquireOutcome::Indeterminate { attempt, detail } => {
-                // The acquisition may have landed: give it back rather than leave it held.
-                let release = self
-                    .client
-                    .release_attempt(request.purpose(), request.resource(), &attempt)
-                    .await;
+            AcquireOutcome::Indeterminate { detail, .. } => {
+                // The acquisition may have landed (by the request's attempt, which every
+                // try reuses): give it back rather than leave it held.
+                let release = self.client.release_attempt(request).await;
                 fail(format!(
                     "acquisition never confirmed ({}); release: {}",
                     self.server.explain(&detail),
@@ -247,12 +242,7 @@ impl Acquire<'_> {
     /// Who holds the lease, read once (the refusal's own words if the read fails or finds
     /// it free by now).
     async fn holder(&self, request: &LeaseRequest, refusal: &AcquireOutcome) -> String {
-        let lease = holders::Lease {
-            purpose: request.purpose(),
-            resource: request.resource(),
-            permits: request.permits(),
-        };
-        holders::read(self.client, self.server, &lease, request.attempt())
+        holders::read(self.client, self.server, request)
             .await
             .ok()
             .and_then(|slots| holders::describe(&slots))

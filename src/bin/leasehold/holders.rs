@@ -3,11 +3,8 @@
 
 use std::time::Duration;
 
-use leasehold::{
-    Attempt, FencingToken, HolderLabel, InspectOutcome, LeaseClient, Purpose, ResourceDigest,
-};
+use leasehold::{FencingToken, HolderLabel, InspectOutcome, LeaseClient, LeaseRequest};
 
-use crate::config;
 use crate::diagnose::Server;
 
 /// What one lease (or slot) holds at the read: remaining time, token, label, and whether
@@ -20,33 +17,17 @@ pub(crate) struct Holding {
     pub(crate) delayed: bool,
 }
 
-/// Which lease to read.
-pub(crate) struct Lease<'a> {
-    pub(crate) purpose: &'a Purpose,
-    pub(crate) resource: &'a ResourceDigest,
-    pub(crate) permits: u16,
-}
-
-/// Reads every slot of `lease` (one for a plain lease) under `attempt`, in slot order:
-/// `None` for a free slot.
+/// Reads every slot of the lease `request` names (one for a plain lease) under its
+/// attempt, in slot order: `None` for a free slot.
 ///
 /// # Errors
 /// One line saying why Redis could not be read.
 pub(crate) async fn read(
     client: &LeaseClient,
     server: &Server,
-    lease: &Lease<'_>,
-    attempt: &Attempt,
+    request: &LeaseRequest,
 ) -> Result<Vec<Option<Holding>>, String> {
-    let slots = client
-        .inspect_slots(
-            lease.purpose,
-            lease.resource,
-            u32::from(lease.permits),
-            attempt,
-        )
-        .await
-        .map_err(|e| config::option_error(&e))?;
+    let slots = client.inspect_slots(request).await;
     let mut held = Vec::with_capacity(slots.len());
     for outcome in slots {
         let holding = |remaining, token, holder, delayed| {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::HolderLabel;
+use leasehold::{HolderLabel, LeaseRequest};
 
 use crate::holders::{self, Holding};
 use crate::{Common, config, fail, status, watch};
@@ -44,30 +44,25 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
         Err(message) => return fail(message),
     };
     let permits = args.permits.unwrap_or(1);
-    if args.watch {
-        if permits > 1 {
-            return fail("--watch follows a plain lease; give --permits only without it");
-        }
-        return watch::watch(
-            &client,
-            &server,
-            args.common.purpose(),
-            &resource,
-            args.json,
-        )
-        .await;
+    if args.watch && permits > 1 {
+        return fail("--watch follows a plain lease; give --permits only without it");
     }
     // A fresh attempt never holds the lease, so a holder shows as held by another.
     let attempt = match client.new_attempt("inspect") {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
-    let lease = holders::Lease {
-        purpose: args.common.purpose(),
-        resource: &resource,
-        permits,
+    let request = LeaseRequest::builder(args.common.purpose().clone(), resource, attempt)
+        .permits(u32::from(permits))
+        .build();
+    let request = match request {
+        Ok(request) => request,
+        Err(e) => return fail(config::option_error(&e)),
     };
-    let held = match holders::read(&client, &server, &lease, &attempt).await {
+    if args.watch {
+        return watch::watch(&client, &server, &request, args.json).await;
+    }
+    let held = match holders::read(&client, &server, &request).await {
         Ok(held) => held,
         Err(message) => return fail(message),
     };

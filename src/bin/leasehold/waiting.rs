@@ -64,12 +64,7 @@ impl Waiting {
         refusal: &AcquireOutcome,
         until: Instant,
     ) -> Waiting {
-        let lease = holders::Lease {
-            purpose: request.purpose(),
-            resource: request.resource(),
-            permits: request.permits(),
-        };
-        let read = holders::read(client, server, &lease, request.attempt()).await;
+        let read = holders::read(client, server, request).await;
         let seen = match read {
             Ok(slots) if slots.iter().any(Option::is_some) => Seen::Slots {
                 slots,
@@ -79,11 +74,7 @@ impl Waiting {
         };
         // The observer follows a plain lease; one that cannot start leaves the first line.
         let observer = (request.permits() == 1)
-            .then(|| {
-                client
-                    .observe(request.purpose(), request.resource(), POLL)
-                    .ok()
-            })
+            .then(|| client.observe(request, POLL).ok())
             .flatten();
         let terminal = std::io::stderr().is_terminal() && !say::is_json();
         let ticks = terminal.then(|| {

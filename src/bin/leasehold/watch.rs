@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasehold::{HolderLabel, LeaseClient, Purpose, ResourceDigest, ResourceHolder};
+use leasehold::{HolderLabel, LeaseClient, LeaseRequest, ResourceHolder};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
@@ -19,11 +19,10 @@ const POLL: Duration = Duration::from_secs(1);
 pub(crate) async fn watch(
     client: &LeaseClient,
     server: &Server,
-    purpose: &Purpose,
-    resource: &ResourceDigest,
+    request: &LeaseRequest,
     json: bool,
 ) -> u8 {
-    let observer = match client.observe(purpose, resource, POLL) {
+    let observer = match client.observe(request, POLL) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -107,6 +106,42 @@ fn print(seen: &ResourceHolder, server: &Server, json: bool) {
                 "holder": holder.as_ref().map(HolderLabel::as_str),
                 "fencing_token": token.get(),
                 "remaining_ms": u64::try_from(remaining(*expires_at).as_millis()).unwrap_or(u64::MAX),
+            })
+        ),
+        // The lease ended unreleased: nobody holds it, and nobody can take it until the
+        // delay runs out.
+        (
+            ResourceHolder::LockDelayed {
+                token,
+                holder,
+                free_at,
+            },
+            false,
+        ) => {
+            let holder = holder
+                .as_ref()
+                .map_or_else(String::new, |h| format!(", holder {h}"));
+            println!(
+                "{now} held: no, lock-delay {} (its last holder ended without a release{holder}, \
+                 fencing_token {token})",
+                about(remaining(*free_at))
+            );
+        }
+        (
+            ResourceHolder::LockDelayed {
+                token,
+                holder,
+                free_at,
+            },
+            true,
+        ) => println!(
+            "{}",
+            serde_json::json!({
+                "time": now,
+                "held": false,
+                "holder": holder.as_ref().map(HolderLabel::as_str),
+                "fencing_token": token.get(),
+                "lock_delay_ms": u64::try_from(remaining(*free_at).as_millis()).unwrap_or(u64::MAX),
             })
         ),
         // A state a later version of the library adds: said as unknown.

@@ -15,8 +15,13 @@
 //! 5. The lease is released (owner-checked) only after the worker stopped, so a new holder
 //!    never overlaps a worker this actor could still stop.
 //! 6. When the actor ends for any reason — panic, `kill`, error — its state is dropped, which
-//!    cancels the token, stops a child worker, and (through the handle's drop) releases the
-//!    lease best effort; the TTL is the backstop.
+//!    cancels the token and stops the worker; a task then waits (bounded) for the worker's
+//!    end, releases the lease as a finish would and sends the report with that release's
+//!    outcome (without a tokio runtime to run it in, the handle's drop is the best effort
+//!    and the TTL the backstop).
+//! 7. Stopped from outside (not killed), the actor sends the worker [`LeaseCancelled`] with
+//!    [`CancelReason::Shutdown`] (unless one was sent) and gives it a grace, within local
+//!    validity, to end on its own before stopping it.
 
 mod state;
 
@@ -94,6 +99,16 @@ pub fn is_lease_end(event: &SupervisionEvent) -> bool {
 
 /// Bound on waiting for a killed worker to stop before releasing.
 const KILL_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the worker of a lease actor stopped from outside has, after its
+/// `LeaseCancelled`, to stop on its own before it is stopped.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// The longest a lease actor stopped from outside takes to end, with `command_timeout` per
+/// Redis call: its worker's grace, the stop, the release.
+pub(crate) fn stop_time(command_timeout: Duration) -> Duration {
+    STOP_GRACE + KILL_WAIT + release_time(command_timeout)
+}
 
 // Each handler's future is boxed (one allocation per message): ractor allocates an actor's
 // message loop once, at the size of its largest state, so unboxed every held lease would
@@ -360,24 +375,28 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         _myself: ActorRef<LeaseActorMsg>,
         state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
-        if !state.finishing() {
-            // Stopped from outside while the worker ran: stop it first (invariant 5).
-            // Wait for it, bounded: the release must not overlap a running worker.
-            match &mut state.worker {
-                WorkerState::Child {
-                    worker,
-                    alive: true,
-                } => {
-                    let _ = worker.kill_and_wait(Some(KILL_WAIT)).await;
-                }
-                WorkerState::Task { task, alive: true } => {
-                    task.abort();
-                    let _ = tokio::time::timeout(KILL_WAIT, task).await;
-                }
-                _ => {}
-            }
-            state.finish(JobEnd::Aborted).await;
+        if state.finishing() {
+            return Ok(());
         }
+        // Stopped from outside while the worker ran (invariant 7); the release waits for the
+        // worker's end (invariant 5).
+        state.cancel(CancelReason::Shutdown);
+        let left = state
+            .watchdog
+            .valid_until()
+            .saturating_duration_since(Instant::now());
+        let running = match state.worker.take_running() {
+            Some(running) => running.ended_within(STOP_GRACE.min(left)).await,
+            None => None,
+        };
+        let end = match running {
+            None => state.end_for_exit(),
+            Some(running) => {
+                running.stop(KILL_WAIT).await;
+                JobEnd::Aborted
+            }
+        };
+        state.finish(end).await;
         Ok(())
     }
 }

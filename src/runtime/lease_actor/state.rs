@@ -8,6 +8,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::KILL_WAIT;
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::{LeaseHandle, LeaseState, ReleaseOutcome, RenewOutcome};
 use crate::runtime::message::{Command, LeaseActorMsg};
@@ -202,20 +203,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         self.watchdog.finish();
         self.timer += 1;
         self.armed.replace(None);
-        let mut release = self.handle.release().await;
-        // A release that did not land leaves the key held until its TTL; the worker has
-        // stopped, so a few bounded retries cost nothing and usually free it sooner. The
-        // release is owner-checked, so a retry after an unseen success reads ABSENT.
-        for _ in 1..RELEASE_ATTEMPTS {
-            if !matches!(
-                release,
-                ReleaseOutcome::Unavailable { .. } | ReleaseOutcome::Indeterminate { .. }
-            ) {
-                break;
-            }
-            tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
-            release = self.handle.release().await;
-        }
+        let release = release_retrying(&mut self.handle).await;
         self.publish();
         let report = LeaseReport {
             end,
@@ -250,6 +238,25 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     }
 }
 
+/// Releases `handle` once its worker stopped. A release that did not land leaves the key
+/// held until its TTL; the worker has stopped, so a few bounded retries cost nothing and
+/// usually free it sooner. The release is owner-checked, so a retry after an unseen success
+/// reads ABSENT.
+async fn release_retrying(handle: &mut LeaseHandle) -> ReleaseOutcome {
+    let mut release = handle.release().await;
+    for _ in 1..RELEASE_ATTEMPTS {
+        if !matches!(
+            release,
+            ReleaseOutcome::Unavailable { .. } | ReleaseOutcome::Indeterminate { .. }
+        ) {
+            break;
+        }
+        tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
+        release = handle.release().await;
+    }
+    release
+}
+
 /// Release attempts when finishing, and the pause between them.
 const RELEASE_ATTEMPTS: u32 = 3;
 const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -263,27 +270,52 @@ impl<M> Drop for LeaseActorState<M> {
     fn drop(&mut self) {
         // Invariant 6: reached after a panic or kill too, where post_stop does not run.
         self.cancel.cancel();
-        match &self.worker {
-            WorkerState::Child {
-                worker,
-                alive: true,
-            } => worker.kill(),
-            WorkerState::Task { task, alive: true } => task.abort(),
-            _ => {}
+        let running = self.worker.take_running();
+        if let Some(running) = &running {
+            running.kill();
         }
-        drop(self.slot.take());
-        if let Some(tx) = self.report.take() {
+        let Some(tx) = self.report.take() else {
+            // Nobody to tell: the handle's drop releases best effort.
+            drop(self.slot.take());
+            return;
+        };
+        let cancelled = self.cancelled.clone();
+        let token = self.handle.token();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(self.slot.take());
             let _ = tx.send(LeaseReport {
                 end: JobEnd::Aborted,
-                cancelled: self.cancelled.clone(),
+                cancelled,
                 release: ReleaseOutcome::Indeterminate {
                     detail: FailureDetail::new(
                         FailureKind::Abandoned,
-                        "lease actor ended before releasing; released best effort on drop",
+                        "lease actor ended outside a tokio runtime; its lease expires by its ttl",
                     ),
                 },
-                token: self.handle.token(),
+                token,
             });
-        }
+            return;
+        };
+        // Released here, as `finish` would — once the worker stopped (invariant 5) — so the
+        // report says what the release did, not that it was left to someone else.
+        let (mut handle, slot) = (self.handle.take(), self.slot.take());
+        runtime.spawn(async move {
+            if let Some(running) = running {
+                running.stop(KILL_WAIT).await;
+            }
+            let release = release_retrying(&mut handle).await;
+            tracing::info!(
+                release = release.as_str(),
+                token = token.get(),
+                "lease actor ended from outside; released"
+            );
+            drop(slot);
+            let _ = tx.send(LeaseReport {
+                end: JobEnd::Aborted,
+                cancelled,
+                release,
+                token,
+            });
+        });
     }
 }

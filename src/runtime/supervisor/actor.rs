@@ -2,20 +2,26 @@
 //! off, and stops when told, when the job completed, or when its runtime drains.
 //!
 //! The acquisition runs in a task of its own, so the actor keeps answering (a `Shutdown`
-//! gives the acquisition up); a term's end reaches the actor as the supervision event of
-//! its lease actor, whose report was sent just before it stopped.
+//! gives the acquisition up); a term's end reaches the actor when its lease actor's report
+//! does (a task waits for it). The lease actor is not linked under the supervisor: ractor
+//! kills a stopped actor's linked children, and their children, without a word — a
+//! supervisor stopped with its application would take its term's worker down with no
+//! `LeaseCancelled`. However the supervisor ends, it ends its term as a stop from outside
+//! does: the worker told, given its grace, stopped, the lease released, the term counted.
 
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use futures_util::FutureExt as _;
+use futures_util::future::Shared;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{AcquireOutcome, LeaseHandle, Patience};
 use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::job::report_or_vanished;
-use crate::runtime::lease_actor::release_time;
+use crate::runtime::lease_actor::stop_time;
 use crate::runtime::message::LeaseActorMsg;
 use crate::runtime::registry::Slot;
 use crate::runtime::supervisor::pacing::{Pacing, jittered, retry_hint};
@@ -41,6 +47,8 @@ pub(crate) enum Command {
     Acquired(Box<Taken>),
     /// The acquisition was given up for a `Shutdown` (and its attempt released).
     AcquireAbandoned,
+    /// The lease actor of the term with this token reported: the term is over.
+    TermEnded(FencingToken),
     Shutdown,
 }
 
@@ -50,6 +58,7 @@ impl Command {
             Self::Acquire => "Acquire",
             Self::Acquired(_) => "Acquired",
             Self::AcquireAbandoned => "AcquireAbandoned",
+            Self::TermEnded(_) => "TermEnded",
             Self::Shutdown => "Shutdown",
         }
     }
@@ -86,7 +95,32 @@ enum Phase {
 struct Term {
     lease: ActorRef<LeaseActorMsg>,
     token: FencingToken,
-    report: oneshot::Receiver<LeaseReport>,
+    /// The lease actor's report, awaited by the task that tells the supervisor the term
+    /// ended, and by whoever ends the term from here.
+    report: Shared<oneshot::Receiver<LeaseReport>>,
+}
+
+impl Term {
+    /// The report, or a "vanished" one if the lease actor ended without one.
+    async fn report(self) -> LeaseReport {
+        report_or_vanished(self.report.await.ok(), self.token)
+    }
+
+    /// Ends the term from here — the lease actor stopped from outside: its worker sent
+    /// `LeaseCancelled` with `Shutdown` and given a grace, then stopped; the lease
+    /// released — and returns its report, waiting at most `bound` for it.
+    async fn end(self, bound: Duration) -> LeaseReport {
+        self.lease.stop(None);
+        let token = self.token;
+        let report = tokio::time::timeout(bound, self.report).await;
+        report_or_vanished(report.ok().and_then(Result::ok), token)
+    }
+}
+
+/// How long ending a term from here may take: the lease actor's stop, and a margin for a
+/// report that never comes.
+fn end_bound<W: Actor>(core: &Core<W>) -> Duration {
+    REPORT_WAIT + stop_time(core.runtime.client().settings().command_timeout)
 }
 
 pub(crate) struct Core<W: Actor> {
@@ -107,15 +141,55 @@ pub(crate) struct Core<W: Actor> {
 impl<W: Actor> Drop for Core<W> {
     /// However the actor ends — stopped, failed, killed — watchers see `Stopped` and
     /// [`LeaseSupervisor::join`](crate::runtime::LeaseSupervisor::join) gets the summary; an
-    /// acquisition in flight is given up.
+    /// acquisition in flight is given up. A term still running — the supervisor was killed,
+    /// say with its application, and ractor skipped `post_stop` — is ended in a task, as a
+    /// stop from outside ends it, and counted before the summary goes out.
     fn drop(&mut self) {
-        if let Phase::Acquiring(cancel) = &self.phase {
-            cancel.cancel();
+        let bound = end_bound(self);
+        let farewell = Farewell {
+            state: std::mem::replace(
+                &mut self.state,
+                watch::Sender::new(SupervisorState::Stopped),
+            ),
+            summary: std::mem::replace(&mut self.summary, watch::Sender::new(None)),
+            terms: self.terms,
+            last: self.last.take(),
+        };
+        match std::mem::replace(&mut self.phase, Phase::Paused) {
+            Phase::Acquiring(cancel) => cancel.cancel(),
+            Phase::Holding(term) => match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(async move { farewell.publish(Some(term.end(bound).await)) });
+                    return;
+                }
+                // No runtime to wait in: the lease actor still ends its term on its own.
+                Err(_) => term.lease.stop(None),
+            },
+            Phase::Paused => {}
+        }
+        farewell.publish(None);
+    }
+}
+
+/// What watchers are told when the supervisor is gone.
+struct Farewell {
+    state: watch::Sender<SupervisorState>,
+    summary: watch::Sender<Option<SupervisorSummary>>,
+    terms: u64,
+    last: Option<LeaseReport>,
+}
+
+impl Farewell {
+    /// `Stopped`, and the summary — with `ended`, a term that ended last, counted.
+    fn publish(mut self, ended: Option<LeaseReport>) {
+        if let Some(report) = ended {
+            self.terms += 1;
+            self.last = Some(report);
         }
         self.state.send_replace(SupervisorState::Stopped);
         self.summary.send_replace(Some(SupervisorSummary {
             terms: self.terms,
-            last: self.last.take(),
+            last: self.last,
         }));
     }
 }
@@ -168,6 +242,7 @@ where
             Command::Acquire => Box::pin(core.acquire(&myself)).await?,
             Command::Acquired(taken) => Box::pin(core.acquired(&myself, *taken)).await?,
             Command::AcquireAbandoned => myself.stop(None),
+            Command::TermEnded(token) => Box::pin(core.term_reported(&myself, token)).await,
             Command::Shutdown => {
                 core.stopping = true;
                 match &core.phase {
@@ -182,53 +257,18 @@ where
         Ok(())
     }
 
-    /// Overridden: the term's lease actor stopping is the term's end, not a reason to stop
-    /// (ractor's default); events of anything else linked here are ignored.
-    async fn handle_supervisor_evt(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        event: SupervisionEvent,
-        core: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let ended = match &event {
-            SupervisionEvent::ActorTerminated(cell, _, _)
-            | SupervisionEvent::ActorFailed(cell, _) => cell.get_id(),
-            _ => return Ok(()),
-        };
-        drop(event);
-        let Phase::Holding(term) = &core.phase else {
-            return Ok(());
-        };
-        if term.lease.get_id() != ended {
-            return Ok(());
-        }
-        let Phase::Holding(term) = std::mem::replace(&mut core.phase, Phase::Paused) else {
-            return Ok(());
-        };
-        // The lease actor sends its report before it stops; the bound only covers a lease
-        // actor that vanished without one.
-        let report = tokio::time::timeout(REPORT_WAIT, term.report).await;
-        let report = report_or_vanished(report.ok().and_then(Result::ok), term.token);
-        core.term_ended(&myself, report);
-        Ok(())
-    }
-
-    /// A term still running when the supervisor is stopped from outside ends first, bounded:
-    /// ractor kills linked children right after, which would leave the release to the
-    /// handle's best-effort drop.
+    /// A term still running when the supervisor is stopped from outside ends first,
+    /// bounded: its worker is told (`LeaseCancelled` with `Shutdown`) and given a grace
+    /// before it is stopped, its lease released, the term counted.
     async fn post_stop(
         &self,
         _myself: ActorRef<Self::Msg>,
         core: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let Phase::Holding(term) = std::mem::replace(&mut core.phase, Phase::Paused) {
-            let bound =
-                REPORT_WAIT + release_time(core.runtime.client().settings().command_timeout);
-            let _ = term.lease.stop_and_wait(None, Some(bound)).await;
-            if let Ok(report) = term.report.await {
-                core.terms += 1;
-                core.last = Some(report);
-            }
+            let report = term.end(end_bound(core)).await;
+            core.terms += 1;
+            core.last = Some(report);
         }
         Ok(())
     }
@@ -273,7 +313,7 @@ where
                     // (owner-checked, so nobody else's lease is touched).
                     let _ = runtime
                         .client()
-                        .release_attempt(request.purpose(), request.resource(), request.attempt())
+                        .release_attempt(&request)
                         .await;
                     Command::AcquireAbandoned
                 }
@@ -322,7 +362,7 @@ where
         let make = &self.make;
         let started = self
             .runtime
-            .start(handle, slot, self.policy, Some(myself.get_cell()), |ctx| {
+            .start(handle, slot, self.policy, None, |ctx| {
                 // A panic here fails the supervisor; the handle is dropped on the way out,
                 // which releases the lease best effort.
                 let (worker, args) = make(ctx);
@@ -343,10 +383,17 @@ where
                     token,
                     context: started.context,
                 });
+                let report = started.report.shared();
+                let (ended, myself) = (report.clone(), myself.clone());
+                tokio::spawn(async move {
+                    let _ = ended.await;
+                    // A supervisor already gone ended the term itself.
+                    let _ = myself.send_message(SupervisorMsg(Command::TermEnded(token)));
+                });
                 self.phase = Phase::Holding(Term {
                     lease: started.lease,
                     token,
-                    report: started.report,
+                    report,
                 });
             }
             Err(RuntimeError::ShuttingDown) => myself.stop(None),
@@ -356,6 +403,19 @@ where
             }
         }
         Ok(())
+    }
+
+    /// The lease actor of the term with `token` reported; a report of an earlier term is
+    /// stale.
+    async fn term_reported(&mut self, myself: &ActorRef<SupervisorMsg>, token: FencingToken) {
+        if !matches!(&self.phase, Phase::Holding(term) if term.token == token) {
+            return;
+        }
+        let Phase::Holding(term) = std::mem::replace(&mut self.phase, Phase::Paused) else {
+            return;
+        };
+        let report = term.report().await;
+        self.term_ended(myself, report);
     }
 
     /// A term ended (invariant 4: counted and its report kept, no history).

@@ -12,8 +12,12 @@
 //!    a fleet of supervisors does not stampede Redis after a loss (`pacing`).
 //! 4. Its memory does not grow with the number of terms: it keeps the last term's report
 //!    and a count, never a history.
-//! 5. Each term's lease actor is linked under the supervisor: if the supervisor dies, ractor
-//!    kills its term, whose lease actor stops the worker and releases best effort.
+//! 5. However the supervisor ends — shut down, stopped from outside, killed (with its
+//!    application, say) — its term ends as a lease actor stopped from outside ends: the
+//!    worker is sent `LeaseCancelled` with `Shutdown` and given a grace, then stopped; the
+//!    lease is released; the term is counted in the summary. The term's lease actor is
+//!    therefore not linked under the supervisor: ractor kills a dying actor's linked
+//!    descendants at once, with no message first.
 
 mod actor;
 mod pacing;
@@ -252,7 +256,10 @@ impl LeaseRuntime {
     /// As [`supervise`](Self::supervise), with the supervisor actor linked under
     /// `supervisor`, an actor of the application: it is told when the supervisor stops
     /// (`ActorTerminated`) or fails (`ActorFailed`, e.g. `make` panicked), and the
-    /// supervisor — with its term — dies with it.
+    /// supervisor dies with it — ending its term first, as any stop does: the worker is
+    /// sent `LeaseCancelled` with `Shutdown` and given a grace (1 s) before it is stopped,
+    /// the lease is released, and [`join`](LeaseSupervisor::join) returns once that is done,
+    /// with the term counted.
     ///
     /// # Errors
     /// As [`supervise`](Self::supervise).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold::{LeaseClient, Purpose, RedisBackend, ResourceDigest};
+use leasehold::{LeaseClient, LeaseRequest, Purpose, RedisBackend, ResourceDigest};
 
 /// Tasks that inspect absent leases in a loop on one client, so every operation on that
 /// client's backend finds calls in flight and waits to share the next script call.
@@ -43,7 +43,11 @@ impl Companions {
                             continue;
                         }
                         let resource = ResourceDigest::of(format!("companion-{i}-{n}"));
-                        let _ = client.inspect(&purpose, &resource, &attempt).await;
+                        let read =
+                            LeaseRequest::builder(purpose.clone(), resource, attempt.clone())
+                                .build()
+                                .expect("a valid request");
+                        let _ = client.inspect(&read).await;
                         answered.fetch_add(1, Ordering::SeqCst);
                         in_flight.fetch_sub(1, Ordering::SeqCst);
                     }
