@@ -27,7 +27,7 @@ use crate::diagnose::Server;
 use crate::keeper::{Keeper, Leftovers, Signal};
 use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, report_acquired};
 use crate::signals::Signals;
-use crate::supervise::{CommandEnd, Work, supervise};
+use crate::supervise::{CommandEnd, Stopping, Work, supervise};
 use crate::{Common, fail, status};
 
 #[derive(Debug, Args)]
@@ -216,13 +216,20 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         exit_code: args.conflict_exit_code,
         quiet: args.quiet,
     };
+    let stopping = Stopping {
+        leftovers: args.leftovers(),
+        grace: args.grace,
+        renew_every: client.settings().renew_every(args.ttl),
+    };
     let runtime = LeaseRuntime::new(client.clone()).with_max_leases(1);
     // The work under the lease hands its context out and ends when told (by dropping
     // `done`): the command is supervised here, in one task with the signals and the keeper.
     // The lease actor's span comes along, so leasehold's events about the command carry
     // the lease's purpose, digest, operation id and token.
     let (held_tx, mut held_rx) = oneshot::channel::<Held>();
-    let work = runtime.run_under_lease(&request, CancelPolicy::Kill, move |ctx| async move {
+    // NotifyOnly: the work is the command's tree, which `supervise` kills itself when it
+    // must be gone and only then ends the work, so the release never precedes that kill.
+    let work = runtime.run_under_lease(&request, CancelPolicy::NotifyOnly, move |ctx| async move {
         let (done_tx, done_rx) = oneshot::channel::<()>();
         if held_tx
             .send((ctx, tracing::Span::current(), done_tx))
@@ -286,8 +293,7 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         &mut ctx,
         keeper,
         &mut signals,
-        args.leftovers(),
-        args.grace,
+        stopping,
         &mut work,
         &mut work_done,
     )

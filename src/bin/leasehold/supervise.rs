@@ -1,6 +1,7 @@
 //! leasehold's side of a running command: it relays the lease to the keeper (start, every
-//! renewal's new deadline, a loss), forwards signals, and waits until nothing of the
-//! command is left — only then may the lease be released.
+//! renewal's new deadline, a loss), forwards signals, kills the tree itself when it must be
+//! gone, and waits until nothing of the command is left — only then may the lease be
+//! released.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
@@ -8,9 +9,10 @@ use std::pin::Pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use leasehold::runtime::{LeaseContext, RunOutcome, RuntimeError};
+use leasehold::LostReason;
+use leasehold::runtime::{CancelReason, LeaseContext, RunOutcome, RuntimeError};
 
-use crate::keeper::{Event, KeeperLink, Leftovers, Order, Signal};
+use crate::keeper::{self, Event, KeeperLink, Leftovers, Order, Signal};
 use crate::signals::Signals;
 
 /// The lease's work as `run_under_lease` returns it, boxed so that it can be dropped to
@@ -18,8 +20,10 @@ use crate::signals::Signals;
 pub(crate) type Work<'a> =
     Pin<Box<dyn Future<Output = Result<RunOutcome<()>, RuntimeError>> + Send + 'a>>;
 
-/// How long leasehold keeps killing orphans if the keeper itself died.
-const ORPHAN_KILL_LIMIT: Duration = Duration::from_secs(5);
+/// How long leasehold keeps killing the command's processes itself — the keeper died, or
+/// the instant the tree must be gone came — before it gives up on a process that will not
+/// go (one stuck in the kernel, SIGKILL pending).
+const KILL_LIMIT: Duration = Duration::from_secs(5);
 
 /// How the command ended.
 #[derive(Debug)]
@@ -39,15 +43,53 @@ pub(crate) enum CommandEnd {
     KeeperDied { killed: usize },
 }
 
-/// Runs the command under `ctx` until nothing of it is left. `work` is the lease's
-/// `run_under_lease` future: if it ends first (the lease actor stopped the work at the end
-/// of local validity), the keeper is told to kill everything.
+/// How the command's processes are stopped: the command line's choices and the lease's
+/// renewal cadence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopping {
+    pub(crate) leftovers: Leftovers,
+    /// `--grace`: SIGTERM to SIGKILL when the lease became unknown (bounded by validity).
+    pub(crate) grace: Option<Duration>,
+    /// One renewal period: the longest SIGTERM to SIGKILL once Redis said the lease is
+    /// gone (absent, or someone else's), whatever `--grace` says.
+    pub(crate) renew_every: Duration,
+}
+
+impl Stopping {
+    /// The longest SIGTERM may precede SIGKILL for a lease cancelled for `reason`, beside
+    /// what is left of local validity: `--grace` while the lease may still be ours
+    /// (unknown, unconfirmed), at most one renewal period once Redis said it is gone.
+    fn bound(self, reason: Option<CancelReason>) -> Option<Duration> {
+        let gone = matches!(
+            reason,
+            Some(CancelReason::Lost(
+                LostReason::Absent | LostReason::NotOwner
+            ))
+        );
+        if gone {
+            Some(
+                self.grace
+                    .map_or(self.renew_every, |g| g.min(self.renew_every)),
+            )
+        } else {
+            self.grace
+        }
+    }
+}
+
+/// Runs the command under `ctx` until nothing of it is left, and returns only then: the
+/// lease is released after this returns.
+///
+/// Besides the keeper, leasehold enforces the instant the tree must be gone itself — local
+/// validity's end, or the end of the SIGTERM-to-SIGKILL time once the lease was cancelled —
+/// by SIGKILLing every descendant it finds ([`KeeperLink::kill_tree`]), so a keeper that
+/// is stopped or starved cannot let the tree outlive the lease. `work` is the lease's
+/// `run_under_lease` future: if it ends first (the lease actor ended), the same happens.
 pub(crate) async fn supervise(
     ctx: &mut LeaseContext,
     keeper: &mut KeeperLink,
     signals: &mut Signals,
-    leftovers: Leftovers,
-    grace: Option<Duration>,
+    stopping: Stopping,
     work: &mut Work<'_>,
     work_done: &mut Option<Result<RunOutcome<()>, RuntimeError>>,
 ) -> CommandEnd {
@@ -59,12 +101,20 @@ pub(crate) async fn supervise(
     let mut lost_before_exit = false;
     let mut stop_sent = false;
     let mut watching = true;
+    let mut said_deadline = false;
     // Its own handle on the token: `ctx` is borrowed mutably to watch for renewals.
     let cancel = ctx.cancellation_token().clone();
+    // leasehold's own SIGKILL of the tree: at local validity's end, brought forward to the
+    // end of the SIGTERM-to-SIGKILL time once the lease is cancelled.
+    let kill_at = tokio::time::sleep_until(ctx.stop_by());
+    tokio::pin!(kill_at);
     loop {
         tokio::select! {
             event = keeper.next_event() => match event {
-                Some(Event::Started { .. }) => {}
+                Some(Event::Started { .. }) => tracing::debug!(
+                    process_tree = keeper.detachment().describe(),
+                    "command started under the keeper"
+                ),
                 Some(Event::SpawnFailed { errno }) => {
                     return CommandEnd::NotStarted(io::Error::from_raw_os_error(errno));
                 }
@@ -73,13 +123,11 @@ pub(crate) async fn supervise(
                     lost_before_exit = lost;
                 }
                 // Already being stopped for the lost lease: nothing new to say.
-                Some(Event::LeftBehind { count }) if !lost => left_behind(count, leftovers),
+                Some(Event::LeftBehind { count }) if !lost => left_behind(count, stopping.leftovers),
                 Some(Event::LeftBehind { .. }) => {}
                 Some(Event::DeadlinePassed) => {
                     lost = true;
-                    say!("local validity ended before the command did; \
-                         SIGKILL sent to every process of the command"
-                    );
+                    deadline_passed(&mut said_deadline);
                 }
                 Some(Event::Gone) => {
                     return CommandEnd::Gone {
@@ -89,42 +137,81 @@ pub(crate) async fn supervise(
                     };
                 }
                 None => {
-                    let killed = keeper.kill_tree(ORPHAN_KILL_LIMIT).await;
-                    return CommandEnd::KeeperDied { killed };
+                    let killed = keeper.kill_tree(KILL_LIMIT).await;
+                    return CommandEnd::KeeperDied { killed: killed.most };
                 }
             },
+            () = &mut kill_at => {
+                // Whatever the keeper does — it may be stopped — nothing of the command
+                // runs from here on, and the lease is released only after this.
+                keeper.close();
+                let killed = keeper.kill_tree(KILL_LIMIT).await;
+                // After a cancellation the SIGKILL was announced with the SIGTERM.
+                if killed.most > 0 && !stop_sent {
+                    deadline_passed(&mut said_deadline);
+                }
+                tracing::debug!(killed = killed.most, left = killed.left, "leasehold killed the tree itself");
+                return CommandEnd::Gone {
+                    status,
+                    lost_before_exit: lost_before_exit || status.is_none(),
+                    lost_before_gone: true,
+                };
+            }
             () = cancel.cancelled(), if !stop_sent => {
                 stop_sent = true;
                 lost = true;
-                let mut left = ctx.stop_by().saturating_duration_since(tokio::time::Instant::now());
-                if let Some(grace) = grace {
-                    left = left.min(grace);
+                let reason = ctx.cancel_reason();
+                let now = tokio::time::Instant::now();
+                let mut left = ctx.stop_by().saturating_duration_since(now);
+                let bound = stopping.bound(reason);
+                if let Some(bound) = bound {
+                    left = left.min(bound);
                 }
                 say!("lease {}; sending SIGTERM to every process of the command, \
                      SIGKILL within {}",
-                    ctx.cancel_reason().map_or("ended".to_owned(), |r| r.to_string()),
+                    reason.map_or("ended".to_owned(), |r| r.to_string()),
                     humantime::format_duration(round_ms(left))
                 );
-                keeper.send(Order::Stop).await;
+                keeper.send(Order::Stop { within: bound.map(keeper::nanos) }).await;
+                kill_at.as_mut().reset(now + left);
             }
             changed = ctx.changed(), if watching => {
                 if changed {
                     keeper.deadline(ctx.stop_by()).await;
+                    if !stop_sent {
+                        kill_at.as_mut().reset(ctx.stop_by());
+                    }
                 } else {
                     watching = false;
                 }
             }
             Some(signal) = signals.recv() => forward(keeper, signal).await,
             outcome = work.as_mut(), if work_done.is_none() => {
-                // The lease actor ended the work: local validity is over. The keeper kills
-                // the tree when its orders end (it did at its own deadline already, unless
-                // it was stopped); leasehold kills what it finds too.
+                // The lease actor ended before the command did: the lease can no longer be
+                // vouched for. Kill the tree here; the keeper does too when its orders end.
                 *work_done = Some(outcome);
-                lost = true;
                 keeper.close();
-                keeper.kill_tree(Duration::ZERO).await;
+                let killed = keeper.kill_tree(KILL_LIMIT).await;
+                if killed.most > 0 {
+                    deadline_passed(&mut said_deadline);
+                }
+                return CommandEnd::Gone {
+                    status,
+                    lost_before_exit: lost_before_exit || status.is_none(),
+                    lost_before_gone: true,
+                };
             }
         }
+    }
+}
+
+/// One line, once, when the tree had to be SIGKILLed because local validity ran out.
+fn deadline_passed(said: &mut bool) {
+    if !std::mem::replace(said, true) {
+        say!(
+            "local validity ended before the command did; SIGKILL sent to every process of \
+             the command"
+        );
     }
 }
 
