@@ -27,3 +27,7 @@ pub mod leases;
 #[cfg(feature = "cli")]
 pub mod observe;
 pub mod sentinel;
+#[cfg(feature = "cli")]
+pub mod tree;
+#[cfg(feature = "cli")]
+pub mod witness;

@@ -60,6 +60,10 @@ pub(crate) async fn doctor(args: DoctorArgs) -> u8 {
         findings.push(probe_notices(&backend, &client, &target.server).await);
         findings.extend(server_settings(&target.url, &target.server).await);
     }
+    findings.push(match crate::keeper::host_enforcement() {
+        (true, text) => Finding::Ok(text.to_owned()),
+        (false, text) => Finding::Warn(text.to_owned()),
+    });
     for finding in &findings {
         finding.print();
     }

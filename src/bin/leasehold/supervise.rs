@@ -144,13 +144,20 @@ pub(crate) async fn supervise(
             () = &mut kill_at => {
                 // Whatever the keeper does — it may be stopped — nothing of the command
                 // runs from here on, and the lease is released only after this.
+                let late = kill_at.deadline().elapsed();
                 keeper.close();
                 let killed = keeper.kill_tree(KILL_LIMIT).await;
                 // After a cancellation the SIGKILL was announced with the SIGTERM.
                 if killed.most > 0 && !stop_sent {
                     deadline_passed(&mut said_deadline);
                 }
-                tracing::debug!(killed = killed.most, left = killed.left, "leasehold killed the tree itself");
+                tracing::debug!(
+                    killed = killed.most,
+                    left = killed.left,
+                    late_us = late.as_micros(),
+                    took_us = (kill_at.deadline().elapsed() - late).as_micros(),
+                    "leasehold killed the command's tree itself"
+                );
                 return CommandEnd::Gone {
                     status,
                     lost_before_exit: lost_before_exit || status.is_none(),
@@ -235,4 +242,42 @@ fn left_behind(count: u32, leftovers: Leftovers) {
 
 fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RENEW: Duration = Duration::from_millis(333);
+
+    fn stopping(grace: Option<Duration>) -> Stopping {
+        Stopping {
+            leftovers: Leftovers::Stop,
+            grace,
+            renew_every: RENEW,
+        }
+    }
+
+    #[test]
+    fn a_lease_redis_says_is_gone_gets_at_most_one_renewal_period_of_grace() {
+        let long = Some(Duration::from_secs(20));
+        let short = Some(Duration::from_millis(50));
+        let gone = [LostReason::Absent, LostReason::NotOwner].map(CancelReason::Lost);
+        for reason in gone {
+            assert_eq!(stopping(None).bound(Some(reason)), Some(RENEW), "{reason}");
+            assert_eq!(stopping(long).bound(Some(reason)), Some(RENEW), "{reason}");
+            assert_eq!(stopping(short).bound(Some(reason)), short, "{reason}");
+        }
+        // The lease may still be ours: --grace governs, validity bounds it (the keeper).
+        let unsure = [
+            Some(CancelReason::Unknown),
+            Some(CancelReason::RenewalUnconfirmed),
+            Some(CancelReason::Lost(LostReason::ValidityExpired)),
+            None,
+        ];
+        for reason in unsure {
+            assert_eq!(stopping(None).bound(reason), None, "{reason:?}");
+            assert_eq!(stopping(long).bound(reason), long, "{reason:?}");
+        }
+    }
 }

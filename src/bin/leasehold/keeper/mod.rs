@@ -127,6 +127,31 @@ impl Detachment {
     }
 }
 
+/// What this host lets `leasehold run` enforce on a command's process tree, for `doctor`:
+/// whether it is all of it, and one line saying what.
+pub(crate) fn host_enforcement() -> (bool, &'static str) {
+    #[cfg(target_os = "linux")]
+    {
+        let mut subreaper: libc::c_int = 0;
+        // SAFETY: prctl writes one int through the pointer it is given.
+        let prctl = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &raw mut subreaper) };
+        if prctl == 0 && std::fs::metadata("/proc/self/stat").is_ok() {
+            return (
+                true,
+                "process tree: the keeper runs in a session of its own, so a signal to \
+                 leasehold's process group (KILL, STOP) leaves it enforcing; it is a child \
+                 subreaper that finds every descendant through /proc, and the command dies \
+                 with it (parent-death SIGKILL)",
+            );
+        }
+    }
+    (
+        false,
+        "process tree: no child subreaper or /proc here: the keeper kills the command's \
+         process group only, which a setsid descendant leaves",
+    )
+}
+
 /// The keeper process, as leasehold holds it before its async runtime starts.
 #[derive(Debug)]
 pub(crate) struct Keeper {
@@ -169,6 +194,7 @@ impl Keeper {
             events: pipe::Receiver::from_owned_fd(self.events)?,
             closed: false,
             tree_gone: false,
+            command_group: None,
         })
     }
 }
@@ -183,6 +209,9 @@ pub(crate) struct KeeperLink {
     closed: bool,
     /// leasehold's own walk found nothing of the command left.
     tree_gone: bool,
+    /// The command's process group (its pid), from `Started` until `Exited`: signalled
+    /// first when leasehold kills the tree, before the walk.
+    command_group: Option<u32>,
 }
 
 impl KeeperLink {
@@ -246,6 +275,13 @@ impl KeeperLink {
             match self.events.read_exact(&mut frame).await {
                 Ok(_) => {
                     if let Some(event) = Event::decode(&frame) {
+                        self.command_group = match event {
+                            Event::Started { pid } => Some(pid),
+                            // Reaped: its pid, and so its group's id, may be reused once
+                            // the group empties.
+                            Event::Exited { .. } => None,
+                            _ => self.command_group,
+                        };
                         return Some(event);
                     }
                 }
@@ -263,9 +299,10 @@ impl KeeperLink {
         self.orders = None;
     }
 
-    /// SIGKILLs every descendant of leasehold but the keeper — the command's tree, whether
-    /// under the keeper or re-parented here because the keeper died — and again every few
-    /// milliseconds until a round finds none left or `limit` passed (`ZERO`: one round).
+    /// SIGKILLs the command's process group and every descendant of leasehold but the
+    /// keeper — the command's tree, whether under the keeper or re-parented here because
+    /// the keeper died — and again every few milliseconds until a round finds none left or
+    /// `limit` passed (`ZERO`: one round).
     ///
     /// leasehold's own enforcement beside the keeper's: it runs at the instant the tree
     /// must be gone (the keeper may have been stopped) and when the keeper died. A process
@@ -277,28 +314,18 @@ impl KeeperLink {
         let mut most = 0;
         loop {
             reap_any();
-            let round = tree::descendants(me)
+            let keeper = u32::try_from(self.pid).ok();
+            let round = tree::signal_all(me, self.command_group, keeper, Signal::Kill)
                 .into_iter()
-                .filter(|&pid| libc::pid_t::try_from(pid).ok() != Some(self.pid))
-                .collect::<Vec<_>>();
-            if round.is_empty() {
+                .filter(|&pid| Some(pid) != keeper)
+                .count();
+            if round == 0 {
                 self.tree_gone = true;
                 return Killed { most, left: 0 };
             }
-            most = most.max(round.len());
-            for &pid in &round {
-                if let Ok(pid) = libc::pid_t::try_from(pid) {
-                    // SAFETY: kill(2) on one of our own descendants.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
-                }
-            }
+            most = most.max(round);
             if Instant::now() >= until {
-                return Killed {
-                    most,
-                    left: round.len(),
-                };
+                return Killed { most, left: round };
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -283,7 +283,7 @@ impl Process {
                 }
             }
             Action::SignalTree(signal) => {
-                tree::signal_all(self.me, self.main, signal);
+                tree::signal_all(self.me, self.main, None, signal);
             }
             Action::Report(event) => self.report(event),
             Action::Exit => return Some(0),

@@ -1,0 +1,445 @@
+//! No process of the command runs past its lease, whatever reaches leasehold's process
+//! group and whatever Redis says: real processes, a witness in every process of the
+//! command's tree (`common::witness`), a next holder waiting for the lease, and the lease's
+//! end as Redis states it (`PEXPIRETIME`).
+//!
+//! Each test prints one `measured:` line (run with `--nocapture`). The machine is kept busy
+//! on every core while it matters; bounds are generous and still mean what they say.
+
+mod common;
+
+use std::fs;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use common::cli::*;
+use common::observe::CpuLoad;
+use common::tree::*;
+use common::witness::*;
+
+/// `--ttl 1s`'s renewal period (ttl/3): how late a renewal learns the key is gone, and the
+/// longest SIGTERM may precede SIGKILL then.
+const RENEW_EVERY: Duration = Duration::from_millis(333);
+
+/// A `leasehold run` whose command is a witnessed tree of three processes.
+struct Witnessed {
+    run: Running,
+    /// The backgrounded child, the `setsid` grandchild, the command itself.
+    pids: Vec<u32>,
+    log: PathBuf,
+}
+
+impl Witnessed {
+    /// Starts it as a job of its own (its own process group, as a shell starts a job), and
+    /// waits until all three processes are witnessing.
+    fn start(
+        server: &RedisServer,
+        dir: &TempDir,
+        resource: &str,
+        ttl: &str,
+        ignore_term: bool,
+    ) -> Witnessed {
+        let pidfile = dir.path(&format!("{resource}.pids"));
+        let log = dir.path(&format!("{resource}.log"));
+        let mut cmd = run_cmd(server, resource);
+        cmd.args(["--ttl", ttl, "--", "bash", "-c"])
+            .arg(tree_script(&pidfile, ignore_term))
+            .env("W", &log)
+            .env("LC_ALL", "C")
+            .process_group(0);
+        let mut run = Running::spawn(cmd, dir, resource);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let pids = loop {
+            let text = fs::read_to_string(&pidfile).unwrap_or_default();
+            let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.len() == 3 && text.ends_with('\n') {
+                break pids;
+            }
+            if let Some(done) = run.try_finish() {
+                panic!("{resource}: leasehold exited before its command started: {done:?}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{resource}: no pids\n{}",
+                run.output_so_far()
+            );
+            thread::sleep(POLL);
+        };
+        for &pid in &pids {
+            run.also_kill(pid);
+        }
+        while writes(&log)
+            .iter()
+            .map(|&(pid, _)| pid)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            < 3
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{resource}: not every process witnesses"
+            );
+            thread::sleep(POLL);
+        }
+        Witnessed { run, pids, log }
+    }
+
+    fn named(&self) -> Vec<(u32, &'static str)> {
+        let names = ["a backgrounded child", "a setsid grandchild", "the command"];
+        self.pids.iter().copied().zip(names).collect()
+    }
+
+    fn last_write(&self) -> i64 {
+        last_write(&self.log).expect("the tree wrote")
+    }
+}
+
+/// A `leasehold run --wait` for the same resource whose command writes the clock once.
+struct Next {
+    run: Running,
+    first: PathBuf,
+}
+
+impl Next {
+    fn start(server: &RedisServer, dir: &TempDir, resource: &str) -> Next {
+        let first = dir.path(&format!("{resource}.next"));
+        let mut cmd = run_cmd(server, resource);
+        // A TTL to spare: granted through a replay of a try that waited behind a paused
+        // server, its validity counts from that try's send (conservatively short).
+        cmd.args([
+            "--wait",
+            "20s",
+            "--ttl",
+            "3s",
+            "--",
+            "bash",
+            "-c",
+            FIRST_WRITE,
+        ])
+        .env("W", &first)
+        .env("LC_ALL", "C");
+        let run = Running::spawn(cmd, dir, &format!("{resource}-next"));
+        Next { run, first }
+    }
+
+    /// Waits for it to run its command and exit; its first write (µs).
+    #[track_caller]
+    fn first_write(mut self) -> i64 {
+        self.run
+            .finish_within(EXIT_TIMEOUT, "the next holder")
+            .assert_code(0, "the next holder");
+        first_write(&self.first).expect("the next holder wrote")
+    }
+}
+
+/// The session of `pid` (field 6 of `/proc/<pid>/stat`).
+fn session_of(pid: u32) -> u32 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(3))
+        .and_then(|s| s.parse().ok())
+        .expect("a session id")
+}
+
+fn ms(micros: i64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+#[test]
+fn sigkill_of_leaseholds_process_group_leaves_nothing_of_the_command_to_overlap_the_next_holder() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("group-kill");
+    let _load = CpuLoad::start();
+    let mut old = Witnessed::start(&server, &dir, "group-kill", "2s", false);
+    let key = wait_for_lease_key(&server);
+    let next = Next::start(&server, &dir, "group-kill");
+    let keeper = keeper_of(old.pids[2]);
+    assert_ne!(
+        session_of(keeper),
+        session_of(old.run.pid()),
+        "the keeper left leasehold's session"
+    );
+    // What `timeout -s KILL`, `kill -9 %1` and supervisord's killasgroup do.
+    let killed_at = Instant::now();
+    assert!(
+        send_group_signal(old.run.pid(), "KILL"),
+        "kill -KILL -group"
+    );
+    let expiry = expiry_micros(&server, &key).expect("the lease outlives leasehold until its TTL");
+    let mut everyone = old.named();
+    everyone.push((keeper, "the keeper"));
+    assert_all_gone_within(&everyone, STOP_LIMIT, "leasehold's group was SIGKILLed");
+    let took = killed_at.elapsed();
+    let _ = old.run.finish_within(EXIT_TIMEOUT, "killed leasehold");
+    let last = old.last_write();
+    let first = next.first_write();
+    assert!(
+        last < expiry,
+        "the tree wrote {} ms after the lease's end",
+        ms(last - expiry)
+    );
+    assert!(
+        last < first,
+        "the tree wrote {} ms after the next holder",
+        ms(last - first)
+    );
+    println!(
+        "measured: SIGKILL of leasehold's group → the tree and the keeper gone in {took:?}; last \
+         write {:.1} ms before the lease's end, {:.1} ms before the next holder's first",
+        ms(expiry - last),
+        ms(first - last)
+    );
+}
+
+#[test]
+fn sigstop_of_leaseholds_process_group_cannot_keep_the_command_past_the_lease() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("group-stop");
+    let _load = CpuLoad::start();
+    let mut old = Witnessed::start(&server, &dir, "group-stop", "1s", false);
+    let key = wait_for_lease_key(&server);
+    let next = Next::start(&server, &dir, "group-stop");
+    let keeper = keeper_of(old.pids[2]);
+    // `kill -STOP %1`: every process of the group stops, the keeper is not in it.
+    assert!(
+        send_group_signal(old.run.pid(), "STOP"),
+        "kill -STOP -group"
+    );
+    assert!(
+        wait_for_state(old.run.pid(), 'T', Duration::from_secs(5)),
+        "leasehold did not stop; {}",
+        process_report(old.run.pid())
+    );
+    // Read once leasehold is stopped: no renewal can move it earlier.
+    let expiry = expiry_micros(&server, &key).expect("the lease is held");
+    let took = assert_all_gone_within(
+        &old.named(),
+        Duration::from_secs(3),
+        "leasehold's group was stopped",
+    );
+    assert!(
+        !wait_for_state(keeper, 'T', Duration::ZERO),
+        "the keeper was stopped"
+    );
+    let last = old.last_write();
+    let first = next.first_write();
+    assert!(
+        send_group_signal(old.run.pid(), "CONT"),
+        "kill -CONT -group"
+    );
+    old.run
+        .finish_within(EXIT_TIMEOUT, "leasehold resumed")
+        .assert_code(124, "leasehold stopped past its lease");
+    assert!(
+        last < expiry,
+        "the tree wrote {} ms after the lease's end",
+        ms(last - expiry)
+    );
+    assert!(
+        last < first,
+        "the tree wrote {} ms after the next holder",
+        ms(last - first)
+    );
+    println!(
+        "measured: SIGSTOP of leasehold's group → the keeper killed the tree after {took:?} (TTL \
+         1 s); last write {:.1} ms before the lease's end, {:.1} ms before the next holder's first",
+        ms(expiry - last),
+        ms(first - last)
+    );
+}
+
+#[test]
+fn sigterm_to_leaseholds_process_group_reaches_the_command_through_leasehold() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("group-term");
+    let pidfile = dir.path("cmd.pid");
+    let mut cmd = run_cmd(&server, "group-term");
+    cmd.args(["--ttl", "2s", "--", "sh", "-c"])
+        .arg(r#"trap "exit 7" TERM; echo $$ > "$1"; while :; do sleep 0.05; done"#)
+        .arg("sh")
+        .arg(&pidfile)
+        .process_group(0);
+    let mut run = Running::spawn(cmd, &dir, "run");
+    let command = run.wait_for_command_pid(&pidfile);
+    wait_until_catching(run.pid(), 15);
+    // The command has a process group of its own and the keeper a session: only leasehold
+    // gets this, and forwards it.
+    assert!(send_group_signal(run.pid(), "TERM"), "kill -TERM -group");
+    run.finish_within(Duration::from_secs(10), "run after SIGTERM to its group")
+        .assert_code(7, "the command's own status after the forwarded SIGTERM");
+    assert_gone_soon(command, "the command");
+    assert!(lease_keys(&server).is_empty(), "the lease is still held");
+}
+
+#[test]
+fn a_deleted_lease_ends_a_command_that_ignores_sigterm_within_a_renewal_period() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("deleted");
+    let _load = CpuLoad::start();
+    let mut old = Witnessed::start(&server, &dir, "deleted", "1s", true);
+    let key = wait_for_lease_key(&server);
+    let next = Next::start(&server, &dir, "deleted");
+    let deleted_at = now_micros();
+    let _: i64 = server.query(&["DEL", &key]);
+    let limit = RENEW_EVERY + Duration::from_secs(1);
+    let took = assert_all_gone_within(&old.named(), limit, "the lease key was deleted");
+    let done = old
+        .run
+        .finish_within(EXIT_TIMEOUT, "run whose lease was deleted");
+    done.assert_code(124, "run whose lease was deleted");
+    assert!(done.stderr.contains("lost (absent)"), "{}", done.stderr);
+    let last = old.last_write();
+    let first = next.first_write();
+    // Redis said the lease is gone at the next renewal; SIGKILL followed within one more
+    // renewal period (no --grace: the default would have waited out local validity).
+    assert!(
+        last - deleted_at
+            < i64::try_from((2 * RENEW_EVERY).as_micros()).unwrap_or(i64::MAX) + 100_000,
+        "the tree wrote {} ms after the DEL",
+        ms(last - deleted_at)
+    );
+    println!(
+        "measured: DEL → the SIGTERM-ignoring tree gone {took:?} later (renewal every 333 ms); \
+         its last write {:.1} ms after the DEL, {:.1} ms after the next holder's first",
+        ms(last - deleted_at),
+        ms(last - first)
+    );
+}
+
+/// One trial of the stalled-renewal test, as measured (µs).
+struct Stalled {
+    /// The old tree's last write after the end of the pause, before which no next holder
+    /// can be granted the lease: positive is an overlap.
+    after_grant: i64,
+    /// ... after the next holder's first write.
+    after_next: i64,
+    /// ... before the lease's end in Redis (negative: after it).
+    before_end: Option<i64>,
+}
+
+/// `trials` trees under a lease each, their keepers stopped; then every write Redis takes is
+/// paused for longer than the TTL (renewals, releases, acquisitions), while a next holder
+/// waits for each lease.
+fn stalled_round(server: &RedisServer, dir: &TempDir, round: usize, trials: usize) -> Vec<Stalled> {
+    /// Longer than the TTL: every trial's lease ends in Redis before the pause does.
+    const PAUSE: Duration = Duration::from_millis(1100);
+    let resources: Vec<String> = (0..trials)
+        .map(|i| format!("stalled-{round}-{i}"))
+        .collect();
+    let mut olds: Vec<Witnessed> = resources
+        .iter()
+        .map(|resource| Witnessed::start(server, dir, resource, "1s", false))
+        .collect();
+    let nexts: Vec<Next> = resources
+        .iter()
+        .map(|resource| Next::start(server, dir, resource))
+        .collect();
+    let keepers: Vec<u32> = olds.iter().map(|old| keeper_of(old.pids[2])).collect();
+    for &keeper in &keepers {
+        assert!(send_signal(keeper, "STOP"), "kill -STOP keeper");
+    }
+    let paused_at = now_micros();
+    server.cmd(&["CLIENT", "PAUSE", &PAUSE.as_millis().to_string(), "WRITE"]);
+    let pause_end = paused_at + i64::try_from(PAUSE.as_micros()).unwrap_or(i64::MAX);
+    // Read while paused: no renewal can move them any more.
+    let ends: Vec<Option<i64>> = resources
+        .iter()
+        .map(|resource| expiry_micros(server, &keys_of(resource).lease))
+        .collect();
+    let firsts: Vec<i64> = nexts.into_iter().map(Next::first_write).collect();
+    let mut trials_seen = Vec::new();
+    for (i, old) in olds.iter_mut().enumerate() {
+        old.run
+            .finish_within(EXIT_TIMEOUT, "run whose keeper was stopped")
+            .assert_code(124, "run whose keeper was stopped");
+        let last = old.last_write();
+        trials_seen.push(Stalled {
+            after_grant: last - pause_end,
+            after_next: last - firsts[i],
+            before_end: ends[i].map(|end| end - last),
+        });
+    }
+    for &keeper in &keepers {
+        if is_alive(keeper) {
+            send_signal(keeper, "CONT");
+        }
+    }
+    trials_seen
+}
+
+#[test]
+fn a_stopped_keeper_and_stalled_renewals_never_let_the_tree_write_after_the_next_grant() {
+    const ROUNDS: usize = 2;
+    const TRIALS: usize = 10;
+    let server = RedisServer::start();
+    let dir = TempDir::new("keeper-stopped-paused");
+    let _load = CpuLoad::start();
+    let trials: Vec<Stalled> = (0..ROUNDS)
+        .flat_map(|round| stalled_round(&server, &dir, round, TRIALS))
+        .collect();
+    let late: Vec<String> = trials
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.after_grant >= 0 || t.after_next >= 0)
+        .map(|(i, t)| {
+            format!(
+                "trial {i}: last write {:.1} ms after the pause's end, {:.1} ms after the next \
+                 holder's first",
+                ms(t.after_grant),
+                ms(t.after_next)
+            )
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} of {} trees wrote after the next grant:\n{}",
+        late.len(),
+        trials.len(),
+        late.join("\n")
+    );
+    let mut before_end: Vec<i64> = trials.iter().filter_map(|t| t.before_end).collect();
+    before_end.sort_unstable();
+    let closest = trials.iter().map(|t| -t.after_grant).min().unwrap_or(0);
+    println!(
+        "measured: keeper stopped, renewals stalled, {} trials → 0 writes after the next grant \
+         (closest {:.1} ms before the earliest grant); last write before the lease's end in \
+         Redis: min {:.1} ms, median {:.1} ms, max {:.1} ms",
+        trials.len(),
+        ms(closest),
+        before_end.first().copied().map_or(f64::NAN, ms),
+        before_end
+            .get(before_end.len() / 2)
+            .copied()
+            .map_or(f64::NAN, ms),
+        before_end.last().copied().map_or(f64::NAN, ms),
+    );
+}
+
+#[test]
+fn doctor_and_the_debug_log_say_how_the_process_tree_is_kept() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("enforcement");
+    let doctor = finish(leasehold("doctor", &server), &dir, "doctor");
+    doctor.assert_code(0, "doctor on a healthy server");
+    assert!(
+        doctor
+            .stdout
+            .contains("ok    process tree: the keeper runs in a session of its own"),
+        "{}",
+        doctor.stdout
+    );
+    let mut cmd = run_cmd(&server, "enforcement");
+    cmd.args(["--log-level", "debug", "--", "true"]);
+    let run = finish(cmd, &dir, "run");
+    run.assert_code(0, "run");
+    let said: Vec<&str> = run
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("process_tree="))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", run.stderr);
+    assert!(said[0].contains("a session of its own"), "{}", said[0]);
+}
