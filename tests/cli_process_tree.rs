@@ -293,8 +293,8 @@ fn ctrl_z_stops_leasehold_but_never_the_keeper_so_the_deadline_still_holds() {
     let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "1s"], "sleep 300");
     let keeper = keeper_of(pids[0].0);
     wait_for_lease_key(&server);
-    // What a terminal's ^Z does: SIGTSTP to leasehold's process group, the keeper's too
-    // (the command has a group of its own).
+    // What a terminal's ^Z does: SIGTSTP to leasehold's process group (the keeper has a
+    // session of its own, the command a group of its own).
     assert!(send_group_signal(run.pid(), "TSTP"), "kill -TSTP -group");
     assert!(
         wait_for_state(run.pid(), 'T', Duration::from_secs(5)),

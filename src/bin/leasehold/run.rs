@@ -45,7 +45,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = config::parse_renew_every)]
     renew_every: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when the command's processes are stopped (0s ..= 1h)
-    /// [default: whatever local validity is left]; never extends past local validity.
+    /// [default: whatever local validity is left]; never extends past local validity, nor
+    /// past one renewal period once Redis says the lease is gone.
     #[arg(long, value_name = "DURATION", value_parser = config::parse_grace)]
     pub(crate) grace: Option<Duration>,
     /// Like timeout(1)'s -k: SIGKILL every process of the command if it has not ended this
