@@ -309,6 +309,39 @@ fn a_deleted_lease_ends_a_command_that_ignores_sigterm_within_a_renewal_period()
     );
 }
 
+#[test]
+fn redis_restarted_empty_ends_a_command_that_ignores_sigterm_within_a_renewal_period() {
+    let mut server = RedisServer::start();
+    let dir = TempDir::new("restarted");
+    let _load = CpuLoad::start();
+    let mut old = Witnessed::start(&server, &dir, "restarted", "2s", true);
+    wait_for_lease_key(&server);
+    // Without persistence: the lease (and every other key) is gone once it answers again.
+    server.restart();
+    let back_at = now_micros();
+    let next = Next::start(&server, &dir, "restarted");
+    let renew_every = Duration::from_millis(667);
+    let took = assert_all_gone_within(
+        &old.named(),
+        renew_every + Duration::from_secs(1),
+        "Redis restarted empty",
+    );
+    let done = old
+        .run
+        .finish_within(EXIT_TIMEOUT, "run whose Redis restarted");
+    done.assert_code(124, "run whose Redis restarted");
+    assert!(done.stderr.contains("lost (absent)"), "{}", done.stderr);
+    let last = old.last_write();
+    let first = next.first_write();
+    println!(
+        "measured: Redis restarted empty → the SIGTERM-ignoring tree gone {took:?} after it \
+         answered again (renewal every 667 ms); its last write {:.1} ms after that, {:.1} ms \
+         after the next holder's first",
+        ms(last - back_at),
+        ms(last - first)
+    );
+}
+
 /// One trial of the stalled-renewal test, as measured (µs).
 struct Stalled {
     /// The old tree's last write after the end of the pause, before which no next holder
