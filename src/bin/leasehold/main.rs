@@ -19,6 +19,7 @@ mod doctor;
 mod inspect;
 mod keeper;
 mod list;
+mod recheck;
 mod replicas;
 mod run;
 mod say;

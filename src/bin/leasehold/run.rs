@@ -25,6 +25,7 @@ use tracing::Instrument as _;
 use crate::config::{self, Sourced};
 use crate::diagnose::Server;
 use crate::keeper::{Keeper, Leftovers, Signal};
+use crate::recheck::Recheck;
 use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, report_acquired};
 use crate::signals::Signals;
 use crate::supervise::{CommandEnd, Stopping, Work, supervise};
@@ -295,6 +296,10 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         keeper,
         &mut signals,
         stopping,
+        Recheck {
+            client: &client,
+            request: &request,
+        },
         &mut work,
         &mut work_done,
     )

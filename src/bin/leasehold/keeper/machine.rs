@@ -45,7 +45,8 @@ pub(crate) enum Input {
     Forward(Signal),
     /// leasehold: the lease was lost or became unknown; stop everything — SIGKILL at the
     /// end of the grace period, never later than `within` from now (a lease Redis says is
-    /// gone is not waited out for a long `--grace`), nor than the deadline.
+    /// gone is not waited out for a long `--grace`), nor than the deadline. Sent again with
+    /// `within` when Redis says an unknown lease is gone.
     Stop { within: Option<Nanos> },
     /// leasehold's end of the control pipe closed: it exited or was killed.
     LeaseholdGone,
@@ -219,9 +220,16 @@ impl Keeper {
     }
 
     /// SIGTERM to the tree, SIGKILL at the end of the grace period, `within` or the
-    /// deadline, whichever is first. Once only.
+    /// deadline, whichever is first. SIGTERM once only; a later stop (Redis said the lease
+    /// is gone after it had become unknown) can only bring the SIGKILL forward.
     fn stop(&mut self, now: Nanos, within: Option<Nanos>, actions: &mut Vec<Action>) {
-        if self.kill_at.is_some() || self.killing() {
+        if self.killing() {
+            return;
+        }
+        if let Some(kill_at) = &mut self.kill_at {
+            if let Some(within) = within {
+                *kill_at = (*kill_at).min(now.saturating_add(within));
+            }
             return;
         }
         let at = [self.policy.grace, within]

@@ -209,6 +209,25 @@ const ROWS: &[Row] = &[
         wakeup: Some(500),
     },
     Row {
+        name: "running: an unknown lease found gone → SIGKILL brought forward, no second SIGTERM",
+        policy: NO_GRACE,
+        before: RUNNING,
+        steps: &[(STOP_UNKNOWN, 100), (Input::Stop { within: Some(50) }, 300)],
+        actions: &[],
+        wakeup: Some(350),
+    },
+    Row {
+        name: "running: a later bound never pushes SIGKILL back",
+        policy: STOP,
+        before: RUNNING,
+        steps: &[
+            (STOP_UNKNOWN, 100),
+            (Input::Stop { within: Some(500) }, 150),
+        ],
+        actions: &[],
+        wakeup: Some(300),
+    },
+    Row {
         name: "running: a second stop changes nothing",
         policy: STOP,
         before: RUNNING,
