@@ -36,6 +36,14 @@ struct Witnessed {
     log: PathBuf,
 }
 
+/// A [`Witnessed`] started, its tree not yet seen.
+struct Starting {
+    run: Running,
+    resource: String,
+    pidfile: PathBuf,
+    log: PathBuf,
+}
+
 impl Witnessed {
     /// Starts it as a job of its own (its own process group, as a shell starts a job), and
     /// waits until all three processes are witnessing.
@@ -46,18 +54,18 @@ impl Witnessed {
         options: &[&str],
         ignore_term: bool,
     ) -> Witnessed {
-        Witnessed::start_with(server, dir, resource, options, ignore_term, &[])
+        Witnessed::spawn(server, dir, resource, options, ignore_term, &[]).ready()
     }
 
-    /// As [`start`](Self::start), with these variables in leasehold's environment.
-    fn start_with(
+    /// Starts it, with these variables in leasehold's environment, without waiting.
+    fn spawn(
         server: &RedisServer,
         dir: &TempDir,
         resource: &str,
         options: &[&str],
         ignore_term: bool,
         env: &[(&str, &str)],
-    ) -> Witnessed {
+    ) -> Starting {
         let pidfile = dir.path(&format!("{resource}.pids"));
         let log = dir.path(&format!("{resource}.log"));
         let mut cmd = run_cmd(server, resource);
@@ -68,7 +76,25 @@ impl Witnessed {
             .env("W", &log)
             .env("LC_ALL", "C")
             .process_group(0);
-        let mut run = Running::spawn(cmd, dir, resource);
+        Starting {
+            run: Running::spawn(cmd, dir, resource),
+            resource: resource.to_owned(),
+            pidfile,
+            log,
+        }
+    }
+}
+
+impl Starting {
+    /// Waits until all three processes of the tree are witnessing.
+    #[track_caller]
+    fn ready(self) -> Witnessed {
+        let Starting {
+            mut run,
+            resource,
+            pidfile,
+            log,
+        } = self;
         let deadline = Instant::now() + READY_TIMEOUT;
         let pids = loop {
             let text = fs::read_to_string(&pidfile).unwrap_or_default();
@@ -104,7 +130,9 @@ impl Witnessed {
         }
         Witnessed { run, pids, log }
     }
+}
 
+impl Witnessed {
     fn named(&self) -> Vec<(u32, &'static str)> {
         let names = ["a backgrounded child", "a setsid grandchild", "the command"];
         self.pids.iter().copied().zip(names).collect()
@@ -222,14 +250,15 @@ fn sigstop_of_leaseholds_process_group_cannot_keep_the_command_past_the_lease() 
     // cores are oversubscribed (as CI's are, and as the load below makes them), where the
     // kill can land a hundred milliseconds after its timer. Without the keeper the tree
     // would run for as long as leasehold stays stopped.
-    let mut old = Witnessed::start_with(
+    let mut old = Witnessed::spawn(
         &server,
         &dir,
         "group-stop",
         &["--ttl", "2s"],
         false,
         &[("LEASEHOLD_DRIFT_BUDGET", "300ms")],
-    );
+    )
+    .ready();
     let key = wait_for_lease_key(&server);
     let next = Next::start(&server, &dir, "group-stop");
     let keeper = keeper_of(old.pids[2]);
@@ -453,10 +482,12 @@ fn stalled_trials(server: &RedisServer, dir: &TempDir, trials: usize) -> Vec<Sta
     /// kill could only run after the pause: that kill came after the grant, however long.)
     const PAUSE: Duration = Duration::from_millis(2500);
     let resources: Vec<String> = (0..trials).map(|i| format!("stalled-{i}")).collect();
-    let mut olds: Vec<Witnessed> = resources
+    // All started before any is waited for: on a starved machine each start takes a while.
+    let starting: Vec<Starting> = resources
         .iter()
-        .map(|resource| Witnessed::start(server, dir, resource, TTL, false))
+        .map(|resource| Witnessed::spawn(server, dir, resource, TTL, false, &[]))
         .collect();
+    let mut olds: Vec<Witnessed> = starting.into_iter().map(Starting::ready).collect();
     let nexts: Vec<Next> = resources
         .iter()
         .map(|resource| Next::start(server, dir, resource))
