@@ -565,7 +565,7 @@ fn a_stopped_keeper_and_stalled_renewals_never_let_the_tree_write_after_the_next
     println!(
         "measured: keeper stopped, renewals stalled, {} trials → 0 writes after the next grant \
          (closest {:.1} ms before the earliest grant); last write before the lease's end in \
-         Redis: min {:.1} ms, median {:.1} ms, max {:.1} ms",
+         Redis: min {:.1} ms, median {:.1} ms, max {:.1} ms ({} after it)",
         trials.len(),
         ms(closest),
         before_end.first().copied().map_or(f64::NAN, ms),
@@ -574,6 +574,7 @@ fn a_stopped_keeper_and_stalled_renewals_never_let_the_tree_write_after_the_next
             .copied()
             .map_or(f64::NAN, ms),
         before_end.last().copied().map_or(f64::NAN, ms),
+        before_end.iter().filter(|&&b| b < 0).count(),
     );
 }
 
