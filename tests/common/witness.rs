@@ -1,6 +1,6 @@
 //! A witness for "no process of the command runs past the lease": every process of a
 //! command's tree appends its pid and the wall clock (`$EPOCHREALTIME`, µs) to a log every
-//! couple of milliseconds, so the last line of the log says when the tree last ran code; the
+//! 5 milliseconds, so the last line of the log says when the tree last ran code; the
 //! next holder's command writes the same clock once, when it starts. Overlaps are counted
 //! afterwards against that and against what Redis says (`PEXPIRETIME`).
 //!
@@ -19,9 +19,12 @@ const PERIOD: &str = "0.005";
 
 /// A bash function `witness` that writes `<pid> <µs since the epoch>` to `$W` for ever.
 fn witness_function() -> String {
-    format!(
-        r#"witness() {{ exec 3<> <(:); exec 4>>"$W"; while :; do echo "$BASHPID $EPOCHREALTIME" >&4; read -t {PERIOD} -u 3; done; }}"#
-    )
+    [
+        r#"witness() { exec 3<> <(:); exec 4>>"$W"; "#,
+        r#"while :; do echo "$BASHPID $EPOCHREALTIME" >&4; "#,
+        &format!("read -t {PERIOD} -u 3; done; }}"),
+    ]
+    .concat()
 }
 
 /// A bash script for `bash -c`: a tree of three witnessing processes — the command itself,

@@ -88,6 +88,14 @@ fn recheck_every(stopping: Stopping) -> Duration {
 /// The question to Redis in flight, if any.
 type Asking<'a> = Option<Pin<Box<dyn Future<Output = Option<LostReason>> + Send + 'a>>>;
 
+/// The answer to the question in flight; never, if none is.
+async fn answer(asking: &mut Asking<'_>) -> Option<LostReason> {
+    match asking {
+        Some(question) => question.await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Runs the command under `ctx` until nothing of it is left, and returns only then: the
 /// lease is released after this returns.
 ///
@@ -139,7 +147,7 @@ pub(crate) async fn supervise(
             () = &mut recheck_at, if run.unsure && asking.is_none() => {
                 asking = Some(Box::pin(recheck.gone(slot)));
             }
-            gone = async { asking.as_mut().expect("guarded by is_some").await }, if asking.is_some() => {
+            gone = answer(&mut asking), if asking.is_some() => {
                 asking = None;
                 match gone {
                     Some(reason) => {

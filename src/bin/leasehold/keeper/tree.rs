@@ -41,10 +41,11 @@ fn live_parent(pid: u32) -> Option<u32> {
 }
 
 /// Every live descendant of `root`, parents before their children, each handed to `found`
-/// the moment the walk knows it is one: in one pass over `/proc` in pid order (from
-/// `root` on) most are found as their line is read, so a caller that signals them does not wait for the whole
-/// walk (hundreds of reads, slow on a starved machine) before the first signal. The few
-/// met before their parent (pids wrapped around) are settled after the pass.
+/// the moment the walk knows it is one: in one pass over `/proc` in pid order (from `root`
+/// on) most are found as their line is read, so a caller that signals them does not wait
+/// for the whole walk (hundreds of reads, slow on a starved machine) before the first
+/// signal. The few met before their parent (pids wrapped around) are settled after the
+/// pass.
 fn walk(root: u32, mut found: impl FnMut(u32)) -> Vec<u32> {
     let mut known = HashSet::from([root]);
     let mut order = Vec::new();
