@@ -499,8 +499,8 @@ fn stalled_trials(server: &RedisServer, dir: &TempDir, trials: usize) -> Vec<Sta
         .iter()
         .map(|resource| Next::start(server, dir, resource))
         .collect();
-    let keepers: Vec<u32> = olds.iter().map(|old| keeper_of(old.pids[2])).collect();
-    for &keeper in &keepers {
+    let keepers = Stopped(olds.iter().map(|old| keeper_of(old.pids[2])).collect());
+    for &keeper in &keepers.0 {
         assert!(send_signal(keeper, "STOP"), "kill -STOP keeper");
     }
     let paused_at = now_micros();
@@ -524,12 +524,21 @@ fn stalled_trials(server: &RedisServer, dir: &TempDir, trials: usize) -> Vec<Sta
             before_end: ends[i].map(|end| end - last),
         });
     }
-    for &keeper in &keepers {
-        if is_alive(keeper) {
-            send_signal(keeper, "CONT");
+    trials_seen
+}
+
+/// Keepers the test stopped: resumed when it ends, however it ends (leasehold SIGKILLs a
+/// stopped keeper once it saw the tree gone; after a failure one may be left).
+struct Stopped(Vec<u32>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &keeper in &self.0 {
+            if is_alive(keeper) {
+                send_signal(keeper, "CONT");
+            }
         }
     }
-    trials_seen
 }
 
 #[test]
