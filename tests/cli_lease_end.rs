@@ -503,9 +503,7 @@ fn stalled_trials(server: &RedisServer, dir: &TempDir, trials: usize) -> Vec<Sta
     for &keeper in &keepers.0 {
         assert!(send_signal(keeper, "STOP"), "kill -STOP keeper");
     }
-    let paused_at = now_micros();
-    server.cmd(&["CLIENT", "PAUSE", &PAUSE.as_millis().to_string(), "WRITE"]);
-    let pause_end = paused_at + i64::try_from(PAUSE.as_micros()).unwrap_or(i64::MAX);
+    let pause_end = pause_writes(server, PAUSE);
     // Read while paused: no renewal can move them any more.
     let ends: Vec<Option<i64>> = resources
         .iter()
@@ -525,6 +523,27 @@ fn stalled_trials(server: &RedisServer, dir: &TempDir, trials: usize) -> Vec<Sta
         });
     }
     trials_seen
+}
+
+/// Pauses every write Redis takes for `pause` (`CLIENT PAUSE … WRITE`) and returns when
+/// the pause ends at the earliest, in µs since the epoch by Redis's clock (the machine's,
+/// which the witnesses read): `TIME` and the pause run in one transaction, nothing between
+/// them, so a test that was slow to send the pause cannot make the bound early.
+fn pause_writes(server: &RedisServer, pause: Duration) -> i64 {
+    let mut conn = server.conn();
+    let (time, _): (Vec<i64>, String) = redis::pipe()
+        .atomic()
+        .cmd("TIME")
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis().to_string())
+        .arg("WRITE")
+        .query(&mut conn)
+        .expect("TIME and CLIENT PAUSE");
+    let [secs, micros] = time[..] else {
+        panic!("TIME answered {time:?}");
+    };
+    secs * 1_000_000 + micros + i64::try_from(pause.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// Keepers the test stopped: resumed when it ends, however it ends (leasehold SIGKILLs a
