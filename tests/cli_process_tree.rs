@@ -9,85 +9,14 @@ mod common;
 
 use std::fs;
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use common::cli::*;
 use common::observe::CpuLoad;
+use common::tree::*;
 use leasehold::{LeaseKeys, LeaseSettings, Purpose, ResourceDigest};
-
-/// How long a process may take to disappear after the event that must end it.
-const STOP_LIMIT: Duration = Duration::from_secs(1);
-
-/// Polls until `pid` is gone; the time it took, or `None` after `limit`.
-fn time_until_gone(pid: u32, limit: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    while is_alive(pid) {
-        if start.elapsed() > limit {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-    Some(start.elapsed())
-}
-
-/// Asserts every pid is gone within `limit` of now; returns the longest wait.
-#[track_caller]
-fn assert_all_gone_within(pids: &[(u32, &str)], limit: Duration, after: &str) -> Duration {
-    let start = Instant::now();
-    for &(pid, what) in pids {
-        let left = limit.saturating_sub(start.elapsed());
-        assert!(
-            time_until_gone(pid, left).is_some(),
-            "{what} (pid {pid}) still runs {limit:?} after {after}; {}",
-            process_report(pid)
-        );
-    }
-    start.elapsed()
-}
-
-/// What `/proc` says about `pid` and its parent, for a failure message.
-fn process_report(pid: u32) -> String {
-    let stat = |pid: &str| fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let own = stat(&pid.to_string());
-    let parent = own
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-        .map(stat)
-        .unwrap_or_default();
-    format!("its stat: {own:?}; its parent's: {parent:?}")
-}
-
-/// Waits until `/proc` shows `pid` in `state` (`T`: stopped); false after `limit`.
-fn wait_for_state(pid: u32, state: char, limit: Duration) -> bool {
-    let start = Instant::now();
-    loop {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let now = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        if now == Some(state) {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Reads a pid the command wrote to `file`, registering it for cleanup.
-#[track_caller]
-fn pid_in(run: &mut Running, file: &Path, what: &str) -> u32 {
-    let text = run.wait_for_line(file, what);
-    let pid = text
-        .parse()
-        .unwrap_or_else(|e| panic!("{what}: {file:?} holds {text:?}: {e}"));
-    run.also_kill(pid);
-    pid
-}
 
 /// Starts `leasehold run <args> -- sh -c <script>` where the script starts a backgrounded
 /// `sleep` and a `setsid` one (a session of its own, out of the command's process group),
@@ -337,15 +266,6 @@ fn leasehold_namespace_is_honoured_as_the_library_honours_it() {
     run.finish_within(EXIT_TIMEOUT, "run").assert_code(0, "run");
 }
 
-/// The keeper's pid: the parent of the command `command`.
-fn keeper_of(command: u32) -> u32 {
-    let stat = fs::read_to_string(format!("/proc/{command}/stat")).expect("command stat");
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-        .and_then(|p| p.parse().ok())
-        .expect("the command's parent")
-}
-
 #[test]
 fn a_stopped_keeper_cannot_keep_the_command_running_past_validity() {
     let server = RedisServer::start();
@@ -373,8 +293,8 @@ fn ctrl_z_stops_leasehold_but_never_the_keeper_so_the_deadline_still_holds() {
     let (mut run, pids) = start_tree(&server, &dir, &["--ttl", "1s"], "sleep 300");
     let keeper = keeper_of(pids[0].0);
     wait_for_lease_key(&server);
-    // What a terminal's ^Z does: SIGTSTP to leasehold's process group, the keeper's too
-    // (the command has a group of its own).
+    // What a terminal's ^Z does: SIGTSTP to leasehold's process group (the keeper has a
+    // session of its own, the command a group of its own).
     assert!(send_group_signal(run.pid(), "TSTP"), "kill -TSTP -group");
     assert!(
         wait_for_state(run.pid(), 'T', Duration::from_secs(5)),

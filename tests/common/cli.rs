@@ -344,12 +344,12 @@ fn sigkill_pending(pid: u32) -> bool {
     })
 }
 
-/// Whether `pid` still runs one of the commands these tests start (`sh`, or `sleep` after
-/// `exec`), so a PID reused by an unrelated process is never signalled.
+/// Whether `pid` still runs one of the commands these tests start (`sh`, `bash`, or
+/// `sleep` after `exec`), so a PID reused by an unrelated process is never signalled.
 pub fn is_test_command(pid: u32) -> bool {
     fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
         let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-        matches!(argv0, b"sh" | b"sleep")
+        matches!(argv0, b"sh" | b"bash" | b"sleep")
     })
 }
 

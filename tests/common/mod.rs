@@ -29,3 +29,7 @@ pub mod observe;
 #[cfg(feature = "cli")]
 pub mod output;
 pub mod sentinel;
+#[cfg(feature = "cli")]
+pub mod tree;
+#[cfg(feature = "cli")]
+pub mod witness;

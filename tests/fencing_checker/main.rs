@@ -8,10 +8,11 @@
 //! `HGET target fence`, stores it there and appends it to `accepted`.
 //!
 //! A nemesis thread meanwhile injects one fault at a time, every 300–800 ms:
-//! * pause: SIGSTOP a running `leasehold` process together with the command it runs (its
-//!   own process group) for 1.2–2 s, longer than the TTL, then SIGCONT, the command first
-//!   and leasehold 0–300 ms later, so a holder that lost its lease wakes up and writes with
-//!   its old token before leasehold can stop it;
+//! * pause: SIGSTOP a running `leasehold` process together with its keeper (a session of
+//!   its own) and the command it runs (its own process group) for 1.2–2 s, longer than the
+//!   TTL, then SIGCONT, the command first and leasehold with its keeper 0–300 ms later, so a
+//!   holder that lost its lease wakes up and writes with its old token before leasehold can
+//!   stop it;
 //! * reply drop: the proxy drops replies for 200–600 ms;
 //! * restart: a graceful restart of the redis-server (AOF, `appendfsync always`).
 //!

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::common::{Proxy, ProxyMode, RedisServer};
-use crate::processes::{command_groups, command_groups_of, signal_group};
+use crate::processes::{command_groups, command_groups_of, keepers_of, signal_group};
 use crate::{POLL, Rng, Shared, lock};
 
 /// Probability (in percent) that a pause picks a process that is running its command (the
@@ -39,6 +39,9 @@ struct Paused<'a> {
     shared: &'a Shared,
     worker: usize,
     pid: u32,
+    /// Its keepers' groups: resumed with leasehold, so a resumed command is not stopped
+    /// by its keeper before it could write.
+    keepers: Vec<u32>,
     groups: Vec<u32>,
     /// Time between resuming the command and resuming leasehold.
     resume_gap: Duration,
@@ -72,6 +75,9 @@ impl Drop for Paused<'_> {
         }
         let running = lock(&self.shared.running);
         if self.still_ours(&running) {
+            for k in &self.keepers {
+                signal_group("CONT", *k);
+            }
             signal_group("CONT", self.pid);
         }
     }
@@ -106,9 +112,13 @@ fn pause_one<'a>(shared: &'a Shared, rng: &mut Rng) -> Option<(Paused<'a>, bool)
         };
         break (running, worker, pid);
     };
-    // leasehold's group first: it cannot start (or reap) a command any more, and a command
-    // that has not moved to its own group yet stops with it.
+    // leasehold's group and its keeper's first: neither can start (or reap) a command any
+    // more, and a command that has not moved to its own group yet stops with the keeper.
     signal_group("STOP", pid);
+    let keepers = keepers_of(pid);
+    for k in &keepers {
+        signal_group("STOP", *k);
+    }
     let groups = command_groups_of(pid);
     for g in &groups {
         signal_group("STOP", *g);
@@ -127,6 +137,7 @@ fn pause_one<'a>(shared: &'a Shared, rng: &mut Rng) -> Option<(Paused<'a>, bool)
             shared,
             worker,
             pid,
+            keepers,
             groups,
             resume_gap,
         },

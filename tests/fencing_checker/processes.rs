@@ -1,6 +1,7 @@
-//! Processes and signals: the nemesis pauses a `leasehold` process together with the
-//! process group of the command it runs, and a worker kills a straggler with everything
-//! it started, so both find those groups here; and the `redis-cli` the command writes with.
+//! Processes and signals: the nemesis pauses a `leasehold` process together with its
+//! keeper and the process group of the command it runs, and a worker kills a straggler with
+//! everything it started, so both find those groups here; and the `redis-cli` the command
+//! writes with.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,41 +22,42 @@ pub fn signal_group(sig: &str, pgid: u32) -> bool {
     send_signal(sig, &format!("-{pgid}"))
 }
 
+/// `(pid, ppid, pgrp, session)` of every process, from `/proc/*/stat`.
+fn processes() -> Vec<(u32, u32, u32, u32)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid pgrp session …`; comm may contain spaces and
+            // parentheses.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let fields: Vec<u32> = rest
+                .split_whitespace()
+                .skip(1)
+                .take(3)
+                .map_while(|f| f.parse().ok())
+                .collect();
+            match fields[..] {
+                [ppid, pgrp, session] => Some((pid, ppid, pgrp, session)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// Process -> the process groups led by its descendants (the commands leasehold started
-/// with `process_group(0)`, under its keeper: a grandchild), from `/proc/*/stat`. A command
-/// that has not called setpgid yet is still in the keeper's group, which is leasehold's,
-/// which we signal as a whole anyway.
+/// with `process_group(0)`, under its keeper: a grandchild), from `/proc/*/stat`. Session
+/// leaders are left out: the keeper leads a session of its own (see [`keepers_of`]).
 pub fn command_groups() -> BTreeMap<u32, Vec<u32>> {
-    // (pid, ppid) of every process, and which ones lead their group.
     let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     let mut leaders: BTreeSet<u32> = BTreeSet::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return BTreeMap::new();
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let (Some(ppid), Some(pgrp)) = (
-            fields.get(1).and_then(|f| f.parse::<u32>().ok()),
-            fields.get(2).and_then(|f| f.parse::<u32>().ok()),
-        ) else {
-            continue;
-        };
+    for (pid, ppid, pgrp, session) in processes() {
         children.entry(ppid).or_default().push(pid);
-        if pgrp == pid {
+        if pgrp == pid && session != pid {
             leaders.insert(pid);
         }
     }
@@ -74,6 +76,17 @@ pub fn command_groups() -> BTreeMap<u32, Vec<u32>> {
         }
     }
     groups
+}
+
+/// The keepers of one `leasehold` process: its children that lead a session (and so a
+/// process group) of their own. A command that has not called setpgid yet is still in its
+/// keeper's group.
+pub fn keepers_of(parent: u32) -> Vec<u32> {
+    processes()
+        .into_iter()
+        .filter(|&(pid, ppid, _, session)| ppid == parent && session == pid)
+        .map(|(pid, ..)| pid)
+        .collect()
 }
 
 /// The command groups of one parent (see [`command_groups`]).

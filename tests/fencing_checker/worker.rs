@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::processes::{command_groups_of, signal_group};
+use crate::processes::{command_groups_of, keepers_of, signal_group};
 use crate::{POLL, RESOURCE, Rng, Shared, lock};
 
 /// A `leasehold run` still running this long after it started is a straggler: killed, and
@@ -220,9 +220,12 @@ fn wait_bounded(index: usize, shared: &Shared, child: &mut Child) -> Option<Exit
             if started.elapsed() > INVOCATION_BOUND {
                 let pid = child.id();
                 signal_group("STOP", pid);
-                let groups = command_groups_of(pid);
-                for g in &groups {
-                    signal_group("KILL", *g);
+                let keepers = keepers_of(pid);
+                for k in &keepers {
+                    signal_group("STOP", *k);
+                }
+                for g in command_groups_of(pid).into_iter().chain(keepers) {
+                    signal_group("KILL", g);
                 }
                 signal_group("KILL", pid);
                 let _ = child.kill();

@@ -45,8 +45,12 @@ pub(crate) struct Held {
     pub(crate) span: tracing::Span,
     pub(crate) done: oneshot::Sender<()>,
     pub(crate) work: Work<'static>,
+    /// The request the lease was acquired by, for asking Redis whether it still holds.
+    pub(crate) request: LeaseRequest,
 }
 
+// Matched once, where it is made: boxing the held lease would only allocate.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Acquisition {
     Held(Held),
     /// The command is not run: leasehold exits with this status.
@@ -124,6 +128,7 @@ impl Acquire<'_> {
         let (held_tx, mut held_rx) =
             oneshot::channel::<(LeaseContext, tracing::Span, oneshot::Sender<()>)>();
         let runtime = self.runtime.clone();
+        let held_request = request.clone();
         let request = request.clone();
         // The work under the lease hands its context out and ends when told (by dropping
         // `done`): the command is supervised by `run`, in one task with the signals and the
@@ -131,7 +136,10 @@ impl Acquire<'_> {
         // command carry the lease's purpose, digest, operation id and token.
         let mut work: Work<'static> = Box::pin(async move {
             runtime
-                .run_under_lease(&request, CancelPolicy::Kill, move |ctx| async move {
+                // NotifyOnly: the work is the command's tree, which `supervise` kills itself
+                // when it must be gone and only then ends the work, so the release never
+                // precedes that kill.
+                .run_under_lease(&request, CancelPolicy::NotifyOnly, move |ctx| async move {
                     let (done_tx, done_rx) = oneshot::channel::<()>();
                     if held_tx
                         .send((ctx, tracing::Span::current(), done_tx))
@@ -153,7 +161,13 @@ impl Acquire<'_> {
                 biased;
                 outcome = work.as_mut() => return StageEnd::Ended(outcome),
                 held = &mut held_rx => return match held {
-                    Ok((ctx, span, done)) => StageEnd::Held(Held { ctx, span, done, work }),
+                    Ok((ctx, span, done)) => StageEnd::Held(Held {
+                        ctx,
+                        span,
+                        done,
+                        work,
+                        request: held_request,
+                    }),
                     Err(_) => StageEnd::Ended(work.await),
                 },
                 // The acquisition is dropped: a lease actor that had just started ends with

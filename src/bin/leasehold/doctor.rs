@@ -78,6 +78,10 @@ pub(crate) async fn doctor(args: DoctorArgs) -> u8 {
         findings.push(probe_notices(&backend, &client, &target.server).await);
         findings.extend(server_settings(&target.url, &client, &target.server).await);
     }
+    findings.push(match crate::keeper::host_enforcement() {
+        (true, text) => Finding::Ok(text.to_owned()),
+        (false, text) => Finding::Warn(text.to_owned()),
+    });
     let failed = findings.iter().any(|f| matches!(f, Finding::Fail(_)));
     if args.json {
         let findings: Vec<_> = findings

@@ -22,6 +22,7 @@ mod inputs;
 mod inspect;
 mod keeper;
 mod list;
+mod recheck;
 mod replicas;
 mod run;
 mod say;
@@ -81,8 +82,10 @@ Processes: the command runs under a keeper process that is a child subreaper, so
 process it starts (backgrounded, double-forked, setsid) stays in its tree. When the
 command exits, the processes it left behind are stopped (SIGTERM, SIGKILL after --grace)
 before the lease is released, unless --wait-for-descendants. When the lease is lost,
-every one of them gets SIGTERM, then SIGKILL. Nothing of the command outlives the lease's
-local validity, nor leasehold itself (SIGKILL, OOM killer, crash).
+every one of them gets SIGTERM, then SIGKILL (after --grace; within one renewal period
+once Redis says the lease is gone). Nothing of the command outlives the lease's local
+validity, nor leasehold itself (SIGKILL, OOM killer, crash), nor a signal to leasehold's
+process group (the keeper runs in a session of its own).
 
 Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
 LEASEHOLD_RESOURCE, LEASEHOLD_RENEW_EVERY; LEASEHOLD_COMMAND_TIMEOUT,

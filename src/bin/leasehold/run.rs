@@ -26,9 +26,10 @@ use crate::acquire::{Acquire, Acquisition, Contention, Held, signal_status};
 use crate::config::{self, Sourced};
 use crate::diagnose::Server;
 use crate::keeper::{Keeper, Leftovers, Signal};
+use crate::recheck::Recheck;
 use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, report_acquired};
 use crate::signals::Signals;
-use crate::supervise::{CommandEnd, supervise};
+use crate::supervise::{CommandEnd, Stopping, supervise};
 use crate::{Common, fail, status, ttl};
 
 #[derive(Debug, Args)]
@@ -51,7 +52,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = config::parse_renew_every)]
     renew_every: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when the command's processes are stopped (0s ..= 1h)
-    /// [default: whatever local validity is left]; never extends past local validity.
+    /// [default: whatever local validity is left]; never extends past local validity, nor
+    /// past one renewal period once Redis says the lease is gone.
     #[arg(long, value_name = "DURATION", value_parser = config::parse_grace)]
     pub(crate) grace: Option<Duration>,
     /// Like timeout(1)'s -k: SIGKILL every process of the command if it has not ended this
@@ -245,6 +247,14 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
             return fail(format!("--metrics-addr {addr}: {e}"));
         }
     }
+    let stopping = Stopping {
+        leftovers: args.leftovers(),
+        grace: args.grace,
+        renew_every: plan
+            .client
+            .settings()
+            .renew_every(args.ttl.unwrap_or(ttl::DEFAULT)),
+    };
     let runtime = LeaseRuntime::new(plan.client.clone()).with_max_leases(1);
     let acquire = Acquire {
         runtime: &runtime,
@@ -262,6 +272,7 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         span,
         done,
         mut work,
+        request,
     } = match acquire.acquire(&mut signals).await {
         Acquisition::Held(held) => held,
         Acquisition::NotRun(code) => return code,
@@ -301,8 +312,11 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
         &mut ctx,
         keeper,
         &mut signals,
-        args.leftovers(),
-        args.grace,
+        stopping,
+        Recheck {
+            client: &plan.client,
+            request: &request,
+        },
         &mut work,
         &mut work_done,
     )

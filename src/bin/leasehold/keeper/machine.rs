@@ -43,8 +43,11 @@ pub(crate) enum Input {
     Deadline(Nanos),
     /// leasehold received this signal: pass it on.
     Forward(Signal),
-    /// leasehold: the lease was lost or became unknown; stop everything.
-    Stop,
+    /// leasehold: the lease was lost or became unknown; stop everything — SIGKILL at the
+    /// end of the grace period, never later than `within` from now (a lease Redis says is
+    /// gone is not waited out for a long `--grace`), nor than the deadline. Sent again with
+    /// `within` when Redis says an unknown lease is gone.
+    Stop { within: Option<Nanos> },
     /// leasehold's end of the control pipe closed: it exited or was killed.
     LeaseholdGone,
     /// The command was started.
@@ -185,8 +188,8 @@ impl Keeper {
                     self.kill_after_at.get_or_insert(now.saturating_add(after));
                 }
             }
-            (Input::Stop, Phase::Running | Phase::MainExited) => {
-                self.stop(now, &mut actions);
+            (Input::Stop { within }, Phase::Running | Phase::MainExited) => {
+                self.stop(now, within, &mut actions);
             }
             (
                 Input::MainExited {
@@ -200,7 +203,7 @@ impl Keeper {
                 if left_behind > 0 {
                     actions.push(Action::Report(Event::LeftBehind { count: left_behind }));
                     if self.policy.leftovers == Leftovers::Stop {
-                        self.stop(now, &mut actions);
+                        self.stop(now, None, &mut actions);
                     }
                 }
             }
@@ -216,18 +219,26 @@ impl Keeper {
         actions
     }
 
-    /// SIGTERM to the tree, SIGKILL at the end of the grace period or the deadline,
-    /// whichever is first. Once only.
-    fn stop(&mut self, now: Nanos, actions: &mut Vec<Action>) {
-        if self.kill_at.is_some() || self.killing() {
+    /// SIGTERM to the tree, SIGKILL at the end of the grace period, `within` or the
+    /// deadline, whichever is first. SIGTERM once only; a later stop (Redis said the lease
+    /// is gone after it had become unknown) can only bring the SIGKILL forward.
+    fn stop(&mut self, now: Nanos, within: Option<Nanos>, actions: &mut Vec<Action>) {
+        if self.killing() {
             return;
         }
-        let by_grace = self.policy.grace.map(|g| now.saturating_add(g));
-        let at = match (by_grace, self.deadline) {
-            (Some(g), Some(d)) => g.min(d),
-            (Some(at), None) | (None, Some(at)) => at,
-            (None, None) => now,
-        };
+        if let Some(kill_at) = &mut self.kill_at {
+            if let Some(within) = within {
+                *kill_at = (*kill_at).min(now.saturating_add(within));
+            }
+            return;
+        }
+        let at = [self.policy.grace, within]
+            .into_iter()
+            .flatten()
+            .map(|g| now.saturating_add(g))
+            .chain(self.deadline)
+            .min()
+            .unwrap_or(now);
         self.kill_at = Some(at);
         actions.push(Action::SignalTree(Signal::Term));
     }

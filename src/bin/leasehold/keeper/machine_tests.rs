@@ -19,6 +19,9 @@ const NO_GRACE: Policy = Policy {
     leftovers: Leftovers::Stop,
 };
 
+/// The lease became unknown: `--grace` governs.
+const STOP_UNKNOWN: Input = Input::Stop { within: None };
+
 /// Starts the command (token 7, deadline 1000) at time 0 and reports it as pid 42.
 const RUNNING: &[(Input, Nanos)] = &[
     (
@@ -82,7 +85,7 @@ const ROWS: &[Row] = &[
     Row {
         name: "idle: stop and signals change nothing",
         policy: STOP,
-        before: &[(Input::Stop, 0)],
+        before: &[(STOP_UNKNOWN, 0)],
         steps: &[(Input::Forward(Signal::Term), 0)],
         actions: &[],
         wakeup: None,
@@ -145,7 +148,7 @@ const ROWS: &[Row] = &[
         name: "running: stop → SIGTERM to the tree, SIGKILL after grace",
         policy: STOP,
         before: RUNNING,
-        steps: &[(Input::Stop, 100)],
+        steps: &[(STOP_UNKNOWN, 100)],
         actions: &[SignalTree(Signal::Term)],
         wakeup: Some(300),
     },
@@ -153,7 +156,39 @@ const ROWS: &[Row] = &[
         name: "running: grace never passes the deadline",
         policy: STOP,
         before: RUNNING,
-        steps: &[(Input::Stop, 900)],
+        steps: &[(STOP_UNKNOWN, 900)],
+        actions: &[SignalTree(Signal::Term)],
+        wakeup: Some(1000),
+    },
+    Row {
+        name: "running: a lease known gone → SIGKILL within its bound, not after a long grace",
+        policy: STOP,
+        before: RUNNING,
+        steps: &[(Input::Stop { within: Some(50) }, 100)],
+        actions: &[SignalTree(Signal::Term)],
+        wakeup: Some(150),
+    },
+    Row {
+        name: "running: a lease known gone, no grace → SIGKILL within its bound",
+        policy: NO_GRACE,
+        before: RUNNING,
+        steps: &[(Input::Stop { within: Some(50) }, 100)],
+        actions: &[SignalTree(Signal::Term)],
+        wakeup: Some(150),
+    },
+    Row {
+        name: "running: a lease known gone, shorter grace → the grace",
+        policy: STOP,
+        before: RUNNING,
+        steps: &[(Input::Stop { within: Some(500) }, 100)],
+        actions: &[SignalTree(Signal::Term)],
+        wakeup: Some(300),
+    },
+    Row {
+        name: "running: a lease known gone near the deadline → the deadline",
+        policy: NO_GRACE,
+        before: RUNNING,
+        steps: &[(Input::Stop { within: Some(500) }, 900)],
         actions: &[SignalTree(Signal::Term)],
         wakeup: Some(1000),
     },
@@ -161,7 +196,7 @@ const ROWS: &[Row] = &[
         name: "running: no grace → SIGKILL at the deadline",
         policy: NO_GRACE,
         before: RUNNING,
-        steps: &[(Input::Stop, 100)],
+        steps: &[(STOP_UNKNOWN, 100)],
         actions: &[SignalTree(Signal::Term)],
         wakeup: Some(1000),
     },
@@ -169,15 +204,34 @@ const ROWS: &[Row] = &[
         name: "running: an earlier deadline pulls SIGKILL in",
         policy: NO_GRACE,
         before: RUNNING,
-        steps: &[(Input::Stop, 100), (Input::Deadline(500), 100)],
+        steps: &[(STOP_UNKNOWN, 100), (Input::Deadline(500), 100)],
         actions: &[],
         wakeup: Some(500),
+    },
+    Row {
+        name: "running: an unknown lease found gone → SIGKILL brought forward, no second SIGTERM",
+        policy: NO_GRACE,
+        before: RUNNING,
+        steps: &[(STOP_UNKNOWN, 100), (Input::Stop { within: Some(50) }, 300)],
+        actions: &[],
+        wakeup: Some(350),
+    },
+    Row {
+        name: "running: a later bound never pushes SIGKILL back",
+        policy: STOP,
+        before: RUNNING,
+        steps: &[
+            (STOP_UNKNOWN, 100),
+            (Input::Stop { within: Some(500) }, 150),
+        ],
+        actions: &[],
+        wakeup: Some(300),
     },
     Row {
         name: "running: a second stop changes nothing",
         policy: STOP,
         before: RUNNING,
-        steps: &[(Input::Stop, 100), (Input::Stop, 150)],
+        steps: &[(STOP_UNKNOWN, 100), (STOP_UNKNOWN, 150)],
         actions: &[],
         wakeup: Some(300),
     },
@@ -185,7 +239,7 @@ const ROWS: &[Row] = &[
         name: "running: grace over → SIGKILL to the tree",
         policy: STOP,
         before: RUNNING,
-        steps: &[(Input::Stop, 100), (Input::Tick, 300)],
+        steps: &[(STOP_UNKNOWN, 100), (Input::Tick, 300)],
         actions: &[SignalTree(Signal::Kill)],
         wakeup: Some(300 + REKILL_EVERY),
     },
@@ -332,7 +386,7 @@ const ROWS: &[Row] = &[
                 100,
             ),
             (Input::TreeEmpty, 100),
-            (Input::Stop, 200),
+            (STOP_UNKNOWN, 200),
         ],
         actions: &[],
         wakeup: None,
@@ -371,7 +425,7 @@ fn inputs_at_the_ends_of_the_clock_neither_panic_nor_leave_a_wake_up() {
         Input::Spawned { pid: 1 },
         Input::Deadline(u64::MAX),
         Input::Forward(Signal::Term),
-        Input::Stop,
+        STOP_UNKNOWN,
         Input::Tick,
         Input::MainExited {
             status: 0,
@@ -405,7 +459,7 @@ mod properties {
             // Within reach of the steps' clock, so deadlines do pass.
             (0u64..40_000_000_000).prop_map(Input::Deadline),
             prop::sample::select(Signal::FORWARDED.to_vec()).prop_map(Input::Forward),
-            Just(Input::Stop),
+            prop::option::of(0u64..2_000_000_000).prop_map(|within| Input::Stop { within }),
             Just(Input::LeaseholdGone),
             (any::<i32>(), 0u32..3).prop_map(|(status, left_behind)| Input::MainExited {
                 status,

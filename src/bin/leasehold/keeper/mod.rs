@@ -15,6 +15,12 @@
 //! starved cannot let the command outlive the lease; and when leasehold dies — SIGKILL,
 //! OOM killer, crash — the orders pipe closes and the keeper SIGKILLs the tree at once.
 //!
+//! The keeper leaves leasehold's session (and so its process group) as soon as it is
+//! forked: a signal sent to leasehold's whole process group — `kill -KILL -PGID`,
+//! `timeout -s KILL`, a supervisor's kill-as-group, a SIGSTOP of the job — reaches leasehold
+//! and not the keeper, which goes on enforcing: leasehold killed closes the orders pipe, and
+//! leasehold stopped lets the deadline come.
+//!
 //! Outside Linux there is no subreaper, parent-death signal or `/proc`: the keeper still
 //! enforces the deadline and kills on leasehold's death, but only through the command's
 //! process group, which a `setsid` descendant leaves.
@@ -88,6 +94,64 @@ fn set_child_subreaper() {
     }
 }
 
+/// Where the keeper runs, seen from leasehold: what a signal sent to leasehold's whole
+/// process group leaves enforcing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detachment {
+    /// A session of its own (the usual case): neither a group signal nor the end of
+    /// leasehold's session reaches it.
+    Session,
+    /// A process group of its own in leasehold's session (`setsid` was refused).
+    Group,
+    /// leasehold's process group: a signal to the group stops or kills the keeper too.
+    None,
+}
+
+impl Detachment {
+    /// Words for the debug log and `doctor`.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Detachment::Session => {
+                "the keeper runs in a session of its own: a signal to leasehold's process \
+                 group (KILL, STOP, TERM) leaves it enforcing"
+            }
+            Detachment::Group => {
+                "the keeper runs in a process group of its own: a signal to leasehold's \
+                 process group leaves it enforcing"
+            }
+            Detachment::None => {
+                "the keeper shares leasehold's process group: a SIGKILL or SIGSTOP of the \
+                 whole group reaches it too"
+            }
+        }
+    }
+}
+
+/// What this host lets `leasehold run` enforce on a command's process tree, for `doctor`:
+/// whether it is all of it, and one line saying what.
+pub(crate) fn host_enforcement() -> (bool, &'static str) {
+    #[cfg(target_os = "linux")]
+    {
+        let mut subreaper: libc::c_int = 0;
+        // SAFETY: prctl writes one int through the pointer it is given.
+        let prctl = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &raw mut subreaper) };
+        if prctl == 0 && std::fs::metadata("/proc/self/stat").is_ok() {
+            return (
+                true,
+                "process tree: the keeper runs in a session of its own, so a signal to \
+                 leasehold's process group (KILL, STOP) leaves it enforcing; it is a child \
+                 subreaper that finds every descendant through /proc, and the command dies \
+                 with it (parent-death SIGKILL)",
+            );
+        }
+    }
+    (
+        false,
+        "process tree: no child subreaper or /proc here: the keeper kills the command's \
+         process group only, which a setsid descendant leaves",
+    )
+}
+
 /// The keeper process, as leasehold holds it before its async runtime starts.
 #[derive(Debug)]
 pub(crate) struct Keeper {
@@ -110,6 +174,7 @@ impl Keeper {
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => {
+                process::detach();
                 drop((orders_write, events_read));
                 process::run(spec, orders_read, events_write)
             }
@@ -128,6 +193,8 @@ impl Keeper {
             orders: Some(pipe::Sender::from_owned_fd(self.orders)?),
             events: pipe::Receiver::from_owned_fd(self.events)?,
             closed: false,
+            tree_gone: false,
+            command_group: None,
         })
     }
 }
@@ -140,6 +207,11 @@ pub(crate) struct KeeperLink {
     events: pipe::Receiver,
     /// The events pipe ended.
     closed: bool,
+    /// leasehold's own walk found nothing of the command left.
+    tree_gone: bool,
+    /// The command's process group (its pid), from `Started` until `Exited`: signalled
+    /// first when leasehold kills the tree, before the walk.
+    command_group: Option<u32>,
 }
 
 impl KeeperLink {
@@ -170,6 +242,25 @@ impl KeeperLink {
         self.send(Order::Deadline(to_nanos(at))).await;
     }
 
+    /// How far the keeper stands from leasehold (read once it has started the command: it
+    /// detaches before anything else).
+    pub(crate) fn detachment(&self) -> Detachment {
+        // SAFETY: getsid/getpgid read another process's ids; no memory is involved.
+        let (session, group) = unsafe {
+            (
+                (libc::getsid(0), libc::getsid(self.pid)),
+                (libc::getpgid(0), libc::getpgid(self.pid)),
+            )
+        };
+        if session.0 != session.1 {
+            Detachment::Session
+        } else if group.0 != group.1 {
+            Detachment::Group
+        } else {
+            Detachment::None
+        }
+    }
+
     /// The next event; `None` once the keeper is gone (after `Gone`, or if it died).
     ///
     /// # Cancel safety
@@ -184,6 +275,13 @@ impl KeeperLink {
             match self.events.read_exact(&mut frame).await {
                 Ok(_) => {
                     if let Some(event) = Event::decode(&frame) {
+                        self.command_group = match event {
+                            Event::Started { pid } => Some(pid),
+                            // Reaped: its pid, and so its group's id, may be reused once
+                            // the group empties.
+                            Event::Exited { .. } => None,
+                            _ => self.command_group,
+                        };
                         return Some(event);
                     }
                 }
@@ -201,46 +299,49 @@ impl KeeperLink {
         self.orders = None;
     }
 
-    /// SIGKILLs every descendant of leasehold but the keeper — the command's tree, whether
-    /// under the keeper or re-parented here because the keeper died — and again every few
-    /// milliseconds until none is left or `limit` passed (`ZERO`: one round). Returns the
-    /// most it found in one round.
+    /// SIGKILLs the command's process group and every descendant of leasehold but the
+    /// keeper — the command's tree, whether under the keeper or re-parented here because
+    /// the keeper died — and again every few milliseconds until a round finds none left or
+    /// `limit` passed (`ZERO`: one round).
     ///
-    /// leasehold's own enforcement beside the keeper's: it runs when local validity ended
-    /// (the keeper may have been stopped) and when the keeper died.
-    pub(crate) async fn kill_tree(&self, limit: Duration) -> usize {
+    /// leasehold's own enforcement beside the keeper's: it runs at the instant the tree
+    /// must be gone (the keeper may have been stopped) and when the keeper died. A process
+    /// counts as left while it can run code: a zombie the (stopped) keeper has not reaped
+    /// does not.
+    pub(crate) async fn kill_tree(&mut self, limit: Duration) -> Killed {
         let me = std::process::id();
         let until = Instant::now() + limit;
-        let mut found = 0;
+        let mut most = 0;
         loop {
             reap_any();
-            let round = tree::descendants(me)
+            let keeper = u32::try_from(self.pid).ok();
+            let round = tree::signal_all(me, self.command_group, keeper, Signal::Kill)
                 .into_iter()
-                .filter(|&pid| libc::pid_t::try_from(pid).ok() != Some(self.pid))
-                .collect::<Vec<_>>();
-            if round.is_empty() {
-                return found;
+                .filter(|&pid| Some(pid) != keeper)
+                .count();
+            if round == 0 {
+                self.tree_gone = true;
+                return Killed { most, left: 0 };
             }
-            found = found.max(round.len());
-            for pid in round {
-                if let Ok(pid) = libc::pid_t::try_from(pid) {
-                    // SAFETY: kill(2) on one of our own descendants.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
-                }
-            }
+            most = most.max(round);
             if Instant::now() >= until {
-                return found;
+                return Killed { most, left: round };
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
     /// Closes the orders pipe and waits for the keeper to exit (it exits once nothing of
-    /// the command is left); SIGKILLs it after `limit`.
+    /// the command is left); SIGKILLs it after `limit` — at once if leasehold saw the
+    /// tree gone itself ([`kill_tree`](Self::kill_tree)), as a keeper that has not
+    /// exited by then is stopped and has nothing left to keep.
     pub(crate) async fn finish(mut self, limit: Duration) {
         self.close();
+        let limit = if self.tree_gone {
+            limit.min(STOPPED_KEEPER_LIMIT)
+        } else {
+            limit
+        };
         let until = Instant::now() + limit;
         loop {
             let mut status = 0;
@@ -259,6 +360,19 @@ impl KeeperLink {
         }
     }
 }
+
+/// What [`KeeperLink::kill_tree`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Killed {
+    /// The most processes one round found (and SIGKILLed).
+    pub(crate) most: usize,
+    /// How many the last round still found, when `limit` ran out; 0: none is left.
+    pub(crate) left: usize,
+}
+
+/// How long a keeper gets to exit once leasehold found nothing of the tree left: a healthy
+/// one exits within milliseconds; one that has not is stopped.
+const STOPPED_KEEPER_LIMIT: Duration = Duration::from_millis(200);
 
 /// Reaps every exited child of leasehold (orphans re-parented here) without waiting; the
 /// keeper too, if it exited, which [`KeeperLink::finish`] then finds gone.

@@ -37,10 +37,11 @@ extern "C" fn on_sigchld(_: libc::c_int) {
     }
 }
 
-/// Signals the keeper ignores and the command gets back at their default: a terminal
-/// sends ^C, ^\\ and ^Z to leasehold's process group, the keeper's too. The keeper must
+/// Signals the keeper ignores and the command gets back at their default. The keeper must
 /// outlive the command to reap it, and must never be stopped (^Z) while the command runs
-/// on: it is what kills the tree at the lease's deadline. SIGPIPE: a dead leasehold's pipe.
+/// on: it is what kills the tree at the lease's deadline. A terminal's ^C, ^\\ and ^Z
+/// reach it only if it could not leave leasehold's process group ([`detach`]). SIGPIPE: a
+/// dead leasehold's pipe.
 const IGNORED: [i32; 4] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGPIPE];
 
 /// Ignores the forwarded signals and [`IGNORED`], and wakes the loop on SIGCHLD.
@@ -56,6 +57,19 @@ fn install_signal_dispositions(wake: &OwnedFd) {
             libc::signal(signal, libc::SIG_IGN);
         }
         libc::signal(libc::SIGCHLD, on_sigchld as *const () as libc::sighandler_t);
+    }
+}
+
+/// Leaves leasehold's session, or failing that its process group, so that a signal sent to
+/// leasehold's whole group (`kill -KILL -PGID`, `timeout -s KILL`, SIGSTOP of a job) does not
+/// reach the keeper. A freshly forked child is never a group leader, so `setsid` does not
+/// fail for that reason; `setpgid` is the fallback should a platform refuse it anyway.
+pub(crate) fn detach() {
+    // SAFETY: setsid and setpgid act on this process only.
+    unsafe {
+        if libc::setsid() == -1 {
+            libc::setpgid(0, 0);
+        }
     }
 }
 
@@ -204,7 +218,7 @@ impl Process {
                             Order::Start { token, deadline } => Input::Start { token, deadline },
                             Order::Deadline(at) => Input::Deadline(at),
                             Order::Forward(signal) => Input::Forward(signal),
-                            Order::Stop => Input::Stop,
+                            Order::Stop { within } => Input::Stop { within },
                         });
                     }
                 }
@@ -269,7 +283,7 @@ impl Process {
                 }
             }
             Action::SignalTree(signal) => {
-                tree::signal_all(self.me, self.main, signal);
+                tree::signal_all(self.me, self.main, None, signal);
             }
             Action::Report(event) => self.report(event),
             Action::Exit => return Some(0),

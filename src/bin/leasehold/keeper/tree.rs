@@ -6,25 +6,29 @@
 //! child subreaper guarantees. Outside Linux there is no `/proc` to read: the walk finds
 //! nothing, and signalling falls back to the command's process group.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fs;
 
 use super::wire::Signal;
 
-/// The parent of every live process (zombies excluded: they run nothing).
-fn parents() -> HashMap<u32, u32> {
+/// Every process's pid, ascending from `root` and then from the lowest: a parent's pid is
+/// below its children's unless pids wrapped around, so a walk in this order meets most
+/// parents before their children, and `root`'s descendants before the processes older
+/// than it.
+fn pids_from(root: u32) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
-        return HashMap::new();
+        return Vec::new();
     };
-    entries
+    let mut pids: Vec<u32> = entries
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| Some((pid, live_parent(pid)?)))
-        .collect()
+        .collect();
+    pids.sort_unstable_by_key(|&pid| (pid < root, pid));
+    pids
 }
 
 /// `pid (comm) S ppid …`: the state and parent follow the last `)`, since `comm` may hold
-/// anything, spaces and parentheses included.
+/// anything, spaces and parentheses included. `None` for a zombie (it runs nothing).
 fn live_parent(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
@@ -36,44 +40,74 @@ fn live_parent(pid: u32) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
-/// Every live descendant of `root`, parents before their children.
-pub(crate) fn descendants(root: u32) -> Vec<u32> {
-    let parents = parents();
-    let mut found = vec![root];
-    let mut next = 0;
-    while next < found.len() {
-        let parent = found[next];
-        found.extend(
-            parents
-                .iter()
-                .filter(|&(_, &p)| p == parent)
-                .map(|(&child, _)| child),
-        );
-        next += 1;
+/// Every live descendant of `root`, parents before their children, each handed to `found`
+/// the moment the walk knows it is one: in one pass over `/proc` in pid order (from `root`
+/// on) most are found as their line is read, so a caller that signals them does not wait
+/// for the whole walk (hundreds of reads, slow on a starved machine) before the first
+/// signal. The few met before their parent (pids wrapped around) are settled after the
+/// pass.
+fn walk(root: u32, mut found: impl FnMut(u32)) -> Vec<u32> {
+    let mut known = HashSet::from([root]);
+    let mut order = Vec::new();
+    let mut unsettled = Vec::new();
+    for pid in pids_from(root) {
+        let Some(parent) = live_parent(pid) else {
+            continue;
+        };
+        if known.contains(&parent) && known.insert(pid) {
+            found(pid);
+            order.push(pid);
+        } else {
+            unsettled.push((pid, parent));
+        }
     }
-    found.remove(0);
-    found
+    loop {
+        let before = order.len();
+        unsettled.retain(|&(pid, parent)| {
+            if known.contains(&parent) && known.insert(pid) {
+                found(pid);
+                order.push(pid);
+                false
+            } else {
+                true
+            }
+        });
+        if order.len() == before {
+            return order;
+        }
+    }
 }
 
-/// Sends `signal` to every live descendant of `root` and to the process group `group`
-/// (which also reaches members the walk cannot see). Returns how many descendants it found.
-pub(crate) fn signal_all(root: u32, group: Option<u32>, signal: Signal) -> usize {
+/// Every live descendant of `root`, parents before their children.
+pub(crate) fn descendants(root: u32) -> Vec<u32> {
+    walk(root, |_| {})
+}
+
+/// Sends `signal` to the process group `group`, which reaches its members at once (and any
+/// the walk cannot see), then to every live descendant of `root` but `spare`, each as the
+/// walk finds it. Returns the descendants found (`spare` included).
+pub(crate) fn signal_all(
+    root: u32,
+    group: Option<u32>,
+    spare: Option<u32>,
+    signal: Signal,
+) -> Vec<u32> {
     if let Some(group) = group.and_then(|g| i32::try_from(g).ok()) {
         // SAFETY: kill(2) with a negative pid signals a process group; it reads no memory.
         unsafe {
             libc::kill(-group, signal.raw());
         }
     }
-    let found = descendants(root);
-    for &pid in &found {
-        if let Ok(pid) = i32::try_from(pid) {
+    walk(root, |pid| {
+        if Some(pid) != spare
+            && let Ok(pid) = i32::try_from(pid)
+        {
             // SAFETY: as above, for one process.
             unsafe {
                 libc::kill(pid, signal.raw());
             }
         }
-    }
-    found.len()
+    })
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -109,7 +143,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(descendants(me).contains(&child.id()));
-        signal_all(child.id(), None, Signal::Kill);
+        signal_all(child.id(), None, None, Signal::Kill);
         while descendants(me).contains(&grandchild) {
             assert!(Instant::now() < deadline, "{grandchild} survived SIGKILL");
             std::thread::sleep(Duration::from_millis(5));

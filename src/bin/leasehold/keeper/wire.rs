@@ -85,8 +85,9 @@ pub(crate) enum Order {
     Deadline(Nanos),
     /// Pass this signal on.
     Forward(Signal),
-    /// The lease was lost or became unknown: stop everything.
-    Stop,
+    /// The lease was lost or became unknown: stop everything, SIGKILL no later than
+    /// `within` from its arrival if set (a lease Redis says is gone).
+    Stop { within: Option<Nanos> },
 }
 
 /// keeper → leasehold.
@@ -138,7 +139,10 @@ impl Order {
             Order::Start { token, deadline } => frame(1, token, deadline),
             Order::Deadline(at) => frame(2, at, 0),
             Order::Forward(signal) => frame(3, signal_word(signal), 0),
-            Order::Stop => frame(4, 0, 0),
+            Order::Stop { within: None } => frame(4, 0, 0),
+            Order::Stop {
+                within: Some(within),
+            } => frame(4, 1, within),
             Order::Slot(slot) => frame(5, u64::from(slot), 0),
         }
     }
@@ -149,7 +153,10 @@ impl Order {
             (1, token, deadline) => Some(Order::Start { token, deadline }),
             (2, at, _) => Some(Order::Deadline(at)),
             (3, signal, _) => word_signal(signal).map(Order::Forward),
-            (4, _, _) => Some(Order::Stop),
+            (4, 0, _) => Some(Order::Stop { within: None }),
+            (4, 1, within) => Some(Order::Stop {
+                within: Some(within),
+            }),
             (5, slot, _) => u16::try_from(slot).ok().map(Order::Slot),
             _ => None,
         }
@@ -203,7 +210,11 @@ mod tests {
                 deadline: 7,
             },
             Order::Deadline(123_456_789),
-            Order::Stop,
+            Order::Stop { within: None },
+            Order::Stop { within: Some(0) },
+            Order::Stop {
+                within: Some(u64::MAX),
+            },
             Order::Slot(63),
         ]
         .into_iter()
@@ -232,6 +243,7 @@ mod tests {
         assert_eq!(Order::decode(&frame(9, 0, 0)), None);
         assert_eq!(Order::decode(&frame(3, 99, 0)), None);
         assert_eq!(Order::decode(&frame(5, 70_000, 0)), None);
+        assert_eq!(Order::decode(&frame(4, 2, 0)), None);
         assert_eq!(Event::decode(&frame(0, 0, 0)), None);
         assert_eq!(Event::decode(&frame(1, u64::MAX, 0)), None);
     }
