@@ -226,6 +226,11 @@ impl Acquire<'_> {
                 self.contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
             }
             AcquireOutcome::Unavailable { detail } => fail(self.server.explain(&detail)),
+            // Not Redis's failure: this process had too many operations waiting to be sent.
+            AcquireOutcome::QueueFull { detail } => fail(format!(
+                "refused before sending (nothing held): {}",
+                detail.message
+            )),
             AcquireOutcome::Indeterminate { attempt, detail } => {
                 // The acquisition may have landed: give it back rather than leave it held.
                 let release = self
