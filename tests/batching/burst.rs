@@ -68,23 +68,55 @@ async fn tally(tasks: Vec<tokio::task::JoinHandle<AcquireOutcome>>) -> (Tally, V
 /// 10,000 concurrent `try_acquire` of distinct resources from one client on default
 /// settings (command timeout 200 ms) against a healthy server: every one acquired — none
 /// `Unavailable`, none `Indeterminate` — three times over, though the last of them waits
-/// in the queue longer than the command timeout. Their releases, all at once, go through
-/// the same queue.
+/// in the queue longer than the command timeout. Renewals of leases already held, sent
+/// while thousands of the acquisitions wait, go ahead of them and honour validity as ever:
+/// each is `Renewed`, and its local validity ends a drift budget before the server's key
+/// expires. Then all 10,000 are released at once, through the same queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_ten_thousand_acquisitions_on_a_healthy_server_acquires_every_one() {
+async fn ten_thousand_acquisitions_at_once_are_all_acquired_and_renewals_go_ahead_of_them() {
+    const HELD: usize = 100;
     let server = RedisServer::start();
-    let client = LeaseClient::redis(&server.url(), LeaseSettings::default()).unwrap();
+    let settings = LeaseSettings::default();
+    let drift = settings.drift_budget;
+    let client = LeaseClient::redis(&server.url(), settings).unwrap();
     warm_up(&client).await;
+    let mut held = Vec::new();
+    for i in 0..HELD {
+        held.push(acquired(&client, &request(&client, &format!("held-{i}"), "op")).await);
+    }
     for round in 0..3 {
         let started = Instant::now();
-        let tasks = spawn_burst(&client, &format!("burst-{round}"), &Arc::default());
+        let done = Arc::new(AtomicUsize::new(0));
+        let tasks = spawn_burst(&client, &format!("burst-{round}"), &done);
+        // Renew once the burst is under way: thousands of acquisitions wait in the queue.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while done.load(Ordering::SeqCst) < 1_000 {
+            assert!(Instant::now() < deadline, "the burst never got going");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let renewed = join_all(held.iter_mut().map(LeaseHandle::renew)).await;
+        let renewed_after = done.load(Ordering::SeqCst);
         let (tally, mut leases) = tally(tasks).await;
         let took = started.elapsed();
-        println!("BURST round={round} {tally:?} took_ms={}", took.as_millis());
+        println!(
+            "BURST round={round} {tally:?} took_ms={} renewals_after={renewed_after}",
+            took.as_millis()
+        );
         assert_eq!(
             tally.acquired, BURST,
             "round {round}: {tally:?} in {took:?}"
         );
+        assert!(
+            renewed_after < BURST,
+            "the renewals waited for the whole burst ({renewed_after} acquisitions first)"
+        );
+        for (outcome, lease) in renewed.iter().zip(&mut held) {
+            assert!(
+                matches!(outcome, RenewOutcome::Renewed { .. }),
+                "{outcome:?}"
+            );
+            within_the_servers_ttl(&server, lease, drift);
+        }
 
         let released = join_all(leases.iter_mut().map(LeaseHandle::release)).await;
         let kept = released
@@ -96,62 +128,25 @@ async fn a_burst_of_ten_thousand_acquisitions_on_a_healthy_server_acquires_every
     }
 }
 
-/// Renewals during a burst go ahead of the acquisitions waiting — they are done while most
-/// of the burst still waits — and honour validity as ever: each is `Renewed`, and its new
-/// local validity ends at least a drift budget before the server's key expires.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewals_during_a_burst_go_first_and_keep_validity_within_the_servers_ttl() {
-    const HELD: usize = 100;
-    let server = RedisServer::start();
-    let settings = LeaseSettings::default();
-    let drift = settings.drift_budget;
-    let client = LeaseClient::redis(&server.url(), settings).unwrap();
-    warm_up(&client).await;
-    let mut held = Vec::new();
-    for i in 0..HELD {
-        held.push(acquired(&client, &request(&client, &format!("held-{i}"), "op")).await);
-    }
-    let done = Arc::new(AtomicUsize::new(0));
-    let tasks = spawn_burst(&client, "burst", &done);
-    // Renew once the burst is under way: thousands of acquisitions wait in the queue.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while done.load(Ordering::SeqCst) < 1_000 {
-        assert!(Instant::now() < deadline, "the burst never got going");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let renewed = join_all(held.iter_mut().map(LeaseHandle::renew)).await;
-    let done_then = done.load(Ordering::SeqCst);
-    let (tally, _) = tally(tasks).await;
-
-    assert_eq!(tally.acquired, BURST, "{tally:?}");
+/// `lease`'s local validity ends at least `drift` before its key on `server` expires.
+fn within_the_servers_ttl(server: &RedisServer, lease: &mut LeaseHandle, drift: Duration) {
+    let valid_until = lease.valid_until().expect("renewed, so active");
+    let pttl: u64 = server.query(&["PTTL", &lease.keys().lease]);
+    let read_at = tokio::time::Instant::now();
+    // The key expires before `read_at + pttl + 1 ms` (PTTL is read before `read_at`,
+    // rounded down); local validity must end a drift budget before the key does.
+    let server_expiry = read_at + Duration::from_millis(pttl + 1);
     assert!(
-        done_then < BURST,
-        "the renewals waited for the whole burst ({done_then} acquisitions answered first)"
+        valid_until + drift <= server_expiry,
+        "local validity outlasts the server's key: {:?} past it",
+        (valid_until + drift) - server_expiry
     );
-    for (outcome, lease) in renewed.iter().zip(&mut held) {
-        assert!(
-            matches!(outcome, RenewOutcome::Renewed { .. }),
-            "{outcome:?}"
-        );
-        let valid_until = lease.valid_until().expect("renewed, so active");
-        let pttl: u64 = server.query(&["PTTL", &lease.keys().lease]);
-        let read_at = tokio::time::Instant::now();
-        // The key expires before `read_at + pttl + 1 ms` (PTTL is read before `read_at`,
-        // rounded down); local validity must end a drift budget before the key does.
-        let server_expiry = read_at + Duration::from_millis(pttl + 1);
-        assert!(
-            valid_until + drift <= server_expiry,
-            "local validity outlasts the server's key: {:?} past it",
-            (valid_until + drift) - server_expiry
-        );
-    }
-    println!("RENEWALS {HELD} renewed after {done_then} of {BURST} acquisitions answered");
 }
 
 /// A full queue refuses an acquisition or a read at once, typed `QueueFull` — not
 /// `Unavailable` (the server) nor `Indeterminate` — with nothing sent and nothing held.
-/// Renewals and releases are admitted all the same, and the refused request acquires once
-/// the queue has drained.
+/// Renewals and releases are admitted all the same; a request that waits tries again, and
+/// the refused request acquires once the queue has drained.
 #[tokio::test]
 async fn a_full_queue_refuses_acquisitions_and_reads_at_once_and_sends_nothing() {
     const LIMIT: usize = 16;
@@ -165,10 +160,17 @@ async fn a_full_queue_refuses_acquisitions_and_reads_at_once_and_sends_nothing()
         .map(|i| request(&client, &format!("full-{i}"), "op"))
         .collect();
     let (purpose, stranger) = (reqs[0].purpose().clone(), client.new_attempt("op").unwrap());
+    // A request that waits: its first try is refused too, and the wait loop tries again.
+    let waiting = client
+        .request("batch", "waits")
+        .unwrap()
+        .wait_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
 
     // All polled in one go on this current-thread runtime: every one queued (or refused)
     // before any call is sent.
-    let (acquires, reads, renewal, release) = tokio::join!(
+    let (acquires, reads, renewal, release, waited) = tokio::join!(
         join_all(reqs.iter().map(|r| client.try_acquire(r))),
         join_all(
             reqs[..2]
@@ -177,6 +179,7 @@ async fn a_full_queue_refuses_acquisitions_and_reads_at_once_and_sends_nothing()
         ),
         held.renew(),
         released.release(),
+        client.acquire(&waiting),
     );
 
     let (admitted, refused) = reqs.split_at(LIMIT);
@@ -208,6 +211,11 @@ async fn a_full_queue_refuses_acquisitions_and_reads_at_once_and_sends_nothing()
     );
     assert_eq!(release, ReleaseOutcome::Released);
     assert!(!exists(&server, released.keys()));
+    let waited = waited.unwrap();
+    assert!(
+        matches!(waited, AcquireOutcome::Acquired(_)),
+        "the wait loop backs off and tries again: {waited:?}"
+    );
 
     // The queue has drained: the refused request, sent again, acquires.
     let again = client.try_acquire(&refused[0]).await.unwrap();

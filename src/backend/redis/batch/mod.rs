@@ -246,8 +246,12 @@ async fn answer_late(
 ) -> (Vec<ItemResult>, Vec<Reply>) {
     let mut call = std::pin::pin!(call);
     loop {
-        let owed = replies.iter().filter(|r| r.to.is_some());
-        let Some(next) = owed.map(|r| r.by).min_by_key(|by| by.give_up) else {
+        // The earliest deadline owed, and the earliest point of giving up on one.
+        let owed = replies.iter().filter(|r| r.to.is_some()).map(|r| r.by);
+        let Some(next) = owed.reduce(|a, b| Deadline {
+            at: a.at.min(b.at),
+            give_up: a.give_up.min(b.give_up),
+        }) else {
             // Every item answered: the call itself ends by the latest deadline.
             return (call.await, replies);
         };

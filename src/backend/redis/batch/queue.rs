@@ -1,4 +1,5 @@
-//! The bounded queue of operations waiting to be sent, and the time bounds each carries.
+//! The bounded queue of operations waiting to be sent: two lanes, renewals and releases
+//! ahead of acquisitions and reads, and the admission limit.
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
@@ -245,7 +246,7 @@ impl Batcher {
     /// Answers every item waiting whose id is below `before` with `failure`: a connection
     /// attempt made for them failed, or the connection stopped answering. None of them was
     /// written.
-    pub(in super::super) fn fail(&self, before: u64, failure: &SendFailure) {
+    pub(super) fn fail(&self, before: u64, failure: &SendFailure) {
         let failed: Vec<Waiting> = {
             let mut queue = self.lock();
             let Queue { urgent, others, .. } = &mut *queue;
