@@ -87,6 +87,16 @@ pub enum LeaseError {
         /// The largest allowed ([`MAX_PERMITS`](crate::protocol::limits::MAX_PERMITS)).
         max: u16,
     },
+    /// A Redis backend's queue limit
+    /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)) is 0 or above the
+    /// maximum.
+    #[error("queue_limit {value} is invalid: must be 1 ..= {max}")]
+    InvalidQueueLimit {
+        /// The number given.
+        value: usize,
+        /// The largest allowed ([`MAX_QUEUE_LIMIT`](crate::protocol::limits::MAX_QUEUE_LIMIT)).
+        max: usize,
+    },
     /// A Redis URL could not be parsed or names an unsupported scheme.
     ///
     /// The URL is not echoed: it may carry a password.

@@ -30,10 +30,15 @@ pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailur
 /// The pages of lease keys [`LeaseBackend::scan_leases`] finds.
 pub type KeyPages<'a> = Pin<Box<dyn Stream<Item = Result<Vec<String>, SendFailure>> + Send + 'a>>;
 
-/// Storage for leases. Implementations must make each call atomic and bounded by `timeout`
-/// (measured from the call): a call that has not answered by then fails with
-/// [`SendFailure::MaybeSent`]. Every duration is taken, `Duration::MAX` included: the
-/// deadline saturates ([`deadline_after`](crate::protocol::limits::deadline_after)).
+/// Storage for leases. Implementations must make each call atomic and bounded by `timeout`:
+/// a call that has not answered by then fails with [`SendFailure::MaybeSent`]. The timeout
+/// bounds the round trip, from the instant just before the command is sent; a backend that
+/// keeps operations waiting locally before that ([`RedisBackend`] under a burst) does not
+/// count the wait against it — except for [`renew`](Self::renew), whose timeout runs from
+/// the call. An operation refused locally before anything was sent, for want of room in
+/// such a wait, is [`SendFailure::NotSent`] of kind [`FailureKind::QueueFull`]. Every
+/// duration is taken, `Duration::MAX` included: the deadline saturates
+/// ([`deadline_after`](crate::protocol::limits::deadline_after)).
 pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// Runs the acquire script for `request`'s attempt: take the lease (a free slot of a
     /// counted lease, when `keys` name one) if absent, replay if this attempt holds it.
@@ -59,6 +64,9 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     ) -> BackendFuture<'a, ReplicatedReply>;
 
     /// Runs the renew script: reset the expiry to `ttl` if this attempt holds the lease.
+    /// `timeout` runs from the call, any local wait included: the caller's deadline is
+    /// absolute (a renewal's reply is worth something only while local validity lasts).
+    /// Never refused for want of room.
     fn renew<'a>(
         &'a self,
         keys: &'a LeaseKeys,
@@ -68,6 +76,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     ) -> BackendFuture<'a, RenewReply>;
 
     /// Runs the release script: delete and announce if this attempt holds the lease.
+    /// Never refused for want of room.
     fn release<'a>(
         &'a self,
         keys: &'a LeaseKeys,
@@ -121,12 +130,14 @@ pub struct ReplicatedReply {
     pub acked: Option<Result<u32, FailureDetail>>,
 }
 
-/// Why a backend call produced no reply. Maps one to one onto the outcomes `Unavailable`
-/// and `Indeterminate`.
+/// Why a backend call produced no reply. Maps onto the outcomes `Unavailable` and
+/// `Indeterminate` — a `NotSent` of kind [`FailureKind::QueueFull`] onto `QueueFull`, for
+/// the operations that have it (acquisitions and reads): a local refusal, not the server's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendFailure {
     /// The command provably did not execute: no connection could be had, the connection was
-    /// refused, or the server rejected it before running it (`LOADING`, `BUSY`, `OOM`…).
+    /// refused, the server rejected it before running it (`LOADING`, `BUSY`, `OOM`…), or
+    /// the backend refused it before sending it ([`FailureKind::QueueFull`]).
     #[error("not executed: {0}")]
     NotSent(FailureDetail),
     /// The command may have executed: a timeout, a connection lost after the write, or a
@@ -183,6 +194,11 @@ pub enum FailureKind {
     MalformedReply,
     /// A fault injected into [`MemoryBackend`].
     Injected,
+    /// Refused locally, before anything was sent: the backend already had as many
+    /// operations waiting to be sent as it admits
+    /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)). Not the server's
+    /// failure: the caller's own burst.
+    QueueFull,
     /// No call was made here: the outcome was left to a best-effort path that reports to
     /// nobody — a lease actor that ended (or vanished with its runtime) before it released,
     /// whose handle's drop releases. The TTL is the backstop.
@@ -200,6 +216,7 @@ impl FailureKind {
             Self::ServerError => "server_error",
             Self::MalformedReply => "malformed_reply",
             Self::Injected => "injected",
+            Self::QueueFull => "queue_full",
             Self::Abandoned => "abandoned",
         }
     }

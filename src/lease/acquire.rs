@@ -59,6 +59,15 @@ pub enum AcquireOutcome {
         /// What failed.
         detail: FailureDetail,
     },
+    /// *When*: refused locally, at once: the backend already had as many operations waiting
+    /// to be sent as it admits
+    /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)) — this process's own
+    /// burst, not the server's failure. Nothing was sent; nothing is held.
+    /// *What to do*: send fewer at once, or retry once some have been answered.
+    QueueFull {
+        /// The refusal (kind [`FailureKind::QueueFull`]).
+        detail: FailureDetail,
+    },
     /// *When*: the command may have reached Redis (timeout or connection lost after the
     /// write, unreadable reply). *What to do*: retry with the same `attempt` (a replay
     /// returns the same token) or `inspect` it; never assume the lease is not yours — it may
@@ -81,6 +90,7 @@ impl AcquireOutcome {
             Self::LockDelayed { .. } => "lock_delayed",
             Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
             Self::Unavailable { .. } => "unavailable",
+            Self::QueueFull { .. } => "queue_full",
             Self::Indeterminate { .. } => "indeterminate",
         }
     }
@@ -107,6 +117,8 @@ impl AcquireOutcome {
 pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) -> AcquireOutcome {
     let settings = session.settings();
     let keys = session.request_keys(request);
+    // Before the backend's queue, if the operation waits in one: the instant is no later
+    // than the send, so a wait there comes out of validity, never adds to it.
     let sent_at = Instant::now();
     let backend = session.backend();
     let (result, replication) = match request.replica_wait() {
@@ -186,6 +198,9 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
         Ok(AcquireReply::Conflict { pttl }) => AcquireOutcome::OwnerOperationConflict {
             retry_after: session.retry_after(pttl),
         },
+        Err(SendFailure::NotSent(detail)) if detail.kind == FailureKind::QueueFull => {
+            AcquireOutcome::QueueFull { detail }
+        }
         Err(SendFailure::NotSent(detail)) => AcquireOutcome::Unavailable { detail },
         Err(SendFailure::MaybeSent(detail)) => AcquireOutcome::Indeterminate {
             attempt: request.attempt().clone(),

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::backend::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, SendFailure};
+use crate::backend::{
+    FailureKind, LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, SendFailure,
+};
 use crate::error::LeaseError;
 use crate::lease::acquire;
 use crate::lease::acquire::AcquireOutcome;
@@ -375,6 +377,9 @@ impl LeaseClient {
                 holder,
             },
             Ok(InspectReply::Absent) => InspectOutcome::Absent,
+            Err(SendFailure::NotSent(detail)) if detail.kind == FailureKind::QueueFull => {
+                InspectOutcome::QueueFull { detail }
+            }
             Err(SendFailure::NotSent(detail)) => InspectOutcome::Unavailable { detail },
             Err(SendFailure::MaybeSent(detail)) => InspectOutcome::Indeterminate { detail },
         };

@@ -140,7 +140,9 @@ impl SlotHolder {
                 free_at: sent + remaining,
             },
             InspectOutcome::Absent => Self::Free,
-            InspectOutcome::Unavailable { detail } | InspectOutcome::Indeterminate { detail } => {
+            InspectOutcome::Unavailable { detail }
+            | InspectOutcome::Indeterminate { detail }
+            | InspectOutcome::QueueFull { detail } => {
                 return Err(detail);
             }
         })

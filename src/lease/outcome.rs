@@ -1,6 +1,6 @@
 //! The outcome of every lease operation (docs/design.md §5). Certainty is part of the type: only
-//! `Unavailable` promises that nothing happened; anything that may have reached Redis is
-//! `Indeterminate`.
+//! `Unavailable` (and `QueueFull`, a local refusal) promise that nothing happened; anything
+//! that may have reached Redis is `Indeterminate`.
 //!
 //! Outcome enums are exhaustive on purpose: a new certainty level must break callers'
 //! matches. Reasons are `#[non_exhaustive]`.
@@ -212,6 +212,14 @@ pub enum InspectOutcome {
         /// What failed.
         detail: FailureDetail,
     },
+    /// *When*: refused locally, at once: the backend already had as many operations
+    /// waiting to be sent as it admits
+    /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)); nothing was sent.
+    /// *What to do*: read fewer at once, or try again once some have been answered.
+    QueueFull {
+        /// The refusal (kind [`FailureKind::QueueFull`](crate::FailureKind::QueueFull)).
+        detail: FailureDetail,
+    },
 }
 
 /// What a read of a held lease says: remaining time, token, holder label.
@@ -234,7 +242,9 @@ impl InspectOutcome {
             } => Ok(Some((remaining, token, holder))),
             // Held by nobody: what an observer or a listing reports of it.
             Self::LockDelayed { .. } | Self::Absent => Ok(None),
-            Self::Unavailable { detail } | Self::Indeterminate { detail } => Err(detail),
+            Self::Unavailable { detail }
+            | Self::Indeterminate { detail }
+            | Self::QueueFull { detail } => Err(detail),
         }
     }
 
@@ -246,7 +256,8 @@ impl InspectOutcome {
         let rank = |slot: &InspectOutcome| match slot {
             Self::HeldByAttempt { .. } => (0, Duration::ZERO),
             Self::Indeterminate { .. } => (1, Duration::ZERO),
-            Self::Unavailable { .. } => (2, Duration::ZERO),
+            // Nothing was read: neither says anything of the slot.
+            Self::Unavailable { .. } | Self::QueueFull { .. } => (2, Duration::ZERO),
             Self::Absent => (3, Duration::ZERO),
             Self::HeldByOther { remaining, .. } | Self::LockDelayed { remaining, .. } => {
                 (4, *remaining)
@@ -276,6 +287,7 @@ impl InspectOutcome {
             Self::Absent => "absent",
             Self::Unavailable { .. } => "unavailable",
             Self::Indeterminate { .. } => "indeterminate",
+            Self::QueueFull { .. } => "queue_full",
         }
     }
 }

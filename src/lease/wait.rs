@@ -7,7 +7,7 @@
 //! 2. No sleep runs past the wait deadline — while contended, the contended one
 //!    ([`Patience`]); when the deadline comes, one last try is made and its outcome returned.
 //! 3. Once any try may have reached Redis, a failed end is `Indeterminate`, never
-//!    `Unavailable` — that try may hold the lease.
+//!    `Unavailable` or `QueueFull` — that try may hold the lease.
 //! 4. The release subscription is live before the try whose `Contended` reply leads to a
 //!    sleep, so a release between that reply and the sleep still wakes the waiter.
 //! 5. Once contended, the loop keeps a subscription: while it has none (subscribing failed,
@@ -29,7 +29,8 @@ use crate::protocol::limits::WAIT_TIMEOUT;
 use crate::protocol::{Attempt, LeaseRequest};
 use crate::telemetry;
 
-/// First backoff after `Unavailable`; doubled per consecutive one up to [`BACKOFF_MAX`].
+/// First backoff after `Unavailable` or `QueueFull`; doubled per consecutive one up to
+/// [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Pause after `Indeterminate` before the replay: the timeout already waited, but a
@@ -193,10 +194,10 @@ impl WaitPolicy {
                 self.maybe_sent = Some((attempt.clone(), detail.clone()));
                 (INDETERMINATE_PAUSE, "indeterminate")
             }
-            AcquireOutcome::Unavailable { .. } => {
+            AcquireOutcome::Unavailable { .. } | AcquireOutcome::QueueFull { .. } => {
                 let pause = self.backoff / 2 + jitter(self.backoff / 2);
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-                (pause, "unavailable")
+                (pause, outcome.as_str())
             }
         };
         Step::Retry {
@@ -208,9 +209,10 @@ impl WaitPolicy {
     /// Applies invariant 3 to the last outcome.
     fn settle(&mut self, outcome: AcquireOutcome) -> AcquireOutcome {
         match (outcome, self.maybe_sent.take()) {
-            (AcquireOutcome::Unavailable { .. }, Some((attempt, detail))) => {
-                AcquireOutcome::Indeterminate { attempt, detail }
-            }
+            (
+                AcquireOutcome::Unavailable { .. } | AcquireOutcome::QueueFull { .. },
+                Some((attempt, detail)),
+            ) => AcquireOutcome::Indeterminate { attempt, detail },
             (outcome, _) => outcome,
         }
     }

@@ -139,6 +139,33 @@ pub const MAX_REPLICAS: u32 = 16;
 /// [`LeaseRequestBuilder::permits`]: crate::protocol::LeaseRequestBuilder::permits
 pub const MAX_PERMITS: u16 = 64;
 
+/// Operations a Redis backend keeps waiting to be sent, by default
+/// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)). Enough for a burst of
+/// ten thousand acquisitions from one client; Redis runs an operation of a batch in
+/// about 10–15 µs (docs/performance.md), so a full queue is about a quarter of a second
+/// of its time — the last admitted operation leaves well within a second on a healthy
+/// server — and at most a few megabytes here (a waiting operation holds its keys and
+/// arguments, a few hundred bytes).
+pub const DEFAULT_QUEUE_LIMIT: usize = 16_384;
+
+/// Most operations a Redis backend may be configured to keep waiting.
+pub const MAX_QUEUE_LIMIT: usize = 1 << 20;
+
+/// Accepts a queue limit in `1 ..= MAX_QUEUE_LIMIT`.
+///
+/// # Errors
+/// [`LeaseError::InvalidQueueLimit`] naming the value and the bound.
+pub fn check_queue_limit(limit: usize) -> Result<usize, LeaseError> {
+    if (1..=MAX_QUEUE_LIMIT).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(LeaseError::InvalidQueueLimit {
+            value: limit,
+            max: MAX_QUEUE_LIMIT,
+        })
+    }
+}
+
 /// Accepts `permits` if it lies in `1 ..= MAX_PERMITS`.
 ///
 /// # Errors

@@ -7,6 +7,7 @@
 //! How operations come to share a call is in `calls`; what sharing must not change, each
 //! operation's own outcome and fencing in `outcomes` and its certainty in `certainty`.
 
+mod burst;
 mod calls;
 mod certainty;
 #[path = "../common/mod.rs"]

@@ -10,10 +10,9 @@ impl RedisBackend {
         generation: u64,
         connected: &Connected,
         item: &batch::Item,
-        deadline: Instant,
+        deadlines: batch::Deadlines,
     ) -> batch::ItemResult {
         let items = std::slice::from_ref(item);
-        let deadlines = batch::Deadlines::one(deadline);
         let sent = self.send(generation, connected, items, deadlines).await;
         sent.into_iter().next().unwrap_or_else(|| {
             Err(SendFailure::MaybeSent(FailureDetail::new(
@@ -57,15 +56,15 @@ impl RedisBackend {
         let mut connection = connected.connection.clone();
         let reply = eval(&mut connection, &command, asking);
         tokio::pin!(reply);
-        let reply = match tokio::time::timeout_at(deadlines.first, &mut reply).await {
-            Ok(reply) => Ok(reply),
-            Err(_) => {
+        let reply = match deadlines.first.wait(reply.as_mut()).await {
+            Some(reply) => Some(reply),
+            None => {
                 self.discard(generation, connected);
-                tokio::time::timeout_at(deadlines.last, reply).await
+                deadlines.last.wait(reply.as_mut()).await
             }
         };
         let failure = match reply {
-            Ok(Ok(value)) => match parse::batch(value, id, items.len()) {
+            Some(Ok(value)) => match parse::batch(value, id, items.len()) {
                 Ok(replies) => {
                     return replies
                         .into_iter()
@@ -86,14 +85,17 @@ impl RedisBackend {
                     SendFailure::MaybeSent(FailureDetail::new(FailureKind::MalformedReply, m))
                 }
             },
-            Err(_) => {
+            None => {
                 self.discard(generation, connected);
                 SendFailure::MaybeSent(FailureDetail::new(
                     FailureKind::Timeout,
-                    format!("no reply within {:?}", deadlines.last - started),
+                    format!(
+                        "no reply within {:?}",
+                        deadlines.last.at.saturating_duration_since(started)
+                    ),
                 ))
             }
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 self.forget_on(generation, connected, &e);
                 if via.is_none()
                     && let Some(results) = self.follow(&e, items, deadlines).await
@@ -138,7 +140,7 @@ impl RedisBackend {
         let port: u16 = port.parse().ok()?;
         let node = self
             .gated(
-                deadlines.last,
+                deadlines.last.at,
                 || cluster.current_node(host, port),
                 |bound| cluster.node(host, port, bound),
             )

@@ -12,6 +12,7 @@ pub struct RedisConfig {
     pub(super) target: Target,
     pub(super) node_url_template: Option<String>,
     pub(super) connect_timeout: Duration,
+    pub(super) queue_limit: usize,
 }
 
 #[derive(Clone)]
@@ -36,6 +37,7 @@ impl RedisConfig {
             target: Target::Standalone { url: url.into() },
             node_url_template: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
         }
     }
 
@@ -76,6 +78,7 @@ impl RedisConfig {
             },
             node_url_template: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
         }
     }
 
@@ -107,6 +110,7 @@ impl RedisConfig {
             target: Target::Cluster { seeds: seed_urls },
             node_url_template: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
         }
     }
 
@@ -128,6 +132,24 @@ impl RedisConfig {
         self.connect_timeout = connect_timeout;
         self
     }
+
+    /// Most operations the backend keeps waiting to be sent (1 ..= 1,048,576; default
+    /// [`DEFAULT_QUEUE_LIMIT`](crate::protocol::limits::DEFAULT_QUEUE_LIMIT), 16,384).
+    ///
+    /// Under standalone and Sentinel, operations beyond what the script calls in flight
+    /// carry wait in one queue, whatever their number, as long as the connection answers;
+    /// time spent there is not counted against the command timeout. An acquisition or a
+    /// read that finds this many waiting is refused at once
+    /// ([`AcquireOutcome::QueueFull`](crate::AcquireOutcome::QueueFull)), nothing sent;
+    /// renewals and releases — at most one per lease held — are never refused, and go
+    /// first. The limit bounds how long an admitted operation can wait: the queue drains
+    /// by 128 operations per round trip while the server answers (4 calls of 32 in
+    /// flight), and every operation waiting is answered `Unavailable` as soon as a new
+    /// connection cannot be had after a call that got no reply.
+    pub fn queue_limit(mut self, queue_limit: usize) -> Self {
+        self.queue_limit = queue_limit;
+        self
+    }
 }
 
 impl fmt::Debug for RedisConfig {
@@ -147,7 +169,9 @@ impl fmt::Debug for RedisConfig {
         if self.node_url_template.is_some() {
             d.field("sentinel_node_url_template", &"<redacted>");
         }
-        d.field("connect_timeout", &self.connect_timeout).finish()
+        d.field("connect_timeout", &self.connect_timeout)
+            .field("queue_limit", &self.queue_limit)
+            .finish()
     }
 }
 

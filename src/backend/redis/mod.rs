@@ -51,13 +51,23 @@
 //!   promises). An operation that finds a call slot free is sent at once, with those
 //!   arriving at the same moment. Under Cluster each operation is a call of its own, to the
 //!   owner of its slot.
-//! * Each operation is bounded by its `timeout` (`tokio::time::timeout`, from the call's
-//!   start: waiting for a call slot, obtaining the connection and the `NOSCRIPT` reload
-//!   included). One that times out before its call was written is `NotSent`; after, it is
-//!   `MaybeSent`. A script call whose reply has not come by the earliest deadline of its
-//!   operations makes the next call start on a new connection. Every reply echoes its
-//!   call's id: a reply read for another call (a stream that lost bytes) is `MaybeSent`
-//!   for every operation of the call, never decoded as theirs.
+//! * A burst beyond what the calls in flight carry waits in a bounded queue
+//!   ([`RedisConfig::queue_limit`], default 16,384): renewals and releases first, then
+//!   acquisitions and reads in arrival order. An acquisition or a read that finds the queue
+//!   full is refused at once, nothing sent (`NotSent` of kind `QueueFull`); renewals and
+//!   releases are never refused.
+//! * Each operation's `timeout` bounds its round trip, from the instant just before its
+//!   call is written; time in the queue is not counted — except a renewal's: its timeout
+//!   runs from the call (the queue and obtaining the connection included), since its
+//!   caller's deadline is absolute. A deadline is judged once this process has caught up
+//!   with its queued tasks: a reply that came in time but that the process, busy, had not
+//!   read yet still counts (`batch` says how long it waits for that). An operation that
+//!   times out before its call was written is `NotSent`; after, it is `MaybeSent`. A
+//!   script call whose reply has not come by the earliest deadline of its operations makes
+//!   the next call start on a new connection, whose set-up needs the server's answer: the
+//!   operations waiting are not sent into a server that stopped answering. Every reply
+//!   echoes its call's id: a reply read for another call (a stream that lost bytes) is
+//!   `MaybeSent` for every operation of the call, never decoded as theirs.
 //! * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`…) are `NotSent`, and
 //!   so is `READONLY`: a read-only replica runs none of a script's writes, whatever their
 //!   order. Other errors and unreadable replies are `MaybeSent` (see `classify`).
@@ -118,7 +128,9 @@ use super::{
     ReplicatedReply, SendFailure,
 };
 use crate::error::LeaseError;
-use crate::protocol::limits::{CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, deadline_after};
+use crate::protocol::limits::{
+    self, CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_QUEUE_LIMIT, deadline_after,
+};
 use crate::protocol::{
     AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
     ReplicaWait,
@@ -175,8 +187,9 @@ impl fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     /// Script calls one backend has in flight at once, at most (standalone and Sentinel).
-    /// Operations that arrive while this many are in flight wait, and leave together in the
-    /// next call; an operation that waits past its timeout is `NotSent`.
+    /// Operations that arrive while this many are in flight wait in the queue
+    /// ([`RedisConfig::queue_limit`]), and leave together in the next calls; a renewal that
+    /// waits past its timeout is `NotSent`.
     pub const CALLS_IN_FLIGHT: usize = batch::MAX_IN_FLIGHT;
 
     /// Operations waiting that make a backend with a call in flight start another one
@@ -193,7 +206,8 @@ impl RedisBackend {
     /// sentinel configuration also an empty sentinel list, a sentinel URL naming a
     /// database, a master name that is empty, longer than 128 bytes or holds whitespace,
     /// and a node URL template that is not `redis://` or `rediss://` — or that is set on a
-    /// standalone configuration. [`LeaseError::InvalidDuration`] for the connect timeout.
+    /// standalone configuration. [`LeaseError::InvalidDuration`] for the connect timeout,
+    /// [`LeaseError::InvalidQueueLimit`] for the queue limit.
     pub fn new(config: RedisConfig) -> Result<Self, LeaseError> {
         let replicated = Self::build(config.clone(), None)?;
         Self::build(config, Some(replicated))
@@ -203,6 +217,7 @@ impl RedisBackend {
     /// replicas (`None`: this is that twin).
     fn build(config: RedisConfig, replicated: Option<RedisBackend>) -> Result<Self, LeaseError> {
         let connect_timeout = CONNECT_TIMEOUT.check(config.connect_timeout)?;
+        let queue_limit = limits::check_queue_limit(config.queue_limit)?;
         let topology = match config.target {
             Target::Standalone { url } => {
                 if config.node_url_template.is_some() {
@@ -237,33 +252,38 @@ impl RedisBackend {
                 shared: Arc::new(Shared::new()),
                 connecting: tokio::sync::Mutex::new(()),
                 obtaining: AtomicUsize::new(0),
-                batcher: batch::Batcher::default(),
+                batcher: batch::Batcher::new(queue_limit),
                 calls: AtomicU64::new(0),
                 replicated,
             }),
         })
     }
 
-    /// Runs `item`'s operation, bounded by `timeout` from now: under Cluster alone, on the
-    /// owner of its slot (leases of different slots cannot share a script call); otherwise
-    /// in the next batch (`batch`).
+    /// Runs `item`'s operation, bounded by `timeout` (`batch::Bound::of`: a renewal's from
+    /// now, any other's from its send): under Cluster alone, on the owner of its slot
+    /// (leases of different slots cannot share a script call); otherwise in the next batch
+    /// (`batch`).
     async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
-        let deadline = deadline_after(Instant::now(), timeout);
+        let bound = batch::Bound::of(&item, timeout);
         if matches!(self.inner.topology, Topology::Cluster(_)) {
-            return self.alone(&item, deadline).await;
+            return self.alone(&item, bound).await;
         }
-        batch::submit(self, item, deadline, timeout).await
+        batch::submit(self, item, bound).await
     }
 
-    /// Runs `item` in a script call of its own, from the caller's task, by `deadline`.
-    async fn alone(&self, item: &batch::Item, deadline: Instant) -> batch::ItemResult {
-        let (generation, connected) = self.connection(deadline, item.route()).await?;
-        if deadline <= Instant::now() {
+    /// Runs `item` in a script call of its own, from the caller's task, within `bound`.
+    /// Obtaining the connection takes at most the connect timeout and the item's timeout.
+    async fn alone(&self, item: &batch::Item, bound: batch::Bound) -> batch::ItemResult {
+        let connect_by = bound.deadline(Instant::now()).at;
+        let (generation, connected) = self.connection(connect_by, item.route()).await?;
+        let now = Instant::now();
+        if bound.send_by().is_some_and(|by| by <= now) {
             // Connected just at the deadline: sending now would only time out, and cost
             // the connection.
             return Err(not_sent("not sent before the call's deadline"));
         }
-        self.send_one(generation, &connected, item, deadline).await
+        let deadlines = batch::Deadlines::one(bound.deadline(now));
+        self.send_one(generation, &connected, item, deadlines).await
     }
 
     /// Runs one operation and decodes its reply with `parse`.
@@ -302,8 +322,9 @@ impl LeaseBackend for RedisBackend {
             let deadline = deadline_after(Instant::now(), timeout);
             let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
             let item = batch::Item::acquire(keys, request);
+            let deadlines = batch::Deadlines::one(batch::Deadline::at(deadline));
             let value = twin
-                .send_one(generation, &connected, &item, deadline)
+                .send_one(generation, &connected, &item, deadlines)
                 .await?;
             let reply = parse::acquire(value).map_err(malformed)?;
             let acked = match reply {

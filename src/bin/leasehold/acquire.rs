@@ -237,6 +237,11 @@ impl Acquire<'_> {
                 self.contention.exit_code.unwrap_or(status::NOT_ACQUIRED)
             }
             AcquireOutcome::Unavailable { detail } => fail(self.server.explain(&detail)),
+            // Not Redis's failure: this process had too many operations waiting to be sent.
+            AcquireOutcome::QueueFull { detail } => fail(format!(
+                "refused before sending (nothing held): {}",
+                detail.message
+            )),
             AcquireOutcome::Indeterminate { detail, .. } => {
                 // The acquisition may have landed (by the request's attempt, which every
                 // try reuses): give it back rather than leave it held.

@@ -56,6 +56,9 @@ pub(crate) async fn read(
             } => holding(remaining, token, holder, true),
             InspectOutcome::Absent => None,
             InspectOutcome::Unavailable { detail } => return Err(server.explain(&detail)),
+            InspectOutcome::QueueFull { detail } => {
+                return Err(format!("refused before sending: {}", detail.message));
+            }
             InspectOutcome::Indeterminate { detail } => {
                 return Err(format!("no readable reply: {}", server.explain(&detail)));
             }
