@@ -28,6 +28,7 @@ pub(crate) struct DoctorArgs {
 }
 
 /// One line of the report.
+#[derive(Debug, PartialEq, Eq)]
 enum Finding {
     Ok(String),
     Warn(String),
@@ -259,16 +260,8 @@ async fn server_settings(url: &str, client: &LeaseClient, server: &Server) -> Ve
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
     };
-    if let Some(version) = field("redis_version") {
-        let mut parts = version.split('.').filter_map(|p| p.parse::<u32>().ok());
-        let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        findings.push(if found >= MIN_VERSION {
-            Finding::Ok(format!("Redis {version} (leasehold needs 6.2 or later)"))
-        } else {
-            Finding::Fail(format!(
-                "Redis {version}: leasehold needs 6.2 or later (SET … GET)"
-            ))
-        });
+    if let Some(finding) = server_version(&field) {
+        findings.push(finding);
     }
     let maxmemory = field("maxmemory")
         .and_then(|m| m.parse::<u64>().ok())
@@ -311,4 +304,75 @@ async fn server_settings(url: &str, client: &LeaseClient, server: &Server) -> Ve
         )));
     }
     findings
+}
+
+/// The servers CI runs leasehold's suites on (README, "Running in production").
+const TESTED: &str = "tested on Redis 7.0 and 8.2 and on Valkey 9.1";
+
+/// What the server is and whether leasehold can use it, from `INFO`'s fields. Valkey names
+/// itself (`server_name:valkey`, `valkey_version`) and gives in `redis_version` the Redis
+/// version it is compatible with, which is what leasehold's scripts need.
+fn server_version<'a>(field: &impl Fn(&str) -> Option<&'a str>) -> Option<Finding> {
+    let compatible = field("redis_version")?;
+    let mut parts = compatible.split('.').filter_map(|p| p.parse::<u32>().ok());
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let name = match (field("server_name"), field("valkey_version")) {
+        (Some("valkey"), Some(version)) => {
+            format!("Valkey {version} (compatible with Redis {compatible})")
+        }
+        (Some("valkey"), None) => format!("Valkey (compatible with Redis {compatible})"),
+        _ => format!("Redis {compatible}"),
+    };
+    Some(if found >= MIN_VERSION {
+        Finding::Ok(format!(
+            "{name}: leasehold needs Redis 6.2 or later, or Valkey; {TESTED}"
+        ))
+    } else {
+        Finding::Fail(format!(
+            "{name}: leasehold needs Redis 6.2 or later (SET … GET), or Valkey"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version_of(info: &str) -> Option<Finding> {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        };
+        server_version(&field)
+    }
+
+    #[test]
+    fn the_server_is_named_by_kind_and_version() {
+        let cases = [
+            (
+                "redis_version:7.0.15",
+                Some(Finding::Ok(format!(
+                    "Redis 7.0.15: leasehold needs Redis 6.2 or later, or Valkey; {TESTED}"
+                ))),
+            ),
+            (
+                "redis_version:7.2.4\nserver_name:valkey\nvalkey_version:9.1.2",
+                Some(Finding::Ok(format!(
+                    "Valkey 9.1.2 (compatible with Redis 7.2.4): leasehold needs Redis 6.2 or \
+                     later, or Valkey; {TESTED}"
+                ))),
+            ),
+            (
+                "redis_version:6.0.9",
+                Some(Finding::Fail(
+                    "Redis 6.0.9: leasehold needs Redis 6.2 or later (SET … GET), or Valkey"
+                        .to_owned(),
+                )),
+            ),
+            ("server_name:valkey", None),
+        ];
+        for (info, expected) in cases {
+            assert_eq!(version_of(info), expected, "{info}");
+        }
+    }
 }
