@@ -60,92 +60,92 @@ pub(crate) async fn watch(
 /// One change, as a line or a JSON object.
 fn print(seen: &ResourceHolder, server: &Server, json: bool) {
     let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-    let remaining = |at: Instant| at.saturating_duration_since(Instant::now());
-    match (seen, json) {
-        // Before the first read: nothing to say yet.
-        (ResourceHolder::Unknown { detail: None }, _) => {}
-        (ResourceHolder::Unknown { detail: Some(d) }, false) => {
-            println!("{now} held: unknown ({})", server.explain(d));
+    if json {
+        if let Some(value) = as_json(seen, server, &now) {
+            println!("{value}");
         }
-        (ResourceHolder::Unknown { detail: Some(d) }, true) => println!(
-            "{}",
-            serde_json::json!({ "time": now, "held": null, "error": server.explain(d) })
-        ),
-        (ResourceHolder::Free, false) => println!("{now} held: no"),
-        (ResourceHolder::Free, true) => {
-            println!("{}", serde_json::json!({ "time": now, "held": false }));
+    } else if let Some(line) = as_line(seen, server) {
+        println!("{now} {line}");
+    }
+}
+
+fn remaining(at: Instant) -> Duration {
+    at.saturating_duration_since(Instant::now())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The line for one change; none before the first read.
+fn as_line(seen: &ResourceHolder, server: &Server) -> Option<String> {
+    let label = |holder: &Option<HolderLabel>| {
+        holder
+            .as_ref()
+            .map_or_else(String::new, |h| format!(", holder {h}"))
+    };
+    Some(match seen {
+        ResourceHolder::Unknown { detail: None } => return None,
+        ResourceHolder::Unknown { detail: Some(d) } => {
+            format!("held: unknown ({})", server.explain(d))
         }
-        (
-            ResourceHolder::Held {
-                token,
-                holder,
-                expires_at,
-            },
-            false,
-        ) => {
-            let holder = holder
-                .as_ref()
-                .map_or_else(String::new, |h| format!(", holder {h}"));
-            println!(
-                "{now} held: yes{holder}, fencing_token {token}, remaining {}",
-                about(remaining(*expires_at))
-            );
-        }
-        (
-            ResourceHolder::Held {
-                token,
-                holder,
-                expires_at,
-            },
-            true,
-        ) => println!(
-            "{}",
-            serde_json::json!({
-                "time": now,
-                "held": true,
-                "holder": holder.as_ref().map(HolderLabel::as_str),
-                "fencing_token": token.get(),
-                "remaining_ms": u64::try_from(remaining(*expires_at).as_millis()).unwrap_or(u64::MAX),
-            })
+        ResourceHolder::Free => "held: no".to_owned(),
+        ResourceHolder::Held {
+            token,
+            holder,
+            expires_at,
+        } => format!(
+            "held: yes{}, fencing_token {token}, remaining {}",
+            label(holder),
+            about(remaining(*expires_at))
         ),
         // The lease ended unreleased: nobody holds it, and nobody can take it until the
         // delay runs out.
-        (
-            ResourceHolder::LockDelayed {
-                token,
-                holder,
-                free_at,
-            },
-            false,
-        ) => {
-            let holder = holder
-                .as_ref()
-                .map_or_else(String::new, |h| format!(", holder {h}"));
-            println!(
-                "{now} held: no, lock-delay {} (its last holder ended without a release{holder}, \
-                 fencing_token {token})",
-                about(remaining(*free_at))
-            );
-        }
-        (
-            ResourceHolder::LockDelayed {
-                token,
-                holder,
-                free_at,
-            },
-            true,
-        ) => println!(
-            "{}",
-            serde_json::json!({
-                "time": now,
-                "held": false,
-                "holder": holder.as_ref().map(HolderLabel::as_str),
-                "fencing_token": token.get(),
-                "lock_delay_ms": u64::try_from(remaining(*free_at).as_millis()).unwrap_or(u64::MAX),
-            })
+        ResourceHolder::LockDelayed {
+            token,
+            holder,
+            free_at,
+        } => format!(
+            "held: no, lock-delay {} (its last holder ended without a release{}, \
+             fencing_token {token})",
+            about(remaining(*free_at)),
+            label(holder)
         ),
         // A state a later version of the library adds: said as unknown.
-        (_, false) => println!("{now} held: unknown"),
-        (_, true) => println!("{}", serde_json::json!({ "time": now, "held": null })),
-    }
+        _ => "held: unknown".to_owned(),
+    })
+}
+
+/// The JSON object for one change; none before the first read.
+fn as_json(seen: &ResourceHolder, server: &Server, now: &str) -> Option<serde_json::Value> {
+    Some(match seen {
+        ResourceHolder::Unknown { detail: None } => return None,
+        ResourceHolder::Unknown { detail: Some(d) } => {
+            serde_json::json!({ "time": now, "held": null, "error": server.explain(d) })
+        }
+        ResourceHolder::Free => serde_json::json!({ "time": now, "held": false }),
+        ResourceHolder::Held {
+            token,
+            holder,
+            expires_at,
+        } => serde_json::json!({
+            "time": now,
+            "held": true,
+            "holder": holder.as_ref().map(HolderLabel::as_str),
+            "fencing_token": token.get(),
+            "remaining_ms": millis(remaining(*expires_at)),
+        }),
+        ResourceHolder::LockDelayed {
+            token,
+            holder,
+            free_at,
+        } => serde_json::json!({
+            "time": now,
+            "held": false,
+            "holder": holder.as_ref().map(HolderLabel::as_str),
+            "fencing_token": token.get(),
+            "lock_delay_ms": millis(remaining(*free_at)),
+        }),
+        _ => serde_json::json!({ "time": now, "held": null }),
+    })
 }
