@@ -232,26 +232,10 @@ async fn server_settings(url: &str, client: &LeaseClient, server: &Server) -> Ve
         }
     };
     let mut findings = vec![probe_publish(&mut conn, client, server).await];
-    let mut info = redis::cmd("INFO");
-    info.arg("everything");
-    let info = match tokio::time::timeout(
-        Duration::from_secs(5),
-        info.query_async::<String>(&mut conn),
-    )
-    .await
-    {
-        Ok(Ok(info)) => info,
-        Ok(Err(e)) => {
-            findings.push(Finding::Warn(format!(
-                "INFO refused or failed at {} ({e}): version, eviction and persistence not checked",
-                server.addr()
-            )));
-            return findings;
-        }
-        Err(_) => {
-            findings.push(Finding::Warn(
-                "INFO did not answer within 5s: not checked".to_owned(),
-            ));
+    let info = match read_info(&mut conn, server).await {
+        Ok(info) => info,
+        Err(finding) => {
+            findings.push(finding);
             return findings;
         }
     };
@@ -304,6 +288,25 @@ async fn server_settings(url: &str, client: &LeaseClient, server: &Server) -> Ve
         )));
     }
     findings
+}
+
+/// `INFO everything`, or the finding that says why the settings it shows were not checked.
+async fn read_info(
+    conn: &mut redis::aio::MultiplexedConnection,
+    server: &Server,
+) -> Result<String, Finding> {
+    let mut info = redis::cmd("INFO");
+    info.arg("everything");
+    match tokio::time::timeout(Duration::from_secs(5), info.query_async::<String>(conn)).await {
+        Ok(Ok(info)) => Ok(info),
+        Ok(Err(e)) => Err(Finding::Warn(format!(
+            "INFO refused or failed at {} ({e}): version, eviction and persistence not checked",
+            server.addr()
+        ))),
+        Err(_) => Err(Finding::Warn(
+            "INFO did not answer within 5s: not checked".to_owned(),
+        )),
+    }
 }
 
 /// The servers CI runs leasehold's suites on (README, "Running in production").
