@@ -121,10 +121,7 @@ async fn edge_is_bounded(a: Duration, b: Duration) -> Result<(), TestCaseError> 
             Err(e) => prop_assert!(matches!(e, LeaseError::InvalidDuration { .. }), "{e:?}"),
         }
     }
-    let config = SupervisorConfig {
-        backoff_min: a,
-        backoff_max: b,
-    };
+    let config = SupervisorConfig::backoff(a, b);
     let valid = SupervisorConfig::MIN_BACKOFF <= a && a <= b && b <= SupervisorConfig::MAX_BACKOFF;
     prop_assert_eq!(config.check().is_ok(), valid, "{:?}", config);
     let listed = client.list_within(None, 10, a).await;

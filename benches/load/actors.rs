@@ -151,6 +151,7 @@ pub(crate) async fn a_spawn(
                 SpawnOutcome::NotAcquired(other) => {
                     panic!("A: spawn_under_lease was {} ({other:?})", other.as_str())
                 }
+                _ => panic!("A: spawn_under_lease: an outcome this bench does not know"),
             };
             let report = job.wait().await;
             assert_eq!(report.end, JobEnd::Completed, "A: job end");

@@ -288,5 +288,6 @@ pub(crate) async fn start_idle(runtime: &LeaseRuntime, req: &LeaseRequest) -> Le
         SpawnOutcome::NotAcquired(other) => {
             panic!("R: spawn_under_lease was {} ({other:?})", other.as_str())
         }
+        _ => panic!("R: spawn_under_lease: an outcome this bench does not know"),
     }
 }

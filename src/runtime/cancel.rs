@@ -31,7 +31,10 @@ use crate::protocol::FencingToken;
 /// handler watches the context's cancellation token instead
 /// ([`LeaseContext::cancelled`](crate::runtime::LeaseContext::cancelled)), which is cancelled
 /// at the same moment.
+///
+/// Non-exhaustive: later versions may say more about the cancellation; match it with `..`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseCancelled {
     /// Why.
     pub reason: CancelReason,
@@ -87,7 +90,10 @@ impl fmt::Display for CancelReason {
 }
 
 /// What the runtime does when local validity ends and the worker is still running.
+///
+/// Non-exhaustive: a later version may add a policy; a `match` needs a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum CancelPolicy {
     /// Stop the worker (`ActorRef::kill`; a `run_under_lease` future is dropped). Default:
     /// work must never continue past the lease unnoticed.

@@ -18,6 +18,7 @@ use crate::runtime::{LeaseCancelled, LeaseRuntime};
 #[derive(Debug)]
 // Returned once per job, never stored in bulk: boxing would only cost an allocation.
 #[allow(clippy::large_enum_variant)]
+#[non_exhaustive]
 pub enum SpawnOutcome<M> {
     /// The lease is held and the worker runs under it.
     Started(LeaseJob<M>),

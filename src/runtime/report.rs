@@ -44,7 +44,10 @@ impl JobEnd {
 }
 
 /// The final report of a LeaseActor.
+///
+/// Non-exhaustive: later versions may report more; match it with `..`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseReport {
     /// How the worker ended.
     pub end: JobEnd,

@@ -257,10 +257,7 @@ async fn a_shutdown_during_the_acquisition_gives_it_up_and_takes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_job_that_fails_at_once_is_restarted_after_a_doubling_pause() {
     let (rt, backend) = runtime();
-    let config = SupervisorConfig {
-        backoff_min: Duration::from_millis(100),
-        backoff_max: Duration::from_millis(400),
-    };
+    let config = SupervisorConfig::backoff(Duration::from_millis(100), Duration::from_millis(400));
     // Each term's start is noted where it happens: a watch would coalesce a term that
     // begins and fails within one instant.
     let (started, mut starts) = mpsc::unbounded_channel();
@@ -312,10 +309,7 @@ async fn a_supervisor_config_out_of_bounds_is_refused_before_anything_starts() {
         ),
     ];
     for (name, backoff_min, backoff_max, param) in rows {
-        let config = SupervisorConfig {
-            backoff_min,
-            backoff_max,
-        };
+        let config = SupervisorConfig::backoff(backoff_min, backoff_max);
         let refused = rt
             .supervise(
                 request(rt.client(), Duration::ZERO),

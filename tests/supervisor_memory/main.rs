@@ -111,10 +111,8 @@ fn on_redis() -> isize {
         let (request, _) = request(&client);
         let rt = LeaseRuntime::new(client);
         let (started, mut terms) = watch::channel(0u64);
-        let pacing = SupervisorConfig {
-            backoff_min: SupervisorConfig::MIN_BACKOFF,
-            backoff_max: SupervisorConfig::MIN_BACKOFF,
-        };
+        let pacing =
+            SupervisorConfig::backoff(SupervisorConfig::MIN_BACKOFF, SupervisorConfig::MIN_BACKOFF);
         let supervisor = rt
             .supervise(
                 request,

@@ -35,7 +35,19 @@ use crate::runtime::{
 use actor::{Command, SupervisorActor, SupervisorArgs};
 
 /// How a [`LeaseSupervisor`] paces itself.
+///
+/// Non-exhaustive, so a later version can add a setting: start from
+/// [`SupervisorConfig::default`] or [`SupervisorConfig::backoff`].
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::runtime::SupervisorConfig;
+///
+/// let config = SupervisorConfig::backoff(Duration::from_millis(50), Duration::from_secs(2));
+/// assert!(config.check().is_ok());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SupervisorConfig {
     /// Pause after a term ends or an acquisition fails, doubled per consecutive failure.
     /// Default 100 ms.
@@ -48,6 +60,15 @@ impl SupervisorConfig {
     pub const MIN_BACKOFF: Duration = Duration::from_millis(1);
     /// The longest `backoff_max`.
     pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+    /// Pauses from `min` doubling to `max`; checked (by [`check`](Self::check)) when the
+    /// supervisor starts, not here.
+    pub const fn backoff(min: Duration, max: Duration) -> Self {
+        Self {
+            backoff_min: min,
+            backoff_max: max,
+        }
+    }
 
     /// Checks the bounds: `MIN_BACKOFF ≤ backoff_min ≤ backoff_max ≤ MAX_BACKOFF`.
     /// [`LeaseRuntime::supervise`] calls it before anything starts.
