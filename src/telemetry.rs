@@ -23,6 +23,11 @@
 //!
 //! Outcome, state and reason labels are the `as_str()` spellings of the corresponding
 //! enums, so a log line, a metric and the CLI say the same word.
+//!
+//! The event counters a dashboard watches for trouble — cancellations by reason, renewals
+//! `lost`, `indeterminate` and `unavailable`, transitions from `active` into `lost` and
+//! `unknown` — exist at zero from the first lease a purpose holds in the process, so
+//! Prometheus's `increase` sees their first event too.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -173,8 +178,59 @@ pub(crate) struct HeldLease {
     purpose: Purpose,
 }
 
+/// Purposes whose event counters this process created at zero ([`start_at_zero`]).
+static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// The event counters a dashboard must see move from zero. Prometheus's `increase` cannot
+/// tell a series born at its first increment from one that was always there, so a process
+/// whose one lease is cancelled once would show no cancellation at all; each of these
+/// series is created at zero instead, the first time a purpose holds a lease here. The
+/// label values are the `as_str()` spellings of `CancelReason`, `RenewOutcome` and the
+/// lease states.
+const AT_ZERO: &[(&str, &[(&str, &str)])] = &[
+    (names::CANCELLATIONS_TOTAL, &[("reason", "lost")]),
+    (names::CANCELLATIONS_TOTAL, &[("reason", "unknown")]),
+    (
+        names::CANCELLATIONS_TOTAL,
+        &[("reason", "renewal_unconfirmed")],
+    ),
+    (names::CANCELLATIONS_TOTAL, &[("reason", "shutdown")]),
+    (names::RENEW_TOTAL, &[("outcome", "lost")]),
+    (names::RENEW_TOTAL, &[("outcome", "indeterminate")]),
+    (names::RENEW_TOTAL, &[("outcome", "unavailable")]),
+    (
+        names::STATE_TRANSITIONS_TOTAL,
+        &[("from", "active"), ("to", "lost")],
+    ),
+    (
+        names::STATE_TRANSITIONS_TOTAL,
+        &[("from", "active"), ("to", "unknown")],
+    ),
+];
+
+/// Creates [`AT_ZERO`]'s series for `purpose`, once per process and purpose (`increment(0)`
+/// creates a series without changing a count).
+fn start_at_zero(purpose: &Purpose) {
+    {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !seen.insert(purpose.as_str().to_owned()) {
+            return;
+        }
+    }
+    for &(name, labels) in AT_ZERO {
+        let mut all = vec![metrics::Label::new("purpose", purpose_label(purpose))];
+        all.extend(
+            labels
+                .iter()
+                .map(|&(key, value)| metrics::Label::new(key, value)),
+        );
+        counter!(name, all).increment(0);
+    }
+}
+
 impl HeldLease {
     pub(crate) fn register(purpose: &Purpose, valid_until: Instant) -> Self {
+        start_at_zero(purpose);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         gauge!(names::LEASES_HELD, "purpose" => purpose_label(purpose)).increment(1.0);
         with_held(|held| {

@@ -59,7 +59,7 @@ fn metrics_endpoint_serves_prometheus_text_while_the_command_runs() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let body = loop {
         if let Some(body) = scrape(port)
-            && body.contains("leasehold_renew_total")
+            && body.contains(r#"leasehold_renew_total{purpose="run",outcome="renewed"}"#)
         {
             break body;
         }
@@ -79,6 +79,11 @@ fn metrics_endpoint_serves_prometheus_text_while_the_command_runs() {
         "{body}"
     );
     assert!(body.contains("leasehold_renew_margin_seconds"), "{body}");
+    // The event counters a dashboard watches exist from the start, at zero.
+    assert!(
+        body.contains(r#"leasehold_cancellations_total{purpose="run",reason="lost"} 0"#),
+        "{body}"
+    );
     assert!(!body.contains(RAW_ID));
 
     let output = child.wait_with_output().unwrap();

@@ -405,3 +405,100 @@ async fn cancellations_and_their_delay_from_the_first_failed_renewal_are_recorde
         ) >= 1
     );
 }
+
+/// A series born at its first increment shows no `increase` in Prometheus, so the event
+/// counters a dashboard watches exist at zero from the first time a purpose holds a lease
+/// here — with the label values the outcomes themselves spell — and later leases of the
+/// purpose never reset a count.
+#[tokio::test(start_paused = true)]
+async fn event_counters_exist_at_zero_once_a_purpose_holds_a_lease() {
+    const ZERO: &str = "metrics-zero";
+    let recorder = DebuggingRecorder::new();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let mut m = Recorded::new(&recorder);
+    let (client, backend) = setup();
+    let request = |resource: &str| {
+        let attempt = client.new_attempt("op").unwrap();
+        LeaseRequest::builder(
+            Purpose::new(ZERO).unwrap(),
+            ResourceDigest::of(resource),
+            attempt,
+        )
+        .ttl(Duration::from_secs(3))
+        .build()
+        .unwrap()
+    };
+    let detail = FailureDetail::new(FailureKind::Timeout, "test");
+    let expected: Vec<Series> = [
+        CancelReason::Lost(LostReason::Absent).as_str(),
+        CancelReason::Unknown.as_str(),
+        CancelReason::RenewalUnconfirmed.as_str(),
+        CancelReason::Shutdown.as_str(),
+    ]
+    .into_iter()
+    .map(|reason| {
+        series(
+            names::CANCELLATIONS_TOTAL,
+            &[("purpose", ZERO), ("reason", reason)],
+        )
+    })
+    .chain(
+        [
+            RenewOutcome::Lost {
+                reason: LostReason::Absent,
+            }
+            .as_str(),
+            RenewOutcome::Indeterminate {
+                detail: detail.clone(),
+            }
+            .as_str(),
+            RenewOutcome::Unavailable {
+                detail,
+                remaining: Duration::ZERO,
+            }
+            .as_str(),
+        ]
+        .into_iter()
+        .map(|outcome| {
+            series(
+                names::RENEW_TOTAL,
+                &[("purpose", ZERO), ("outcome", outcome)],
+            )
+        }),
+    )
+    .chain(
+        [LeaseState::Lost(LostReason::Absent), LeaseState::Unknown].map(|to| {
+            series(
+                names::STATE_TRANSITIONS_TOTAL,
+                &[
+                    ("purpose", ZERO),
+                    ("from", LeaseState::Active.as_str()),
+                    ("to", to.as_str()),
+                ],
+            )
+        }),
+    )
+    .collect();
+
+    let mut first = client
+        .try_acquire(&request("first"))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    m.take();
+    for want in &expected {
+        assert_eq!(m.counters.get(want), Some(&0), "{want:?} at zero");
+    }
+    // A loss counts once; the next lease of the purpose does not start it over.
+    backend.delete(first.keys());
+    let _ = first.renew().await;
+    let _second = client.try_acquire(&request("second")).await.unwrap();
+    assert_eq!(
+        m.counter(
+            names::RENEW_TOTAL,
+            &[("purpose", ZERO), ("outcome", "lost")]
+        ),
+        1
+    );
+}

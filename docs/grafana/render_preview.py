@@ -46,8 +46,10 @@ What it does:
 
 What a reader of the picture should know, as of a Prometheus behind Grafana:
   * rate() and increase() cannot tell that a series which first appears with value 1 was 0
-    before: a counter created by its first increment (a process's one cancellation, its one
-    acquisition) shows no increase. Only counters that move after their first scrape do.
+    before: a counter created by its first increment shows no increase. leasehold creates
+    its event counters (cancellations, renewals lost/indeterminate/unavailable, transitions
+    into lost/unknown) at 0 with a purpose's first lease, so those show; a waiter's one
+    acquisition does not.
   * A process's last events (its release, as it exits) happen after its last scrape.
   * The exporter's summaries (quantile="…") cover the last 40 to 60 s (three buckets of 20 s):
     a dip in the lowest renew margin stays on the graph that long, and the p99 of that many
