@@ -194,6 +194,21 @@ fn ms(micros: i64) -> f64 {
     micros as f64 / 1000.0
 }
 
+/// The old tree's last write (`last`) came before the lease's end in Redis (`expiry`) and
+/// before the next holder's first write (`first`), all in microseconds of Redis time.
+fn assert_tree_ended_first(last: i64, expiry: i64, first: i64) {
+    assert!(
+        last < expiry,
+        "the tree wrote {} ms after the lease's end",
+        ms(last - expiry)
+    );
+    assert!(
+        last < first,
+        "the tree wrote {} ms after the next holder",
+        ms(last - first)
+    );
+}
+
 #[test]
 fn sigkill_of_leaseholds_process_group_leaves_nothing_of_the_command_to_overlap_the_next_holder() {
     let server = RedisServer::start();
@@ -222,16 +237,7 @@ fn sigkill_of_leaseholds_process_group_leaves_nothing_of_the_command_to_overlap_
     let _ = old.run.finish_within(EXIT_TIMEOUT, "killed leasehold");
     let last = old.last_write();
     let first = next.first_write();
-    assert!(
-        last < expiry,
-        "the tree wrote {} ms after the lease's end",
-        ms(last - expiry)
-    );
-    assert!(
-        last < first,
-        "the tree wrote {} ms after the next holder",
-        ms(last - first)
-    );
+    assert_tree_ended_first(last, expiry, first);
     println!(
         "measured: SIGKILL of leasehold's group → the tree and the keeper gone in {took:?}; last \
          write {:.1} ms before the lease's end, {:.1} ms before the next holder's first",
@@ -292,16 +298,7 @@ fn sigstop_of_leaseholds_process_group_cannot_keep_the_command_past_the_lease() 
     old.run
         .finish_within(EXIT_TIMEOUT, "leasehold resumed")
         .assert_code(124, "leasehold stopped past its lease");
-    assert!(
-        last < expiry,
-        "the tree wrote {} ms after the lease's end",
-        ms(last - expiry)
-    );
-    assert!(
-        last < first,
-        "the tree wrote {} ms after the next holder",
-        ms(last - first)
-    );
+    assert_tree_ended_first(last, expiry, first);
     println!(
         "measured: SIGSTOP of leasehold's group → the keeper killed the tree after {took:?} (TTL \
          2 s, drift budget 300 ms); last write {:.1} ms before the lease's end, {:.1} ms before \
