@@ -30,7 +30,7 @@
 //!
 //! | layer | module | may import |
 //! |---|---|---|
-//! | cli | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`), feature `cli` | runtime, lease core |
+//! | cli | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`), package `leasehold-cli` | runtime, lease core |
 //! | runtime | [`runtime`]: [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core |
 //! | lease core | [`lease`]: [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | backend, protocol |
 //! | backend | [`backend`]: [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol |
@@ -87,11 +87,11 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `tls` | yes | `rediss://` URLs, over rustls with the ring provider |
-//! | `cli` | no | the `leasehold` binary (`cargo install leasehold --features cli`) and what only it needs: clap, the log formatter, the Prometheus exporter |
 //! | `fuzzing` | no | not for users, no stability promise: the script-reply decoders for the fuzz targets |
 //!
 //! The library itself needs tokio's `rt`, `time`, `sync` and `macros`; the application
-//! chooses its runtime flavour.
+//! chooses its runtime flavour. The `leasehold` binary is the package `leasehold-cli`
+//! (`cargo install leasehold-cli`), so a library dependency carries none of its crates.
 //!
 //! # Examples
 //!
@@ -108,7 +108,8 @@
 //!   fencing token.
 //! * `drain_on_sigterm`: a service drains its partitions on SIGTERM and its successor takes
 //!   them over at once.
-//! * `observed_worker` (feature `cli`, for the exporter): metrics of a lease through a
+//! * `observed_worker` (in the `leasehold-cli` package, which has the Prometheus exporter:
+//!   `cargo run -p leasehold-cli --example observed_worker`): metrics of a lease through a
 //!   fault, scraped as Prometheus text.
 //!
 //! # Quickstart

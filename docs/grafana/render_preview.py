@@ -1,7 +1,7 @@
 """Render docs/grafana/leasehold.png: what the Grafana dashboard leasehold.json shows, drawn
 from a real run of `leasehold run` processes.
 
-Run it from the repository root, after `cargo build --features cli` (or name the binary):
+Run it from the repository root, after `cargo build -p leasehold-cli` (or name the binary):
 
     python3 docs/grafana/render_preview.py [--leasehold target/debug/leasehold]
                                            [--out docs/grafana/leasehold.png]
@@ -546,7 +546,7 @@ def main():
     else:
         leasehold = str(Path(args.leasehold).resolve())
         if not Path(leasehold).is_file():
-            raise SystemExit('no leasehold binary at %s (cargo build --features cli)' % leasehold)
+            raise SystemExit('no leasehold binary at %s (cargo build -p leasehold-cli)' % leasehold)
         recording = run_scenario(leasehold)
         if args.record:
             Path(args.record).write_text(json.dumps(recording))

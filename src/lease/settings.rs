@@ -369,18 +369,20 @@ mod tests {
     }
 
     #[test]
-    fn settings_deserialise_from_toml_with_humantime_durations() {
-        let s: LeaseSettings = toml::from_str(
-            "namespace = \"billing\"\ncommand_timeout = \"150ms\"\nrenew_every = \"5s\"\n",
-        )
-        .unwrap();
+    fn settings_deserialise_with_humantime_durations() {
+        // JSON stands in for any self-describing format (TOML, YAML): durations are
+        // humantime strings, an unknown field is an error.
+        let from = serde_json::from_str::<LeaseSettings>;
+        let s =
+            from(r#"{"namespace": "billing", "command_timeout": "150ms", "renew_every": "5s"}"#)
+                .unwrap();
         assert_eq!(s.namespace.as_str(), "billing");
         assert_eq!(s.command_timeout, Duration::from_millis(150));
         assert_eq!(s.renew_every, Some(Duration::from_secs(5)));
         assert_eq!(s.drift_budget, Duration::from_millis(10));
-        assert!(toml::from_str::<LeaseSettings>("namespace = \"Bad\"").is_err());
-        assert!(toml::from_str::<LeaseSettings>("command_timeout = \"x\"").is_err());
-        assert!(toml::from_str::<LeaseSettings>("unknown = \"1s\"").is_err());
+        assert!(from(r#"{"namespace": "Bad"}"#).is_err());
+        assert!(from(r#"{"command_timeout": "x"}"#).is_err());
+        assert!(from(r#"{"unknown": "1s"}"#).is_err());
     }
 
     #[test]

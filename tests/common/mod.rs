@@ -19,17 +19,7 @@ pub mod workers;
 pub use proxy::{Proxy, ProxyMode};
 pub use redis_server::RedisServer;
 pub mod backends;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod cluster;
 pub mod fault;
 pub mod leases;
-#[cfg(feature = "cli")]
-pub mod observe;
-#[cfg(feature = "cli")]
-pub mod output;
 pub mod sentinel;
-#[cfg(feature = "cli")]
-pub mod tree;
-#[cfg(feature = "cli")]
-pub mod witness;

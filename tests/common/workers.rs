@@ -1,7 +1,7 @@
 //! Worker actors shared by the runtime tests.
 
+use leasehold::ractor::{Actor, ActorProcessingErr, ActorRef};
 use leasehold::runtime::LeaseCancelled;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 /// A job that runs until its lease ends: it stops on its `LeaseCancelled`.
 pub struct UntilCancelled;

@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-const DASHBOARD: &str = include_str!("../docs/grafana/leasehold.json");
-const TELEMETRY: &str = include_str!("../src/telemetry.rs");
+const DASHBOARD: &str = include_str!("../../docs/grafana/leasehold.json");
+const TELEMETRY: &str = include_str!("../../src/telemetry.rs");
 
 /// The quantiles `metrics-exporter-prometheus` renders a histogram's summary with, unless
 /// configured otherwise (the CLI's `--metrics-addr` does not configure it).

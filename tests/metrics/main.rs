@@ -1,103 +1,20 @@
 //! Every outcome, transition and cancellation increments the series of the telemetry table
 //! with the right labels; no label carries a digest, an owner token or a raw resource id.
-//! On `MemoryBackend` under paused time, with a thread-local debugging recorder.
+//! On `MemoryBackend` under paused time, with a thread-local recorder that keeps every series (`recorder`).
 
+#[path = "../common/mod.rs"]
 mod common;
+mod recorder;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use common::workers::UntilCancelled;
 use leasehold::runtime::*;
 use leasehold::telemetry::names;
 use leasehold::*;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use recorder::{Recorded, Series, series};
 
 const RAW_ID: &str = "raw-customer-id-4711";
-
-/// A metric name with its sorted labels.
-type Series = (String, Vec<(String, String)>);
-
-fn series(name: &str, labels: &[(&str, &str)]) -> Series {
-    let mut labels: Vec<(String, String)> = labels
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    labels.sort();
-    (name.to_owned(), labels)
-}
-
-/// Accumulates snapshots (a snapshot drains counters and histograms).
-struct Recorded {
-    snapshotter: Snapshotter,
-    counters: HashMap<Series, u64>,
-    histograms: HashMap<Series, Vec<f64>>,
-    gauges: HashMap<Series, f64>,
-}
-
-impl Recorded {
-    fn new(recorder: &DebuggingRecorder) -> Self {
-        Self {
-            snapshotter: recorder.snapshotter(),
-            counters: HashMap::new(),
-            histograms: HashMap::new(),
-            gauges: HashMap::new(),
-        }
-    }
-
-    fn take(&mut self) {
-        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
-            let (_, key) = key.into_parts();
-            let mut labels: Vec<(String, String)> = key
-                .labels()
-                .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                .collect();
-            labels.sort();
-            let id = (key.name().to_owned(), labels);
-            match value {
-                DebugValue::Counter(n) => *self.counters.entry(id).or_default() += n,
-                DebugValue::Histogram(v) => self
-                    .histograms
-                    .entry(id)
-                    .or_default()
-                    .extend(v.into_iter().map(|x| x.into_inner())),
-                DebugValue::Gauge(g) => {
-                    self.gauges.insert(id, g.into_inner());
-                }
-            }
-        }
-    }
-
-    fn counter(&mut self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        self.take();
-        let want = series(name, labels);
-        self.counters.get(&want).copied().unwrap_or(0)
-    }
-
-    fn histogram(&mut self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-        self.take();
-        let want = series(name, labels);
-        self.histograms.get(&want).cloned().unwrap_or_default()
-    }
-
-    fn gauge(&mut self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        self.take();
-        let want = series(name, labels);
-        self.gauges.get(&want).copied()
-    }
-
-    /// Every label value ever recorded.
-    fn all_label_values(&mut self) -> Vec<String> {
-        self.take();
-        let keys = self
-            .counters
-            .keys()
-            .chain(self.histograms.keys())
-            .chain(self.gauges.keys());
-        keys.flat_map(|(_, labels)| labels.iter().map(|(_, v)| v.clone()))
-            .collect()
-    }
-}
 
 const P: &str = "metrics";
 
@@ -120,9 +37,8 @@ fn request(client: &LeaseClient, resource: &str) -> LeaseRequest {
 
 #[tokio::test(start_paused = true)]
 async fn every_acquire_renew_release_and_inspect_outcome_is_counted() {
-    let recorder = DebuggingRecorder::new();
-    let _guard = metrics::set_default_local_recorder(&recorder);
-    let mut m = Recorded::new(&recorder);
+    let m = Recorded::default();
+    let _guard = metrics::set_default_local_recorder(&m);
     let (client, backend) = setup();
 
     let req = request(&client, RAW_ID);
@@ -255,9 +171,8 @@ async fn every_acquire_renew_release_and_inspect_outcome_is_counted() {
 
 #[tokio::test(start_paused = true)]
 async fn transitions_to_lost_and_unknown_and_the_held_gauge_are_recorded() {
-    let recorder = DebuggingRecorder::new();
-    let _guard = metrics::set_default_local_recorder(&recorder);
-    let mut m = Recorded::new(&recorder);
+    let m = Recorded::default();
+    let _guard = metrics::set_default_local_recorder(&m);
     let (client, backend) = setup();
 
     let mut lost = client
@@ -320,9 +235,8 @@ async fn transitions_to_lost_and_unknown_and_the_held_gauge_are_recorded() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_retries_wakeups_and_wait_time_are_recorded() {
-    let recorder = DebuggingRecorder::new();
-    let _guard = metrics::set_default_local_recorder(&recorder);
-    let mut m = Recorded::new(&recorder);
+    let m = Recorded::default();
+    let _guard = metrics::set_default_local_recorder(&m);
     let (client, _) = setup();
     let mut holder = client
         .try_acquire(&request(&client, "r"))
@@ -360,9 +274,8 @@ async fn wait_retries_wakeups_and_wait_time_are_recorded() {
 
 #[tokio::test(start_paused = true)]
 async fn cancellations_and_their_delay_from_the_first_failed_renewal_are_recorded() {
-    let recorder = DebuggingRecorder::new();
-    let _guard = metrics::set_default_local_recorder(&recorder);
-    let mut m = Recorded::new(&recorder);
+    let m = Recorded::default();
+    let _guard = metrics::set_default_local_recorder(&m);
     let (client, backend) = setup();
     let runtime = LeaseRuntime::new(client.clone());
     let job = runtime
@@ -413,9 +326,8 @@ async fn cancellations_and_their_delay_from_the_first_failed_renewal_are_recorde
 #[tokio::test(start_paused = true)]
 async fn event_counters_exist_at_zero_once_a_purpose_holds_a_lease() {
     const ZERO: &str = "metrics-zero";
-    let recorder = DebuggingRecorder::new();
-    let _guard = metrics::set_default_local_recorder(&recorder);
-    let mut m = Recorded::new(&recorder);
+    let m = Recorded::default();
+    let _guard = metrics::set_default_local_recorder(&m);
     let (client, backend) = setup();
     let request = |resource: &str| {
         let attempt = client.new_attempt("op").unwrap();
@@ -486,9 +398,9 @@ async fn event_counters_exist_at_zero_once_a_purpose_holds_a_lease() {
         .unwrap()
         .into_handle()
         .unwrap();
-    m.take();
+    let counters = m.counters();
     for want in &expected {
-        assert_eq!(m.counters.get(want), Some(&0), "{want:?} at zero");
+        assert_eq!(counters.get(want), Some(&0), "{want:?} at zero");
     }
     // A loss counts once; the next lease of the purpose does not start it over.
     backend.delete(first.keys());

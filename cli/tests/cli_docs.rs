@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use common::cli::*;
 
-const README: &str = include_str!("../README.md");
+const README: &str = include_str!("../../README.md");
 
 /// The statuses a table or list names: numbers, `128+N`, and the command's own.
 fn statuses<'a>(cells: impl Iterator<Item = &'a str>) -> BTreeSet<String> {

@@ -6,9 +6,9 @@
 //! cancellations and their delay.
 //!
 //! ```text
-//! cargo run --example observed_worker                   # in memory, serves 127.0.0.1:9464
-//! LEASEHOLD_METRICS_ADDR=127.0.0.1:9000 cargo run --example observed_worker
-//! LEASEHOLD_REDIS_URL=redis://127.0.0.1:6379 cargo run --example observed_worker
+//! cargo run -p leasehold-cli --example observed_worker   # in memory, serves 127.0.0.1:9464
+//! LEASEHOLD_METRICS_ADDR=127.0.0.1:9000 cargo run -p leasehold-cli --example observed_worker
+//! LEASEHOLD_REDIS_URL=redis://127.0.0.1:6379 cargo run -p leasehold-cli --example observed_worker
 //! ```
 //! (On Redis only the deletion fault is injected.)
 
