@@ -209,44 +209,52 @@ async fn probe_publish(
 
 /// PUBLISH, then version, eviction, persistence and replicas, from `INFO`.
 async fn server_settings(url: &str, client: &LeaseClient, server: &Server) -> Vec<Finding> {
+    let mut conn = match connect_again(url, server).await {
+        Ok(conn) => conn,
+        Err(finding) => return vec![finding],
+    };
+    let mut findings = vec![probe_publish(&mut conn, client, server).await];
+    match read_info(&mut conn, server).await {
+        Ok(info) => findings.extend(info_findings(&info)),
+        Err(finding) => findings.push(finding),
+    }
+    findings
+}
+
+/// A connection of doctor's own for the checks the lease client does not make, or the
+/// finding that says why they were not made.
+async fn connect_again(
+    url: &str,
+    server: &Server,
+) -> Result<redis::aio::MultiplexedConnection, Finding> {
     // The library already installed a TLS provider for a rediss:// URL.
     let connect = async {
         let client = redis::Client::open(url)?;
         client.get_multiplexed_async_connection().await
     };
-    let mut conn = match tokio::time::timeout(Duration::from_secs(5), connect).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
-            return vec![Finding::Warn(format!(
-                "cannot connect again to {} ({e}): PUBLISH, version, eviction and \
-                 persistence not checked",
-                server.addr()
-            ))];
-        }
-        Err(_) => {
-            return vec![Finding::Warn(
-                "connecting again did not succeed within 5s: PUBLISH, version, eviction \
-                 and persistence not checked"
-                    .to_owned(),
-            )];
-        }
-    };
-    let mut findings = vec![probe_publish(&mut conn, client, server).await];
-    let info = match read_info(&mut conn, server).await {
-        Ok(info) => info,
-        Err(finding) => {
-            findings.push(finding);
-            return findings;
-        }
-    };
+    match tokio::time::timeout(Duration::from_secs(5), connect).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(Finding::Warn(format!(
+            "cannot connect again to {} ({e}): PUBLISH, version, eviction and \
+             persistence not checked",
+            server.addr()
+        ))),
+        Err(_) => Err(Finding::Warn(
+            "connecting again did not succeed within 5s: PUBLISH, version, eviction \
+             and persistence not checked"
+                .to_owned(),
+        )),
+    }
+}
+
+/// What `INFO` says of the server's version, eviction, persistence and replicas.
+fn info_findings(info: &str) -> Vec<Finding> {
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
     };
-    if let Some(finding) = server_version(&field) {
-        findings.push(finding);
-    }
+    let mut findings: Vec<Finding> = server_version(&field).into_iter().collect();
     let maxmemory = field("maxmemory")
         .and_then(|m| m.parse::<u64>().ok())
         .unwrap_or(0);

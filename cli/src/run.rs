@@ -27,7 +27,7 @@ use crate::config::{self, Sourced};
 use crate::diagnose::Server;
 use crate::keeper::{Keeper, Leftovers, Signal};
 use crate::recheck::Recheck;
-use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, report_acquired};
+use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, Shortfall, report_acquired};
 use crate::signals::Signals;
 use crate::supervise::{CommandEnd, Stopping, supervise};
 use crate::{Common, fail, status, ttl};
@@ -230,30 +230,9 @@ pub(crate) async fn run(args: RunArgs, keeper: Keeper) -> u8 {
 }
 
 async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8 {
-    let plan = match plan(&args) {
-        Ok(plan) => plan,
+    let (plan, mut signals) = match prepare(&args) {
+        Ok(prepared) => prepared,
         Err(message) => return fail(message),
-    };
-    // Before anything reaches Redis: from here on no forwarded signal can kill leasehold.
-    let mut signals = match Signals::install() {
-        Ok(s) => s,
-        Err(e) => return fail(format!("cannot install signal handlers: {e}")),
-    };
-    if let Some(addr) = args.metrics_addr {
-        let exporter = metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install();
-        if let Err(e) = exporter {
-            return fail(format!("--metrics-addr {addr}: {e}"));
-        }
-    }
-    let stopping = Stopping {
-        leftovers: args.leftovers(),
-        grace: args.grace,
-        renew_every: plan
-            .client
-            .settings()
-            .renew_every(args.ttl.unwrap_or(ttl::DEFAULT)),
     };
     let runtime = LeaseRuntime::new(plan.client.clone()).with_max_leases(1);
     let acquire = Acquire {
@@ -267,43 +246,83 @@ async fn run_linked(args: RunArgs, keeper: &mut crate::keeper::KeeperLink) -> u8
             quiet: args.quiet,
         },
     };
+    let held = match acquire.acquire(&mut signals).await {
+        Acquisition::Held(held) => held,
+        Acquisition::NotRun(code) => return code,
+    };
+    // Check replicas, and a signal that came with the lease.
+    let refusal = held
+        .span
+        .in_scope(|| report_acquired(&held.ctx, plan.replicas));
+    let early_signal = signals.try_recv();
+    if refusal.is_some() || early_signal.is_some() {
+        return not_started(held, early_signal, refusal).await;
+    }
+    run_command(&args, &plan, held, keeper, signals).await
+}
+
+/// Everything checked and set up before anything reaches Redis: the plan, the signal
+/// handlers (from here on no forwarded signal can kill leasehold) and the exporter.
+fn prepare(args: &RunArgs) -> Result<(Plan, Signals), String> {
+    let plan = plan(args)?;
+    let signals = Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    if let Some(addr) = args.metrics_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("--metrics-addr {addr}: {e}"))?;
+    }
+    Ok((plan, signals))
+}
+
+/// The lease is held but the command is not started (a signal came with the lease, or too
+/// few replicas acknowledged it): the lease is released and the status says why.
+async fn not_started(held: Held, early_signal: Option<Signal>, refusal: Option<Shortfall>) -> u8 {
+    drop(held.done);
+    let release = match held.work.await {
+        Ok(RunOutcome::Ran { report, .. }) => report.release.as_str(),
+        _ => "unknown",
+    };
+    match (early_signal, refusal) {
+        (Some(signal), _) => {
+            say!(
+                "{} before the command started; release of the lease just acquired: \
+                 {release}",
+                signal.name()
+            );
+            signal_status(signal)
+        }
+        (None, Some(shortfall)) => fail(format!(
+            "{shortfall}; the command was not run (--require-replicas); release: {release}"
+        )),
+        (None, None) => status::FAILED,
+    }
+}
+
+/// The command run under the held lease until nothing of it is left (`--timeout` counts
+/// from its start), the lease released after, and leasehold's exit status.
+async fn run_command(
+    args: &RunArgs,
+    plan: &Plan,
+    held: Held,
+    keeper: &mut crate::keeper::KeeperLink,
+    mut signals: Signals,
+) -> u8 {
     let Held {
         mut ctx,
         span,
         done,
         mut work,
         request,
-    } = match acquire.acquire(&mut signals).await {
-        Acquisition::Held(held) => held,
-        Acquisition::NotRun(code) => return code,
+    } = held;
+    let stopping = Stopping {
+        leftovers: args.leftovers(),
+        grace: args.grace,
+        renew_every: plan
+            .client
+            .settings()
+            .renew_every(args.ttl.unwrap_or(ttl::DEFAULT)),
     };
-
-    // Check replicas, and a signal that came with the lease.
-    let refusal = span.in_scope(|| report_acquired(&ctx, plan.replicas));
-    let early_signal = signals.try_recv();
-    if refusal.is_some() || early_signal.is_some() {
-        drop(done);
-        let release = match work.await {
-            Ok(RunOutcome::Ran { report, .. }) => report.release.as_str(),
-            _ => "unknown",
-        };
-        return match (early_signal, refusal) {
-            (Some(signal), _) => {
-                say!(
-                    "{} before the command started; release of the lease just acquired: \
-                     {release}",
-                    signal.name()
-                );
-                signal_status(signal)
-            }
-            (None, Some(shortfall)) => fail(format!(
-                "{shortfall}; the command was not run (--require-replicas); release: {release}"
-            )),
-            (None, None) => status::FAILED,
-        };
-    }
-
-    // Run the command until nothing of it is left; --timeout counts from its start.
     if let Some(after) = args.timeout {
         signals.time_out(after, args.signal.unwrap_or(Signal::Term));
     }

@@ -31,6 +31,8 @@ mod tree;
 mod wire;
 
 #[cfg(test)]
+mod machine_props;
+#[cfg(test)]
 mod machine_tests;
 
 use std::io;

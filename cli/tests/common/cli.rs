@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use leasehold::{LeaseKeys, Namespace, Purpose, ResourceDigest};
 
 use super::RedisServer;
+pub use super::pids::*;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 
@@ -287,114 +288,6 @@ impl Drop for Running {
 #[track_caller]
 pub fn finish(cmd: Command, dir: &TempDir, label: &str) -> Finished {
     Running::spawn(cmd, dir, label).finish_within(EXIT_TIMEOUT, label)
-}
-
-/// `kill -<sig> <pid>`.
-pub fn send_signal(pid: u32, sig: &str) -> bool {
-    Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// `kill -<sig> -- -<group>`: the signal to every process of a process group.
-pub fn send_group_signal(group: u32, sig: &str) -> bool {
-    Command::new("kill")
-        .args([&format!("-{sig}"), "--", &format!("-{group}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Whether `pid` is a live process: one that may still run code of its own. A zombie
-/// counts as gone: it runs nothing any more, and in a container whose PID 1 does not reap,
-/// an orphaned zombie is never removed. So does a process with SIGKILL pending: the kernel
-/// ends it the moment it is next scheduled, before it runs another instruction of its own —
-/// on a starved machine that moment can come a second or more later (seen: a process
-/// between `setsid()` and `exec`, SIGKILLed by the keeper, still runnable 1 s on, never
-/// having been scheduled again).
-pub fn is_alive(pid: u32) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // `pid (comm) S …`: the state follows the last ')'.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
-    !matches!(state, Some('Z' | 'X') | None) && !sigkill_pending(pid)
-}
-
-/// Whether SIGKILL (bit 9 of the pending masks in `/proc/<pid>/status`) awaits `pid`.
-fn sigkill_pending(pid: u32) -> bool {
-    const SIGKILL_BIT: u64 = 1 << (9 - 1);
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status.lines().any(|line| {
-        let mask = line
-            .strip_prefix("SigPnd:")
-            .or_else(|| line.strip_prefix("ShdPnd:"));
-        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .is_some_and(|m| m & SIGKILL_BIT != 0)
-    })
-}
-
-/// Whether `pid` still runs one of the commands these tests start (`sh`, `bash`, or
-/// `sleep` after `exec`), so a PID reused by an unrelated process is never signalled.
-pub fn is_test_command(pid: u32) -> bool {
-    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-        matches!(argv0, b"sh" | b"bash" | b"sleep")
-    })
-}
-
-#[track_caller]
-pub fn assert_gone_soon(pid: u32, what: &str) {
-    let deadline = Instant::now() + GONE_TIMEOUT;
-    while is_alive(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: process {pid} still alive {GONE_TIMEOUT:?} after leasehold exited"
-        );
-        thread::sleep(POLL);
-    }
-}
-
-/// Whether `pid` has a handler installed for SIGTERM (`SigCgt` in `/proc/<pid>/status`).
-pub fn catches_sigterm(pid: u32) -> bool {
-    catches_signal(pid, 15)
-}
-
-/// Whether `pid` has a handler installed for signal number `signo`.
-pub fn catches_signal(pid: u32, signo: u32) -> bool {
-    let bit = 1u64 << (signo - 1);
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & bit != 0)
-}
-
-/// Waits until leasehold `pid` handles signal `signo` (it installs its handlers before it
-/// sends anything to Redis; before then a signal ends it like any process).
-#[track_caller]
-pub fn wait_until_catching(pid: u32, signo: u32) {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while !catches_signal(pid, signo) {
-        assert!(
-            Instant::now() < deadline,
-            "leasehold never handled signal {signo}"
-        );
-        thread::sleep(POLL);
-    }
 }
 
 pub fn all_keys(server: &RedisServer) -> Vec<String> {

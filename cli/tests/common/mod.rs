@@ -4,6 +4,7 @@
 //!
 //! * [`cli`]: the `leasehold` binary run under test, its output and its exit status.
 //! * [`observe`]: what Redis holds while a command runs; a CPU load for busy-machine runs.
+//! * [`pids`]: a process by PID: signals, liveness, what it catches.
 //! * [`output`], [`tree`], [`witness`]: a run's streamed output, its process tree, and the
 //!   timestamps every process of a tree writes to prove no two holders overlap.
 
@@ -17,5 +18,6 @@ pub use shared::*;
 pub mod cli;
 pub mod observe;
 pub mod output;
+pub mod pids;
 pub mod tree;
 pub mod witness;
