@@ -9,3 +9,4 @@ mod app;
 mod drain;
 mod embedding;
 mod supervisor;
+mod supervisor_redis;
