@@ -23,7 +23,7 @@ use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::job::report_or_vanished;
 use crate::runtime::lease_actor::stop_time;
 use crate::runtime::message::LeaseActorMsg;
-use crate::runtime::registry::Slot;
+use crate::runtime::registry::Admission;
 use crate::runtime::supervisor::pacing::{Pacing, jittered, retry_hint};
 use crate::runtime::supervisor::{
     SupervisorConfig, SupervisorMsg, SupervisorState, SupervisorSummary,
@@ -38,7 +38,7 @@ pub(crate) type MakeWorker<W> =
     Box<dyn Fn(LeaseContext) -> (W, <W as Actor>::Arguments) + Send + Sync + 'static>;
 
 /// What an acquisition task brings back: as [`LeaseRuntime::take`] answers.
-type Taken = Result<Result<(LeaseHandle, Slot), AcquireOutcome>, RuntimeError>;
+type Taken = Result<Result<(LeaseHandle, Admission), AcquireOutcome>, RuntimeError>;
 
 pub(crate) enum Command {
     /// The pause is over: acquire for the next term.
@@ -331,7 +331,7 @@ where
         taken: Taken,
     ) -> Result<(), ActorProcessingErr> {
         self.phase = Phase::Paused;
-        let (mut handle, slot) = match taken {
+        let (mut handle, admission) = match taken {
             Ok(Ok(held)) => held,
             Ok(Err(outcome)) => {
                 tracing::debug!(
@@ -362,7 +362,7 @@ where
         let make = &self.make;
         let started = self
             .runtime
-            .start(handle, slot, self.policy, None, |ctx| {
+            .start(handle, admission, self.policy, None, |ctx| {
                 // A panic here fails the supervisor; the handle is dropped on the way out,
                 // which releases the lease best effort.
                 let (worker, args) = make(ctx);

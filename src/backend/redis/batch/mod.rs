@@ -2,14 +2,14 @@
 //! `lua/batch.lua` per round trip, each with its own reply; the operations beyond what the
 //! calls in flight carry wait in a bounded queue.
 //!
-//! A caller submits one [`Item`] and waits for its own result. [`MAX_IN_FLIGHT`] call slots
-//! bound the script calls in flight; each taken slot is a flusher task that takes what
-//! waits, up to [`MAX_ITEMS`] at a time, sends it as one script call and hands every item
-//! its reply. A caller that finds no call slot taken takes one and lets the tasks woken
-//! with it queue their items first (one turn of the scheduler), so operations that arrive
-//! together leave together: if others queued, it hands the slot to a flusher; if its item
-//! is still alone, it sends it from its own task, at once — no task to start and wake, the
-//! cost that dominates a lone round trip on a quiet machine. While a call is in
+//! A caller submits one [`Item`] and waits for its own result. At most [`MAX_IN_FLIGHT`]
+//! flushers bound the script calls in flight; each is a task that takes what waits, up to
+//! [`MAX_ITEMS`] at a time, sends it as one script call and hands every item its reply. A
+//! caller that finds no flusher running becomes one and lets the tasks woken with it queue
+//! their items first (one turn of the scheduler), so operations that arrive together leave
+//! together: if others queued, it hands its place to a flusher task; if its item is still
+//! alone, it sends it from its own task, at once — no task to start and wake, the cost that
+//! dominates a lone round trip on a quiet machine. While a call is in
 //! flight, another starts only once [`ANOTHER_CALL`] items wait; fewer leave with the next
 //! call of a running flusher, which also lets the callers it just answered queue their next
 //! operations first. The busier the connection, the larger the calls — and the fewer of
@@ -36,17 +36,17 @@
 //! 2. Every taken item gets exactly one result: its own reply, its own error, the failure
 //!    of the whole call (no connection, timeout, a refusal before running), or — when its
 //!    own deadline passes before the call is answered — `MaybeSent`.
-//! 3. There are never more than [`MAX_IN_FLIGHT`] call slots taken, each by one flusher or
-//!    by one caller sending its lone item, and a slot is given back only after the queue was
-//!    found empty under the lock; a holder that ends or dies holding one (a caller whose
-//!    call is done or dropped, a flusher that panicked or was aborted) passes it to a new
-//!    flusher if items wait. So no waiting item is left without a flusher while the runtime
+//! 3. There are never more than [`MAX_IN_FLIGHT`] flushers, each a flusher task or a caller
+//!    sending its lone item, and a flusher's place is given back only after the queue was
+//!    found empty under the lock; one that ends or dies holding its place (a caller whose
+//!    call is done or dropped, a flusher task that panicked or was aborted) passes it to a
+//!    new flusher task if items wait. So no waiting item is left without a flusher while the runtime
 //!    runs. A caller sending its lone item answers no one else: dropping it never costs
 //!    another operation its reply.
 //! 4. One item's error is that item's: the script runs each item under `pcall`, and a batch
 //!    refused as a whole for a reason that may concern only some of its keys (`NOPERM`) is
 //!    sent again item by item — it provably did not run.
-//! 5. An idle call is never held back: when no call slot is taken, the caller sends its
+//! 5. An idle call is never held back: when no flusher runs, the caller sends its
 //!    item — alone, or with those queued meanwhile by a flusher it starts — after the tasks
 //!    already runnable have run. An item that finds calls in flight leaves in the first
 //!    call taken once the items ahead of it in its lane (and every renewal and release, for
@@ -117,7 +117,7 @@ pub(super) async fn submit(backend: &RedisBackend, item: Item, bound: Bound) -> 
         id: Some(id),
     };
     if start {
-        let mut slot = Slot {
+        let mut place = FlusherPlace {
             backend,
             held: true,
         };
@@ -125,10 +125,11 @@ pub(super) async fn submit(backend: &RedisBackend, item: Item, bound: Bound) -> 
         tokio::task::yield_now().await;
         if let Some(item) = batcher.take_alone(id) {
             queued.id = None;
-            // `slot` drops after the call: handed to a flusher if items queued meanwhile.
+            // `place` drops after the call: handed to a flusher task if items queued
+            // meanwhile.
             return backend.alone(&item, bound).await;
         }
-        slot.held = false;
+        place.held = false;
         tokio::spawn(flush(backend.clone()));
     }
     let result = match bound.send_by() {
@@ -184,7 +185,7 @@ impl Drop for Queued<'_> {
 
 /// One flusher: sends what waits, one script call at a time, until nothing waits.
 async fn flush(backend: RedisBackend) {
-    let mut slot = Slot {
+    let mut place = FlusherPlace {
         backend: &backend,
         held: true,
     };
@@ -194,8 +195,8 @@ async fn flush(backend: RedisBackend) {
         // batch answered (a renewal loop, a contender trying again), queue up before a batch
         // is taken; an idle call loses nothing but this one turn of the scheduler.
         tokio::task::yield_now().await;
-        if !batcher.keep_slot() {
-            slot.held = false;
+        if !batcher.keep_flushing() {
+            place.held = false;
             return;
         }
         // The connection first: items keep waiting — withdrawable, provably unsent — until it
@@ -273,15 +274,15 @@ async fn answer_late(
     }
 }
 
-/// A flusher's call slot. Dropped while held — the flusher panicked or was aborted — it is
-/// handed to a new flusher if items wait (and a runtime runs to start one), and given back
-/// otherwise (invariant 3).
-struct Slot<'a> {
+/// A flusher's place among the [`MAX_IN_FLIGHT`]. Dropped while held — the flusher panicked
+/// or was aborted — it is handed to a new flusher task if items wait (and a runtime runs to
+/// start one), and given back otherwise (invariant 3).
+struct FlusherPlace<'a> {
     backend: &'a RedisBackend,
     held: bool,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for FlusherPlace<'_> {
     fn drop(&mut self) {
         if !self.held {
             return;
