@@ -339,7 +339,7 @@ where
                     "lease supervisor did not acquire"
                 );
                 let hint = retry_hint(&outcome);
-                pause_then_acquire(myself, self.pacing.after_failure(hint));
+                pause_then_acquire(myself, self.pacing.handle_failure(hint));
                 return Ok(());
             }
             Err(RuntimeError::ShuttingDown) => {
@@ -348,7 +348,7 @@ where
             }
             Err(RuntimeError::LimitReached { max }) => {
                 tracing::warn!(max, "lease limit reached; the supervisor waits");
-                pause_then_acquire(myself, self.pacing.after_failure(None));
+                pause_then_acquire(myself, self.pacing.handle_failure(None));
                 return Ok(());
             }
             // Checked before the supervisor started; failing again would repeat forever.
@@ -399,7 +399,7 @@ where
             Err(RuntimeError::ShuttingDown) => myself.stop(None),
             Err(e) => {
                 tracing::error!(error = %e, "lease supervisor could not start a term");
-                pause_then_acquire(myself, self.pacing.after_failure(None));
+                pause_then_acquire(myself, self.pacing.handle_failure(None));
             }
         }
         Ok(())
@@ -435,8 +435,8 @@ where
         }
         // A worker that fails at once would otherwise crash-loop at the shortest pause.
         let pause = match end {
-            JobEnd::Failed { .. } => self.pacing.after_failure(None),
-            _ => self.pacing.after_term(),
+            JobEnd::Failed { .. } => self.pacing.handle_failure(None),
+            _ => self.pacing.handle_term_end(),
         };
         pause_then_acquire(myself, pause);
     }

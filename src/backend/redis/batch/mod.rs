@@ -243,28 +243,49 @@ async fn flush(backend: RedisBackend) {
 async fn answer_late(
     call: impl Future<Output = Vec<ItemResult>>,
     sent: Instant,
-    mut replies: Vec<Reply>,
+    replies: Vec<Reply>,
 ) -> (Vec<ItemResult>, Vec<Reply>) {
     let mut call = std::pin::pin!(call);
+    let mut owed = Owed { sent, replies };
     loop {
-        // The earliest deadline owed, and the earliest point of giving up on one.
-        let owed = replies.iter().filter(|r| r.to.is_some()).map(|r| r.by);
-        let Some(next) = owed.reduce(|a, b| Deadline {
-            at: a.at.min(b.at),
-            give_up: a.give_up.min(b.give_up),
-        }) else {
+        let Some(next) = owed.poll_timeout() else {
             // Every item answered: the call itself ends by the latest deadline.
-            return (call.await, replies);
+            return (call.await, owed.replies);
         };
         if let Some(results) = next.wait(call.as_mut()).await {
-            return (results, replies);
+            return (results, owed.replies);
         }
-        let now = Instant::now();
-        let caught_up = !deadline::behind(Duration::ZERO);
+        owed.handle_timeout(Instant::now(), !deadline::behind(Duration::ZERO));
+    }
+}
+
+/// The replies a call in flight still owes, sans I/O: when the next one is due
+/// (`poll_timeout`), and which are late once that time came (`handle_timeout`).
+struct Owed {
+    /// The instant just before the call was written.
+    sent: Instant,
+    replies: Vec<Reply>,
+}
+
+impl Owed {
+    /// The earliest deadline owed, and the earliest point of giving up on one; `None` once
+    /// every item is answered.
+    fn poll_timeout(&self) -> Option<Deadline> {
+        let owed = self.replies.iter().filter(|r| r.to.is_some()).map(|r| r.by);
+        owed.reduce(|a, b| Deadline {
+            at: a.at.min(b.at),
+            give_up: a.give_up.min(b.give_up),
+        })
+    }
+
+    /// That deadline passed, at `now`: every item past its own deadline — and past its
+    /// giving up, unless this process has `caught_up` with its tasks — is answered
+    /// `MaybeSent`.
+    fn handle_timeout(&mut self, now: Instant, caught_up: bool) {
         let late = |by: Deadline| by.at <= now && (by.give_up <= now || caught_up);
-        for reply in replies.iter_mut().filter(|r| late(r.by)) {
+        for reply in self.replies.iter_mut().filter(|r| late(r.by)) {
             if let Some(to) = reply.to.take() {
-                let within = reply.by.at.saturating_duration_since(sent);
+                let within = reply.by.at.saturating_duration_since(self.sent);
                 let _ = to.send(Err(SendFailure::MaybeSent(FailureDetail::new(
                     FailureKind::Timeout,
                     format!("no reply within {within:?}"),
