@@ -4,7 +4,8 @@
 //! the same guarantees as an actor worker: one cancellation (the context's token), release
 //! when it finishes, and under [`CancelPolicy::Kill`] it is dropped — aborted at its next
 //! `.await` — when local validity ends. A task rather than a worker actor: one actor per
-//! lease instead of two (an idle ractor actor holds 6.4 KB), and no actor start-up.
+//! lease instead of two (what an idle ractor actor holds: docs/performance.md, "Memory"),
+//! and no actor start-up.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -98,7 +99,7 @@ impl LeaseRuntime {
     {
         // The acquisition and the actor's start are boxed: this future rests in its
         // caller's task for as long as the lease is held, at the size of its largest state
-        // (3 KB unboxed, against the few hundred bytes of waiting for the report).
+        // (docs/performance.md, "Behind the constants").
         let (handle, admission) = match Box::pin(self.take(request, Patience::of(request))).await? {
             Ok(held) => held,
             Err(other) => return Ok(RunOutcome::NotAcquired(other)),

@@ -1,6 +1,7 @@
 //! When operations leave together: a busy backend starts another call only for enough of
 //! them, a caller that goes away hands its place among the calls in flight on, and with
-//! companions running each operation shares its call (what `backend_contract::redis_batched` rests on).
+//! companions running each operation shares its call (what
+//! `backend_contract::redis_batched` rests on).
 
 use std::time::{Duration, Instant};
 

@@ -186,8 +186,8 @@ impl Shared {
 
 impl RedisBackend {
     /// The connection for a script on `key` — the shared connection, or under Cluster the
-    /// one to the owner of `key`'s hash slot — obtained if there is none. Every failure here is
-    /// `NotSent`.
+    /// one to the owner of `key`'s hash slot — obtained if there is none. Every failure
+    /// here is `NotSent`.
     pub(super) async fn connection(
         &self,
         deadline: Instant,

@@ -3,18 +3,19 @@
 //!
 //! The topologies share everything but one step: how a connection to the node that takes
 //! writes is obtained (`Topology`). The script calls, the error classification and the
-//! release notices are one code path. Standalone and Sentinel share one connection;
-//! Cluster keeps one connection per primary, chosen by the hash slot of the lease's hash tag
+//! release notices are one code path. Standalone and Sentinel share one connection; Cluster
+//! keeps one connection per primary, chosen by the hash slot of the lease's hash tag
 //! (`cluster` says how the slot map is kept and when it is fetched again).
 //!
 //! # Where things are
 //!
-//! This file: the backend, its construction, and the [`LeaseBackend`] operations.
-//! `config` where and how to reach Redis; `connection` how a call obtains its connection
-//! (topology, shared connection, connect gate); `call` one script call, `NOSCRIPT` and Cluster
+//! This file: the backend, its construction, and the [`LeaseBackend`] operations. `config`
+//! where and how to reach Redis; `connection` how a call obtains its connection (topology,
+//! shared connection, connect gate); `call` one script call, `NOSCRIPT` and Cluster
 //! redirections; `batch` concurrent operations coalesced into one call; `replicas` the
 //! `WAIT` after an acquisition; `parse` and `classify` replies and errors; `scripts` the
-//! Lua; `sentinel` and `cluster` the two topologies that need more than a URL.
+//! Lua; `pubsub` the notices' shared connection per node; `scan` the key scan behind
+//! listing; `sentinel` and `cluster` the two topologies that need more than a URL.
 //!
 //! # Behaviour, and the time bound of every await
 //!
@@ -261,8 +262,8 @@ impl RedisBackend {
 
     /// Runs `item`'s operation, bounded by `timeout` (`batch::Bound::of`: a renewal's from
     /// now, any other's from its send): under Cluster alone, on the owner of its hash slot
-    /// (leases of different hash slots cannot share a script call); otherwise in the next batch
-    /// (`batch`).
+    /// (leases of different hash slots cannot share a script call); otherwise in the next
+    /// batch (`batch`).
     async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
         let bound = batch::Bound::of(&item, timeout);
         if matches!(self.inner.topology, Topology::Cluster(_)) {

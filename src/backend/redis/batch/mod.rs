@@ -9,14 +9,15 @@
 //! their items first (one turn of the scheduler), so operations that arrive together leave
 //! together: if others queued, it hands its place to a flusher task; if its item is still
 //! alone, it sends it from its own task, at once — no task to start and wake, the cost that
-//! dominates a lone round trip on a quiet machine. While a call is in
-//! flight, another starts only once [`ANOTHER_CALL`] items wait; fewer leave with the next
-//! call of a running flusher, which also lets the callers it just answered queue their next
+//! dominates a lone round trip on a quiet machine. While a call is in flight, another
+//! starts only once [`ANOTHER_CALL`] items wait; fewer leave with the next call of a
+//! running flusher, which also lets the callers it just answered queue their next
 //! operations first. The busier the connection, the larger the calls — and the fewer of
-//! them Redis runs per operation (a script call's fixed cost is about that of four
-//! refusals). Two calls in flight are kept apart: a flusher whose reply arrives after
-//! another call was answered lets that call's callers send their next call before it
-//! answers its own, so Redis never gets both at once (it would answer them together).
+//! them Redis runs per operation (a script call has a fixed cost of its own:
+//! docs/performance.md, "What bounds it"). Two calls in flight are kept apart: a flusher
+//! whose reply arrives after another call was answered lets that call's callers send their
+//! next call before it answers its own, so Redis never gets both at once (it would answer
+//! them together).
 //!
 //! A burst larger than the calls in flight carry waits its turn: renewals and releases
 //! first, then acquisitions and reads in arrival order. Time in the queue is local, not the
@@ -40,9 +41,9 @@
 //!    sending its lone item, and a flusher's place is given back only after the queue was
 //!    found empty under the lock; one that ends or dies holding its place (a caller whose
 //!    call is done or dropped, a flusher task that panicked or was aborted) passes it to a
-//!    new flusher task if items wait. So no waiting item is left without a flusher while the runtime
-//!    runs. A caller sending its lone item answers no one else: dropping it never costs
-//!    another operation its reply.
+//!    new flusher task if items wait. So no waiting item is left without a flusher while
+//!    the runtime runs. A caller sending its lone item answers no one else: dropping it
+//!    never costs another operation its reply.
 //! 4. One item's error is that item's: the script runs each item under `pcall`, and a batch
 //!    refused as a whole for a reason that may concern only some of its keys (`NOPERM`) is
 //!    sent again item by item — it provably did not run.
@@ -82,8 +83,8 @@ pub(super) use queue::Batcher;
 use queue::Reply;
 
 /// Script calls in flight at once, at most. More than one lets this process prepare and
-/// answer calls while Redis runs another; four measured best on two cores (W2 of the load
-/// benchmark: 57k cycles/s against 35k with two, current-thread runtime).
+/// answer calls while Redis runs another; four measured best (docs/performance.md, "Behind
+/// the constants").
 pub(super) const MAX_IN_FLIGHT: usize = 4;
 /// Items per script call, at most. Smaller calls keep Redis and this process working at
 /// the same time (one call of everything waiting would have each wait for the other), and
@@ -91,8 +92,8 @@ pub(super) const MAX_IN_FLIGHT: usize = 4;
 pub(super) const MAX_ITEMS: usize = 32;
 /// Items waiting that make a busy batcher start another call beside those in flight. Fewer
 /// wait for a running flusher's next call: one round trip at most, and each call carries
-/// enough operations to be worth its fixed cost to Redis (a script call's set-up and reply
-/// cost it about as much as four refusals).
+/// enough operations to be worth its fixed cost to Redis (docs/performance.md, "What
+/// bounds it").
 pub(super) const ANOTHER_CALL: usize = MAX_ITEMS / 4;
 
 /// One result of one item.
@@ -214,12 +215,11 @@ async fn flush(backend: RedisBackend) {
                 // Redis answers what one read of the connection brought only after running all
                 // of it, so calls sent together come back together; answered together, their
                 // callers' next operations leave together again, and Redis and this process
-                // take turns instead of working at once (W2 of the load benchmark on a
-                // current-thread runtime: Redis 65% busy). When another call was answered
+                // take turns instead of working at once. When another call was answered
                 // while this one was out, its callers go first and their call leaves before
-                // this one's callers queue theirs: the two calls stay a half-turn apart
-                // (Redis 96% busy, 1.5× the cycles). One turn of the scheduler, taken only
-                // when two calls overlapped.
+                // this one's callers queue theirs: the two calls stay a half-turn apart, and
+                // Redis stays busy (docs/performance.md, "W2 on current_thread"). One turn
+                // of the scheduler, taken only when two calls overlapped.
                 if batcher.answered.load(Ordering::Relaxed) != answered {
                     tokio::task::yield_now().await;
                 }
