@@ -2,7 +2,7 @@
 //!
 //! `<group>` is the first four hex digits of the digest (one of 65,536 groups). The braces
 //! around it are a Redis Cluster hash tag: a lease key, its group's fence counter and its
-//! release channel hash to one slot, so one script can touch them atomically.
+//! release channel hash to one hash slot, so one script can touch them atomically.
 //!
 //! # Why a fence counter per group, not per resource
 //!
