@@ -1,13 +1,10 @@
 //! One contract suite, every backend: every row of docs/design.md §4 and the outcomes of §5
-//! that each must produce. `memory::*` runs on `MemoryBackend` under paused time;
-//! `redis::*`, `redis_batched::*`, `sentinel::*` and `cluster::*` in real time on real
-//! redis-servers behind proxies (`common::backends`).
+//! that each must produce — `memory::*` on `MemoryBackend` under paused time, the others
+//! (`redis`, `redis_batched`, `sentinel`, `cluster`) on real redis-servers behind proxies.
 //!
-//! Time passes for a lease differently: on memory, whose store keeps the paused clock, a
-//! test advances the clock (`advance_clock`), and every TTL and every handle's local
-//! validity run down together; on Redis it shortens or runs out the key's TTL alone
-//! (`shorten_server_ttl`, `run_out_server_ttl`). Each test says which it does where, and
-//! asserts only what holds under both.
+//! Time passes for a lease as each backend allows, and each test says which: on Redis the
+//! key's TTL alone shrinks (`shorten_server_ttl`, `run_out_server_ttl`); on memory the paused
+//! clock moves (`advance_clock`), every handle's local validity with it.
 
 mod common;
 
@@ -51,8 +48,7 @@ async fn acquire_again_with_the_same_attempt_replays_the_token_without_resetting
 ) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
     let first = acquired(&h.client, &req).await;
-    // 10 s pass for the lease on the server: Redis rewrites its key's PTTL alone; memory,
-    // whose store keeps the paused clock, advances it (the first handle's validity too).
+    // 10 s pass on the server (memory: for the first handle's validity too).
     if h.is_redis() {
         h.shorten_server_ttl(first.keys(), Duration::from_secs(10));
     } else {
@@ -75,9 +71,7 @@ async fn acquire_again_with_the_same_attempt_replays_the_token_without_resetting
 async fn replay_after_29s_of_a_30s_lease_trusts_only_the_servers_pttl(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
     let first = acquired(&h.client, &req).await;
-    // 29 s pass for the lease on the server: Redis rewrites its key's PTTL alone; memory
-    // advances its paused clock (the first handle's validity too). The replay's validity
-    // comes from the server's PTTL either way.
+    // 29 s pass on the server (memory: for the first handle too); the replay reads its PTTL.
     if h.is_redis() {
         h.shorten_server_ttl(first.keys(), Duration::from_secs(29));
     } else {
@@ -139,8 +133,7 @@ async fn acquire_held_by_another_is_contended_with_the_holders_pttl(h: Harness) 
 async fn renew_held_is_renewed_and_resets_the_server_ttl(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
     let mut lease = acquired(&h.client, &req).await;
-    // 20 s pass for the lease on the server: Redis rewrites its key's PTTL alone; memory
-    // advances its paused clock, so the handle renews with 10 s of validity left, not 30.
+    // 20 s pass on the server (memory: the handle renews with 10 s of validity left).
     if h.is_redis() {
         h.shorten_server_ttl(lease.keys(), Duration::from_secs(20));
     } else {
@@ -207,9 +200,7 @@ async fn release_after_someone_else_took_it_is_not_owner_and_leaves_theirs(h: Ha
 async fn release_when_absent_is_already_absent(h: Harness) {
     let req = request_for(&h.client, "r", Duration::from_secs(30));
     let mut lease = acquired(&h.client, &req).await;
-    // The lease's time runs out on the server: on Redis its key's TTL alone, the handle
-    // still active; on memory the paused clock moves an hour, and the handle is past its
-    // validity too. Either way the release finds nothing.
+    // The lease runs out on the server (memory: the handle's validity too).
     if h.is_redis() {
         h.run_out_server_ttl(lease.keys()).await;
     } else {
@@ -259,8 +250,7 @@ async fn fencing_tokens_increase_across_release_expiry_and_a_deleted_counter(h: 
     )
     .await;
     tokens.push(lease.token());
-    // Its time runs out on the server: Redis runs out the key's TTL, memory advances its
-    // paused clock an hour.
+    // The lease runs out on the server (memory: an hour passes for everything).
     if h.is_redis() {
         h.run_out_server_ttl(lease.keys()).await;
     } else {
