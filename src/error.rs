@@ -1,8 +1,13 @@
-//! The one error type of leasehold: local validation, before any I/O.
+//! [`LeaseError`]: a value rejected by local validation, before any I/O — the error of the
+//! protocol types, the settings and the client. The runtime's refusals, local too, are
+//! [`RuntimeError`](crate::runtime::RuntimeError), which wraps this one; a backend call's
+//! [`SendFailure`](crate::SendFailure) says how sure it is that nothing was sent, and the
+//! lease core turns it into an outcome.
 //!
-//! Nothing that happens on the wire becomes an `Err`: a Redis fault is an outcome variant
-//! (`Unavailable` or `Indeterminate`), because the caller's next step depends on how certain
-//! the library is about what happened, and `Err` would fold those together.
+//! Nothing that happens on the wire becomes an `Err` of the client or the runtime: a Redis
+//! fault is an outcome variant (`Unavailable` or `Indeterminate`), because the caller's
+//! next step depends on how certain the library is about what happened, and `Err` would
+//! fold those together.
 
 use std::fmt;
 use std::time::Duration;

@@ -171,8 +171,9 @@ pub use protocol::{
 ///
 /// leasehold depends on it without its default `message_span_propogation` feature. A
 /// dependency of your own on `ractor` with default features turns that feature on for every
-/// actor in the build — leasehold's lease actors included, about 1 KB more each; add it with
-/// `default-features = false, features = ["tokio_runtime"]` unless your workers need it.
+/// actor in the build — leasehold's lease actors included, each larger for it
+/// (docs/performance.md, "Memory"); add it with `default-features = false, features =
+/// ["tokio_runtime"]` unless your workers need it.
 pub use ractor;
 
 /// The README's Rust examples, compiled and run as doc tests.

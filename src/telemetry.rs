@@ -12,7 +12,7 @@
 //! | `leasehold_inspect_total` | counter | `purpose`, `outcome` | `inspect` calls by outcome |
 //! | `leasehold_state_transitions_total` | counter | `purpose`, `from`, `to` | handle state changes (`active`, `lost`, `unknown`, `released`) |
 //! | `leasehold_cancellations_total` | counter | `purpose`, `reason` | `LeaseCancelled` messages sent to workers |
-//! | `leasehold_wait_retries_total` | counter | `purpose`, `cause` | retries inside `acquire`: `contended`, `indeterminate`, `unavailable` |
+//! | `leasehold_wait_retries_total` | counter | `purpose`, `cause` | retries inside `acquire`: `contended`, `lock_delayed`, `indeterminate`, `unavailable`, `queue_full` |
 //! | `leasehold_wait_wakeups_total` | counter | `purpose` | waits in `acquire` cut short by a release notice |
 //! | `leasehold_operation_seconds` | histogram | `purpose`, `operation` | latency of `acquire`, `renew`, `release`, `inspect` (one call, retries included) |
 //! | `leasehold_renew_margin_seconds` | histogram | `purpose` | local validity left when a renewal was confirmed; near zero means renewals barely make it |

@@ -45,8 +45,13 @@ async fn n_holders_take_n_slots_with_increasing_tokens_and_the_next_is_contended
         let pttl = h.pttl(lease.keys()).expect("each slot is a lease key");
         assert!(pttl > Duration::from_secs(20));
     }
-    // The earliest slot's time is what a contender is told to wait.
-    h.age(held[1].keys(), Duration::from_secs(10)).await;
+    // The earliest slot's time is what a contender is told to wait. Redis shortens slot 1's
+    // TTL alone; memory's paused clock ages every slot alike, so all three are earliest.
+    if h.is_redis() {
+        h.shorten_server_ttl(held[1].keys(), Duration::from_secs(10));
+    } else {
+        h.advance_clock(Duration::from_secs(10)).await;
+    }
     let outcome = h
         .client
         .try_acquire(&request(&h.client, 3, "late"))
@@ -65,7 +70,13 @@ async fn the_same_attempt_replays_its_own_slot_and_token(h: Harness) {
     let _first = acquired(&h.client, &request(&h.client, 2, "first")).await;
     let req = request(&h.client, 2, "second");
     let second = acquired(&h.client, &req).await;
-    h.age(second.keys(), Duration::from_secs(5)).await;
+    // 5 s pass for the slot on the server: Redis shortens its TTL alone, memory advances
+    // its paused clock. The replay's validity comes from the server's PTTL either way.
+    if h.is_redis() {
+        h.shorten_server_ttl(second.keys(), Duration::from_secs(5));
+    } else {
+        h.advance_clock(Duration::from_secs(5)).await;
+    }
     let outcome = h.client.try_acquire(&req).await.unwrap();
     let AcquireOutcome::Replayed(mut replay) = outcome else {
         panic!("expected a replay: {outcome:?}")
@@ -99,8 +110,15 @@ async fn the_same_owner_under_another_operation_is_a_conflict_even_with_a_slot_f
 
 async fn renew_release_and_expiry_touch_only_the_holders_slot(h: Harness) {
     let mut held = fill(&h, 3).await;
-    h.age(held[0].keys(), Duration::from_secs(10)).await;
-    h.age(held[2].keys(), Duration::from_secs(10)).await;
+    // Redis shortens slots 0 and 2 by 10 s each, slot 1 untouched; memory has one clock
+    // for every slot and every handle, moved on 10 s for each of the two: 20 s for all.
+    if h.is_redis() {
+        h.shorten_server_ttl(held[0].keys(), Duration::from_secs(10));
+        h.shorten_server_ttl(held[2].keys(), Duration::from_secs(10));
+    } else {
+        h.advance_clock(Duration::from_secs(10)).await;
+        h.advance_clock(Duration::from_secs(10)).await;
+    }
     assert!(matches!(
         held[0].renew().await,
         RenewOutcome::Renewed { .. }
@@ -115,9 +133,13 @@ async fn renew_release_and_expiry_touch_only_the_holders_slot(h: Harness) {
     let next = acquired(&h.client, &request(&h.client, 3, "next")).await;
     assert_eq!(next.keys().slot(), Some(1));
     assert!(next.token() > last);
-    // An expired slot is free again; on Redis, where one key can be made to expire, the
-    // others are not disturbed (the paused clock of memory expires them all).
-    h.expire(held[2].keys()).await;
+    // An expired slot is free again; on Redis, where one key's TTL can run out alone, the
+    // others are not disturbed (memory's paused clock, moved on an hour, expires them all).
+    if h.is_redis() {
+        h.run_out_server_ttl(held[2].keys()).await;
+    } else {
+        h.advance_clock(Duration::from_secs(3600)).await;
+    }
     let after = acquired(&h.client, &request(&h.client, 3, "after")).await;
     assert!(after.token() > next.token());
     let renewed = held[2].renew().await;

@@ -34,7 +34,13 @@ fn request(client: &LeaseClient, op: &str, delay: Option<Duration>) -> LeaseRequ
 async fn ended(h: &Harness) -> (LeaseRequest, LeaseHandle) {
     let req = request(&h.client, "crashed", Some(DELAY));
     let lease = acquired(&h.client, &req).await;
-    h.age(lease.keys(), TTL + Duration::from_secs(1)).await;
+    // Redis shortens the key's TTL alone (the handle still believes); memory advances its
+    // paused clock, and the handle's validity runs out too.
+    if h.is_redis() {
+        h.shorten_server_ttl(lease.keys(), TTL + Duration::from_secs(1));
+    } else {
+        h.advance_clock(TTL + Duration::from_secs(1)).await;
+    }
     (req, lease)
 }
 
@@ -116,8 +122,13 @@ async fn an_unreleased_end_refuses_everyone_with_lock_delayed_until_the_delay_en
             "{renewed:?}"
         );
     }
-    // Once the delay is over, the next acquisition gets a larger token.
-    h.expire(lease.keys()).await;
+    // Once the delay is over, the next acquisition gets a larger token: Redis runs out the
+    // key's TTL, memory advances its paused clock an hour.
+    if h.is_redis() {
+        h.run_out_server_ttl(lease.keys()).await;
+    } else {
+        h.advance_clock(Duration::from_secs(3600)).await;
+    }
     let next = acquired(&h.client, &request(&h.client, "next", None)).await;
     assert!(next.token() > token);
     std::mem::forget(lease);
@@ -127,8 +138,13 @@ async fn an_unreleased_end_refuses_everyone_with_lock_delayed_until_the_delay_en
 async fn a_waiter_waits_out_the_lock_delay_and_then_acquires(h: Harness) {
     let req = request(&h.client, "crashed", Some(Duration::from_secs(2)));
     let lease = acquired(&h.client, &req).await;
-    // 30 s of 32 gone: the lease has ended, its 2 s delay is running.
-    h.age(lease.keys(), TTL).await;
+    // 30 s of 32 gone: the lease has ended, its 2 s delay is running. Redis shortens the
+    // key's TTL, memory advances its paused clock.
+    if h.is_redis() {
+        h.shorten_server_ttl(lease.keys(), TTL);
+    } else {
+        h.advance_clock(TTL).await;
+    }
     let waiter = LeaseRequest::builder(
         req.purpose().clone(),
         *req.resource(),
@@ -192,7 +208,13 @@ async fn a_counted_lease_counts_a_slot_in_its_lock_delay_as_taken(h: Harness) {
     };
     let crashed = acquired(&h.client, &counted("crashed", Some(DELAY))).await;
     let mut other = acquired(&h.client, &counted("other", None)).await;
-    h.age(crashed.keys(), TTL + Duration::from_secs(1)).await;
+    // Redis shortens the crashed slot's TTL alone; memory advances its paused clock, which
+    // ages both slots.
+    if h.is_redis() {
+        h.shorten_server_ttl(crashed.keys(), TTL + Duration::from_secs(1));
+    } else {
+        h.advance_clock(TTL + Duration::from_secs(1)).await;
+    }
     // Both slots taken, the earliest to free (memory aged both) in its lock-delay.
     let third = h.client.try_acquire(&counted("third", None)).await.unwrap();
     if h.is_redis() {

@@ -14,7 +14,7 @@ pub(crate) fn r_schedule(env: &Env, client: &LeaseClient) -> (Duration, Duration
     // sooner: with the quick run's 4 s TTL and 2 s command timeout (= safety margin), that
     // is ~1 s, not ttl/3.
     let to_cancel = ttl - settings.drift_budget - settings.safety_margin();
-    (ttl, settings.renew_every(ttl).min(to_cancel / 2))
+    (ttl, settings.renewal_cadence(ttl).min(to_cancel / 2))
 }
 
 /// `R10k`, `R100k`, or `R<n>` when n is not whole thousands.

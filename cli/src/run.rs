@@ -321,7 +321,7 @@ async fn run_command(
         renew_every: plan
             .client
             .settings()
-            .renew_every(args.ttl.unwrap_or(ttl::DEFAULT)),
+            .renewal_cadence(args.ttl.unwrap_or(ttl::DEFAULT)),
     };
     if let Some(after) = args.timeout {
         signals.time_out(after, args.signal.unwrap_or(Signal::Term));

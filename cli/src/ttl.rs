@@ -69,7 +69,7 @@ pub(crate) fn check(
         || format!("no ttl up to {} works with them", h(limits::TTL.max)),
         |min| format!("the shortest ttl they allow is {}", h(min)),
     );
-    let every = settings.renew_every(ttl);
+    let every = settings.renewal_cadence(ttl);
     let margins = margins(settings);
     Err(match cadence {
         Cadence::Default => format!(

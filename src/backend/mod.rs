@@ -1,8 +1,10 @@
 //! Backend layer: where leases are stored. Imports only [`crate::protocol`].
 //!
-//! [`LeaseBackend`] is deliberately small — one method per script of docs/design.md §4 plus the
-//! release-notice subscription. A backend answers with the typed reply of the script, or with
-//! a [`SendFailure`] that says how sure it is that nothing happened. It knows nothing about
+//! [`LeaseBackend`] is deliberately small: one method per operation of the script of
+//! docs/design.md §4 (acquire — also waiting for replicas —, renew, release, inspect), the
+//! scan of lease keys behind listing, and the two notice subscriptions (releases; releases
+//! and acquisitions). A backend answers with the typed reply of the script, or with a
+//! [`SendFailure`] that says how sure it is that nothing happened. It knows nothing about
 //! handles, validity or retries: those belong to the lease core.
 
 use std::fmt;

@@ -1,4 +1,5 @@
-//! `LeaseHandle`: one held lease and the whole state machine of docs/design.md §7.
+//! `LeaseHandle`: one held lease, and the I/O and clock of its state machine
+//! (docs/design.md §7), whose transitions `state.rs` decides.
 //!
 //! ```text
 //! ACTIVE ──renew RENEWED──▶ ACTIVE            (budget replaced)

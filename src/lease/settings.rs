@@ -146,8 +146,9 @@ impl LeaseSettings {
         self.safety_margin.unwrap_or(self.command_timeout)
     }
 
-    /// The renewal cadence for a lease of `ttl`: the configured one, or `ttl / 3`.
-    pub fn renew_every(&self, ttl: Duration) -> Duration {
+    /// The renewal cadence for a lease of `ttl`: [`renew_every`](Self::renew_every) if set,
+    /// or `ttl / 3`.
+    pub fn renewal_cadence(&self, ttl: Duration) -> Duration {
         self.renew_every.unwrap_or(ttl / 3)
     }
 
@@ -169,7 +170,7 @@ impl LeaseSettings {
         Ok(())
     }
 
-    /// Checks that renewals at [`renew_every`](Self::renew_every) fit a lease of `ttl`:
+    /// Checks that renewals at the [cadence](Self::renewal_cadence) fit a lease of `ttl`:
     /// `renew_every < ttl − drift_budget − safety_margin`, so one renewal can fail and the
     /// next still arrive before the runtime must cancel the worker.
     ///
@@ -181,7 +182,7 @@ impl LeaseSettings {
         let window = ttl
             .saturating_sub(self.drift_budget)
             .saturating_sub(self.safety_margin());
-        let every = self.renew_every(ttl);
+        let every = self.renewal_cadence(ttl);
         if every >= window {
             return Err(LeaseError::InvalidDuration {
                 param: "renew_every",
@@ -217,7 +218,7 @@ impl LeaseSettings {
         let room = ttl
             .saturating_sub(self.drift_budget)
             .saturating_sub(self.safety_margin())
-            .saturating_sub(self.renew_every(ttl));
+            .saturating_sub(self.renewal_cadence(ttl));
         if wait.timeout() >= room {
             return Err(LeaseError::InvalidDuration {
                 param: "replica_wait",
@@ -331,7 +332,7 @@ mod tests {
         assert_eq!(s.drift_budget, Duration::from_millis(10));
         assert_eq!(s.retry_after_fallback, Duration::from_millis(50));
         assert_eq!(
-            s.renew_every(Duration::from_secs(30)),
+            s.renewal_cadence(Duration::from_secs(30)),
             Duration::from_secs(10)
         );
         assert_eq!(s.safety_margin(), s.command_timeout);

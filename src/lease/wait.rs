@@ -85,7 +85,7 @@ pub(crate) enum Step {
     /// The wait is over: return this outcome.
     Done(AcquireOutcome),
     /// Contended for the first time: subscribe to release notices, then try again at once
-    /// (invariant 4). From then on [`WaitPolicy::wants_subscription`] says when to subscribe
+    /// (invariant 4). From then on [`WaitPolicy::poll_subscribe`] says when to subscribe
     /// again.
     Subscribe,
     /// Sleep until `wake_at` (a release notice wakes the loop earlier), then try again;
@@ -95,7 +95,9 @@ pub(crate) enum Step {
 
 /// The wait loop's decisions, sans I/O: the deadline, whether the loop listens for
 /// notices, whether any try may have reached Redis, and the backoffs after `Unavailable`
-/// and after a failed subscription.
+/// and after a failed subscription. In the machines' vocabulary (docs/design.md §6):
+/// `handle_*` tells it what happened, `poll_subscribe` asks what to do before a try; the
+/// time to sleep until is in the [`Step`] it returns.
 #[derive(Debug)]
 pub(crate) struct WaitPolicy {
     deadline: Instant,
@@ -126,23 +128,23 @@ impl WaitPolicy {
     }
 
     /// Whether the loop should subscribe before its next try, at `now`.
-    pub(crate) fn wants_subscription(&self, now: Instant) -> bool {
+    pub(crate) fn poll_subscribe(&self, now: Instant) -> bool {
         self.wants_notices && self.resubscribe_at.is_some_and(|at| at <= now)
     }
 
     /// The loop subscribed (`live`) or failed to, at `now`.
-    pub(crate) fn subscribed(&mut self, live: bool, now: Instant) {
+    pub(crate) fn handle_subscribed(&mut self, live: bool, now: Instant) {
         if live {
             self.resubscribe_at = None;
             self.resubscribe = RESUBSCRIBE_MIN;
         } else {
-            self.lost(now);
+            self.handle_subscription_lost(now);
         }
     }
 
     /// There is no subscription any more (or subscribing failed), at `now`: the time of the
     /// next attempt to subscribe, which a contended sleep does not pass.
-    pub(crate) fn lost(&mut self, now: Instant) -> Instant {
+    pub(crate) fn handle_subscription_lost(&mut self, now: Instant) -> Instant {
         let at = now + self.resubscribe;
         self.resubscribe = (self.resubscribe * 2).min(RESUBSCRIBE_MAX);
         self.resubscribe_at = Some(at);
@@ -151,7 +153,7 @@ impl WaitPolicy {
 
     /// The step after a try that answered `outcome` at `now`; `jitter(max)` draws a random
     /// pause in `0 ..= max`.
-    pub(crate) fn next(
+    pub(crate) fn handle_outcome(
         &mut self,
         outcome: AcquireOutcome,
         now: Instant,
@@ -227,12 +229,12 @@ pub(crate) async fn acquire_with_wait(
     let mut notices: Option<ReleaseNotices> = None;
     let mut jitter = random_jitter;
     loop {
-        if notices.is_none() && policy.wants_subscription(Instant::now()) {
+        if notices.is_none() && policy.poll_subscribe(Instant::now()) {
             notices = subscribe(session, request).await;
-            policy.subscribed(notices.is_some(), Instant::now());
+            policy.handle_subscribed(notices.is_some(), Instant::now());
         }
         let outcome = acquire::try_acquire(session, request).await;
-        let wake_at = match policy.next(outcome, Instant::now(), &mut jitter) {
+        let wake_at = match policy.handle_outcome(outcome, Instant::now(), &mut jitter) {
             Step::Done(outcome) => return outcome,
             Step::Subscribe => {
                 telemetry::wait_retry(request.purpose(), "contended");
@@ -265,7 +267,7 @@ async fn sleep(
                 }
                 // The subscription's connection ended.
                 *notices = None;
-                wake_at = wake_at.min(policy.lost(Instant::now()));
+                wake_at = wake_at.min(policy.handle_subscription_lost(Instant::now()));
             }
         }
     }

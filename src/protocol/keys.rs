@@ -2,7 +2,7 @@
 //!
 //! `<group>` is the first four hex digits of the digest (one of 65,536 groups). The braces
 //! around it are a Redis Cluster hash tag: a lease key, its group's fence counter and its
-//! release channel hash to one slot, so one script can touch them atomically.
+//! release channel hash to one hash slot, so one script can touch them atomically.
 //!
 //! # Why a fence counter per group, not per resource
 //!
@@ -35,9 +35,10 @@ const GROUP_HEX_DIGITS: usize = 4;
 /// key, the fence and the release channel are shared by all slots.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseKeys {
-    /// The lease itself: the string `"<owner token> <operation id> <fencing token>"` with a
-    /// PX expiry. For a counted lease before a slot is taken, the name its slot keys
-    /// extend (no key of that name is written).
+    /// The lease itself: a string with a PX expiry — owner token, operation id, holder
+    /// label if any, fencing token and lock-delay if any, laid out as docs/design.md §3
+    /// says (`lua/owner.lua` reads it). For a counted lease before a slot is taken, the
+    /// name its slot keys extend (no key of that name is written).
     pub lease: String,
     /// The fencing counter of the lease's group: the last token issued to any lease of the
     /// group. Never expires.
@@ -55,7 +56,8 @@ impl LeaseKeys {
     /// The keys for one (namespace, purpose, resource).
     pub fn new(namespace: &Namespace, purpose: &Purpose, resource: &ResourceDigest) -> Self {
         // Built by concatenation rather than `format!`: every acquisition makes these names,
-        // and the formatting machinery was most of their cost (W2 of the load benchmark).
+        // and the formatting machinery was most of their cost (docs/performance.md, "W2's
+        // client CPU").
         let hex = resource.hex();
         let group = [
             namespace.as_str(),

@@ -141,11 +141,11 @@ pub const MAX_PERMITS: u16 = 64;
 
 /// Operations a Redis backend keeps waiting to be sent, by default
 /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)). Enough for a burst of
-/// ten thousand acquisitions from one client; Redis runs an operation of a batch in
-/// about 10–15 µs (docs/performance.md), so a full queue is about a quarter of a second
-/// of its time — the last admitted operation leaves well within a second on a healthy
-/// server — and at most a few megabytes here (a waiting operation holds its keys and
-/// arguments, a few hundred bytes).
+/// ten thousand acquisitions from one client; at what Redis spends on an operation of a
+/// batch (docs/performance.md), a full queue is a fraction of a second of its time — the
+/// last admitted operation leaves well within a second on a healthy server — and at most a
+/// few megabytes here (a waiting operation holds its keys and arguments, a few hundred
+/// bytes).
 pub const DEFAULT_QUEUE_LIMIT: usize = 16_384;
 
 /// Most operations a Redis backend may be configured to keep waiting.

@@ -1,9 +1,10 @@
-//! The leases a runtime holds now: each one's slot in the runtime's limit, and the lease
-//! actor a drain must reach. Shared by every clone of a [`LeaseRuntime`](crate::runtime::LeaseRuntime).
+//! The leases a runtime holds now: each one's admission under the runtime's limit, and the
+//! lease actor a drain must reach. Shared by every clone of a
+//! [`LeaseRuntime`](crate::runtime::LeaseRuntime).
 //!
-//! A [`Slot`] is taken before any I/O (the limit and a drain both refuse there) and lives
-//! as long as its lease: the lease actor gives it back when the release is over, just
-//! before its report, so a caller that reads the report finds the slot free.
+//! An [`Admission`] is taken before any I/O (the limit and a drain both refuse there) and
+//! lives as long as its lease: the lease actor gives it back when the release is over, just
+//! before its report, so a caller that reads the report finds the runtime's limit free.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,7 +23,7 @@ pub(crate) struct Registry {
     max: usize,
     permits: Arc<Semaphore>,
     actors: Mutex<Actors>,
-    /// How many slots are taken; a drain waits for zero.
+    /// How many leases are admitted; a drain waits for zero.
     live: watch::Sender<usize>,
     /// Cancelled when a drain begins: acquisitions in flight give up.
     drain: CancellationToken,
@@ -31,8 +32,8 @@ pub(crate) struct Registry {
 #[derive(Debug, Default)]
 struct Actors {
     next_id: u64,
-    /// Every taken slot, with its lease actor once it runs.
-    by_slot: HashMap<u64, Option<ActorRef<LeaseActorMsg>>>,
+    /// Every admission by id, with its lease actor once it runs.
+    by_id: HashMap<u64, Option<ActorRef<LeaseActorMsg>>>,
 }
 
 impl Registry {
@@ -50,12 +51,12 @@ impl Registry {
         self.max
     }
 
-    /// Slots taken now.
+    /// Leases admitted now.
     pub(crate) fn live(&self) -> usize {
         *self.live.borrow()
     }
 
-    /// Whether a drain began: no slot is given out any more.
+    /// Whether a drain began: no lease is admitted any more.
     pub(crate) fn draining(&self) -> bool {
         self.drain.is_cancelled()
     }
@@ -71,8 +72,8 @@ impl Registry {
         self.actors.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot for one more lease, before any I/O.
-    pub(crate) fn slot(self: &Arc<Self>) -> Result<Slot, RuntimeError> {
+    /// Admits one more lease, before any I/O.
+    pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, RuntimeError> {
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(TryAcquireError::Closed) => return Err(RuntimeError::ShuttingDown),
@@ -84,22 +85,23 @@ impl Registry {
             let mut actors = self.actors();
             let id = actors.next_id;
             actors.next_id += 1;
-            actors.by_slot.insert(id, None);
+            actors.by_id.insert(id, None);
             id
         };
         self.live.send_modify(|n| *n += 1);
-        Ok(Slot {
+        Ok(Admission {
             id,
             registry: Arc::clone(self),
             _permit: permit,
         })
     }
 
-    /// The lease actor of `slot` started. If a drain began meanwhile, it is told at once.
-    pub(crate) fn started(&self, slot: u64, actor: &ActorRef<LeaseActorMsg>) {
+    /// The lease actor of admission `id` started. If a drain began meanwhile, it is told at
+    /// once.
+    pub(crate) fn started(&self, id: u64, actor: &ActorRef<LeaseActorMsg>) {
         let draining = {
             let mut actors = self.actors();
-            let Some(entry) = actors.by_slot.get_mut(&slot) else {
+            let Some(entry) = actors.by_id.get_mut(&id) else {
                 return; // Already over.
             };
             *entry = Some(actor.clone());
@@ -110,20 +112,20 @@ impl Registry {
         }
     }
 
-    /// Begins a drain: no slot is given out from now on; the lease actors running now.
+    /// Begins a drain: no lease is admitted from now on; the lease actors running now.
     pub(crate) fn close(&self) -> Vec<ActorRef<LeaseActorMsg>> {
         let actors = self.actors();
         self.permits.close();
         self.drain.cancel();
-        actors.by_slot.values().flatten().cloned().collect()
+        actors.by_id.values().flatten().cloned().collect()
     }
 
     /// The lease actors running now.
     pub(crate) fn running(&self) -> Vec<ActorRef<LeaseActorMsg>> {
-        self.actors().by_slot.values().flatten().cloned().collect()
+        self.actors().by_id.values().flatten().cloned().collect()
     }
 
-    /// Waits until no slot is taken, or `deadline`; whether none is.
+    /// Waits until no lease is admitted, or `deadline`; whether none is.
     pub(crate) async fn wait_empty_until(&self, deadline: Instant) -> bool {
         let mut live = self.live.subscribe();
         tokio::time::timeout_at(deadline, live.wait_for(|n| *n == 0))
@@ -135,21 +137,24 @@ impl Registry {
 /// One lease's place in its runtime: counted against the limit and reachable by a drain
 /// until dropped.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct Admission {
     id: u64,
     registry: Arc<Registry>,
     _permit: OwnedSemaphorePermit,
 }
 
-impl Slot {
+impl Admission {
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
 }
 
-impl Drop for Slot {
+impl Drop for Admission {
     fn drop(&mut self) {
-        self.registry.actors().by_slot.remove(&self.id);
+        self.registry.actors().by_id.remove(&self.id);
         self.registry.live.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
+
+/// The lease actor's name for an [`Admission`], until its field is renamed with it.
+pub(crate) type Slot = Admission;

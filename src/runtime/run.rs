@@ -4,7 +4,8 @@
 //! the same guarantees as an actor worker: one cancellation (the context's token), release
 //! when it finishes, and under [`CancelPolicy::Kill`] it is dropped — aborted at its next
 //! `.await` — when local validity ends. A task rather than a worker actor: one actor per
-//! lease instead of two (an idle ractor actor holds 6.4 KB), and no actor start-up.
+//! lease instead of two (what an idle ractor actor holds: docs/performance.md, "Memory"),
+//! and no actor start-up.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -98,15 +99,15 @@ impl LeaseRuntime {
     {
         // The acquisition and the actor's start are boxed: this future rests in its
         // caller's task for as long as the lease is held, at the size of its largest state
-        // (3 KB unboxed, against the few hundred bytes of waiting for the report).
-        let (handle, slot) = match Box::pin(self.take(request, Patience::of(request))).await? {
+        // (docs/performance.md, "Behind the constants").
+        let (handle, admission) = match Box::pin(self.take(request, Patience::of(request))).await? {
             Ok(held) => held,
             Err(other) => return Ok(RunOutcome::NotAcquired(other)),
         };
         let (output_tx, output_rx) = oneshot::channel();
         let started =
             Box::pin(
-                self.start::<NoWorkerMessages>(handle, slot, policy, None, move |ctx| {
+                self.start::<NoWorkerMessages>(handle, admission, policy, None, move |ctx| {
                     Worker::Task(Box::new(move |lease| {
                         // Started in the lease actor's span: the work runs in it too, so its
                         // events carry the lease's purpose, digest, operation id and token.

@@ -12,7 +12,7 @@ use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patienc
 use crate::protocol::LeaseRequest;
 use crate::runtime::job::Started;
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
-use crate::runtime::registry::{Registry, Slot};
+use crate::runtime::registry::{Admission, Registry};
 use crate::runtime::worker::Worker;
 use crate::runtime::{
     AttachedLease, CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseStatus, SpawnOutcome,
@@ -122,9 +122,9 @@ impl LeaseRuntime {
         self.registry.live()
     }
 
-    /// A slot in the limit, before any I/O.
-    pub(crate) fn slot(&self) -> Result<Slot, RuntimeError> {
-        self.registry.slot()
+    /// A place under the runtime's limit, before any I/O.
+    pub(crate) fn admit(&self) -> Result<Admission, RuntimeError> {
+        self.registry.admit()
     }
 
     /// Acquires `request` (waiting up to its wait timeout), then starts a lease actor and,
@@ -163,7 +163,7 @@ impl LeaseRuntime {
         W: Actor,
         W::Msg: From<LeaseCancelled>,
     {
-        let (handle, slot) = match self.take(request, Patience::of(request)).await? {
+        let (handle, admission) = match self.take(request, Patience::of(request)).await? {
             Ok(held) => held,
             Err(other) => return Ok(SpawnOutcome::NotAcquired(other)),
         };
@@ -177,7 +177,7 @@ impl LeaseRuntime {
             Box::pin(fut) as crate::runtime::worker::SpawnFuture<W::Msg>
         };
         let started = self
-            .start(handle, slot, policy, None, |ctx| {
+            .start(handle, admission, policy, None, |ctx| {
                 Worker::Spawn(Box::new(move |cell| spawner(cell, ctx)))
             })
             .await?;
@@ -239,16 +239,16 @@ impl LeaseRuntime {
             .settings()
             .check_renewal_cadence(handle.ttl())
             .map_err(RuntimeError::from)
-            .and_then(|()| self.slot());
-        let slot = match checked {
-            Ok(slot) => slot,
+            .and_then(|()| self.admit());
+        let admission = match checked {
+            Ok(admission) => admission,
             Err(e) => {
                 let _ = handle.release().await;
                 return Err(e);
             }
         };
         let started = self
-            .start(handle, slot, policy, supervisor, |_| {
+            .start(handle, admission, policy, supervisor, |_| {
                 Worker::Attached(worker)
             })
             .await?;
@@ -257,15 +257,15 @@ impl LeaseRuntime {
 
     /// What every entry point does first: the checks before any I/O (renewal room, the
     /// runtime's lease limit, a drain), then the acquisition, waiting as `patience` says —
-    /// given up if a drain begins meanwhile. The handle with its slot, or what the
+    /// given up if a drain begins meanwhile. The handle with its admission, or what the
     /// acquisition answered instead.
     pub(crate) async fn take(
         &self,
         request: &LeaseRequest,
         patience: Patience,
-    ) -> Result<Result<(LeaseHandle, Slot), AcquireOutcome>, RuntimeError> {
+    ) -> Result<Result<(LeaseHandle, Admission), AcquireOutcome>, RuntimeError> {
         self.client.settings().check_request(request)?;
-        let slot = self.slot()?;
+        let admission = self.admit()?;
         let outcome = tokio::select! {
             outcome = self.client.acquire_with(request, patience) => outcome?,
             () = self.registry.drain_began() => {
@@ -279,7 +279,7 @@ impl LeaseRuntime {
             }
         };
         Ok(match outcome {
-            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => Ok((h, slot)),
+            AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => Ok((h, admission)),
             other => Err(other),
         })
     }
@@ -288,7 +288,7 @@ impl LeaseRuntime {
     pub(crate) async fn start<M>(
         &self,
         mut handle: LeaseHandle,
-        slot: Slot,
+        admission: Admission,
         policy: CancelPolicy,
         supervisor: Option<ActorCell>,
         worker: impl FnOnce(LeaseContext) -> Worker<M>,
@@ -301,7 +301,7 @@ impl LeaseRuntime {
             let _ = handle.release().await;
             return Err(RuntimeError::ShuttingDown);
         }
-        let slot_id = slot.id();
+        let admission_id = admission.id();
         let settings = self.client.settings();
         let cancel = CancellationToken::new();
         let (status_tx, status_rx) = watch::channel(LeaseStatus {
@@ -325,7 +325,7 @@ impl LeaseRuntime {
         let (report_tx, report_rx) = oneshot::channel();
         let token = handle.token();
         let args = LeaseActorArgs {
-            renew_every: settings.renew_every(handle.ttl()),
+            renew_every: settings.renewal_cadence(handle.ttl()),
             safety_margin: settings.safety_margin(),
             worker: worker(context.clone()),
             handle,
@@ -333,7 +333,7 @@ impl LeaseRuntime {
             cancel,
             status: status_tx,
             report: Some(report_tx),
-            slot: Some(slot),
+            slot: Some(admission),
         };
         let spawned = match supervisor {
             Some(sup) => Actor::spawn_linked(None, LeaseActor::<M>::new(), args, sup).await,
@@ -344,7 +344,7 @@ impl LeaseRuntime {
         let (lease, _) = spawned.map_err(|e| RuntimeError::Spawn {
             reason: e.to_string(),
         })?;
-        self.registry.started(slot_id, &lease);
+        self.registry.started(admission_id, &lease);
         tracing::debug!(token = token.get(), "lease actor started");
         Ok(Started {
             lease,

@@ -1,6 +1,7 @@
 //! When operations leave together: a busy backend starts another call only for enough of
-//! them, a caller that goes away hands its call slot on, and with companions running each
-//! operation shares its call (what `backend_contract::redis_batched` rests on).
+//! them, a caller that goes away hands its place among the calls in flight on, and with
+//! companions running each operation shares its call (what
+//! `backend_contract::redis_batched` rests on).
 
 use std::time::{Duration, Instant};
 
@@ -54,10 +55,10 @@ async fn a_busy_backend_starts_another_call_only_for_enough_operations() {
 }
 
 /// A lone operation leaves from its caller's own task. A caller that goes away while its
-/// call is in flight hands the call slot on: operations queued behind it leave at once, not
-/// at their deadline.
+/// call is in flight hands its place among the calls in flight on: operations queued behind
+/// it leave at once, not at their deadline.
 #[tokio::test]
-async fn a_lone_callers_slot_passes_to_those_queued_behind_it_when_it_goes_away() {
+async fn a_lone_callers_place_passes_to_those_queued_behind_it_when_it_goes_away() {
     let (server, _proxy, client, base) = replies_dropped(3000).await;
     let lone = spawn_acquire(&client, &request(&client, "lone", "op"));
     until_script_calls(&server, base + 1).await;

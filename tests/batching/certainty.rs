@@ -1,6 +1,6 @@
 //! The certainty rule under batching: an operation in a call whose reply is lost is
-//! `Indeterminate` and ran; one that never left (waiting for a call slot or a connection,
-//! or dropped by its caller) is `Unavailable` or gone, and did not run.
+//! `Indeterminate` and ran; one that never left (waiting for room among the calls in flight
+//! or for a connection, or dropped by its caller) is `Unavailable` or gone, and did not run.
 
 use std::time::Duration;
 
@@ -39,29 +39,29 @@ async fn a_shared_call_whose_reply_is_lost_leaves_each_operation_indeterminate_a
     }
 }
 
-/// The certainty rule for what never left: operations that wait for a call slot while
-/// every call in flight has lost its reply are `Unavailable` at their deadline — and none
-/// of them ran. The ones in flight are `Indeterminate`, and ran.
+/// The certainty rule for what never left: operations that wait for room among the calls in
+/// flight while every call in flight has lost its reply are `Unavailable` at their deadline
+/// — and none of them ran. The ones in flight are `Indeterminate`, and ran.
 #[tokio::test]
 async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_not_run() {
     let (server, proxy, client, base) = replies_dropped(1000).await;
-    // Every slot taken by a call the server ran and whose reply never comes: the first by
-    // one operation (nothing was in flight), each next one by as many operations as make
-    // a busy backend start another call.
+    // As many calls in flight as may be, each run by the server and its reply never coming:
+    // the first carries one operation (nothing was in flight), each next one as many
+    // operations as make a busy backend start another call.
     let mut requests = Vec::new();
     let mut tasks = Vec::new();
-    for slot in 0..RedisBackend::CALLS_IN_FLIGHT {
-        let batch = if slot == 0 {
+    for call in 0..RedisBackend::CALLS_IN_FLIGHT {
+        let batch = if call == 0 {
             1
         } else {
             RedisBackend::OPERATIONS_FOR_ANOTHER_CALL
         };
         for i in 0..batch {
-            let req = request(&client, &format!("sent-{slot}-{i}"), "op");
+            let req = request(&client, &format!("sent-{call}-{i}"), "op");
             tasks.push(spawn_acquire(&client, &req));
             requests.push(req);
         }
-        until_script_calls(&server, base + slot as u64 + 1).await;
+        until_script_calls(&server, base + call as u64 + 1).await;
     }
     let sent = requests.len();
     for i in 0..RedisBackend::OPERATIONS_FOR_ANOTHER_CALL {

@@ -1,4 +1,5 @@
-//! Redis Cluster: one connection per primary, chosen by the slot of the lease's hash tag.
+//! Redis Cluster: one connection per primary, chosen by the hash slot of the lease's hash
+//! tag.
 //!
 //! * The slot map comes from `CLUSTER SLOTS`, asked of every seed at once (the first
 //!   answer wins) on first use and again after a `MOVED` (the map is then forgotten). A

@@ -185,7 +185,8 @@ pub(super) fn open_client(url: &str) -> Result<Client, String> {
     }
     let info = url.into_connection_info().map_err(|e| e.to_string())?;
     // Without TCP_NODELAY a script call written in more than one segment waits for the
-    // server's acknowledgement of the first (Nagle): measured 1-4 ms per 32-item call.
+    // server's acknowledgement of the first (Nagle; docs/performance.md, "Behind the
+    // constants").
     let info = info.set_tcp_settings(TcpSettings::default().set_nodelay(true));
     Client::open(info).map_err(|e| e.to_string())
 }

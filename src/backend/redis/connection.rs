@@ -9,7 +9,7 @@ use super::*;
 pub(super) enum Topology {
     Standalone(Client),
     Sentinel(sentinel::Sentinels),
-    /// One connection per primary, kept by `cluster::Cluster` rather than the shared slot.
+    /// One connection per primary, kept by `cluster::Cluster` rather than in [`Shared`].
     Cluster(cluster::Cluster),
 }
 
@@ -29,7 +29,7 @@ impl Topology {
                 Ok(Connected::new(connection, client.clone()))
             }
             Self::Sentinel(sentinels) => sentinels.connect(bound).await,
-            // `RedisBackend::connection` asks the cluster for the slot's node instead.
+            // `RedisBackend::connection` asks the cluster for the hash slot's node instead.
             Self::Cluster(_) => Err(not_sent("a cluster has no single primary")),
         }
     }
@@ -83,14 +83,16 @@ impl Connected {
 
 /// What the calls share with the background tasks (sentinel watcher, subscriptions).
 pub(super) struct Shared {
-    pub(super) slot: Mutex<Slot>,
-    /// The latest primary endpoint, connected to or announced; mirrors `Slot::primary` for
-    /// subscriptions, which end when it moves.
+    pub(super) state: Mutex<ConnectionState>,
+    /// The latest primary endpoint, connected to or announced; mirrors
+    /// `ConnectionState::primary` for subscriptions, which end when it moves.
     pub(super) primary: watch::Sender<Option<String>>,
 }
 
+/// The shared connection (standalone, Sentinel) and what is known of the primary it must
+/// lead to.
 #[derive(Default)]
-pub(super) struct Slot {
+pub(super) struct ConnectionState {
     pub(super) generation: u64,
     pub(super) current: Option<Connected>,
     /// The latest primary endpoint, connected to or announced by a sentinel.
@@ -102,23 +104,23 @@ pub(super) struct Slot {
 impl Shared {
     pub(super) fn new() -> Self {
         Self {
-            slot: Mutex::new(Slot::default()),
+            state: Mutex::new(ConnectionState::default()),
             primary: watch::Sender::new(None),
         }
     }
 
-    pub(super) fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
-        // The slot holds plain values replaced whole; a poisoned lock still holds valid ones.
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, ConnectionState> {
+        // The state holds plain values replaced whole; a poisoned lock still holds valid ones.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(super) fn current(&self) -> Option<(u64, Connected)> {
-        let slot = self.slot();
-        slot.current.clone().map(|c| (slot.generation, c))
+        let state = self.state();
+        state.current.clone().map(|c| (state.generation, c))
     }
 
     pub(super) fn moves(&self) -> u64 {
-        self.slot().moves
+        self.state().moves
     }
 
     /// Makes `connected` the shared connection — unless a sentinel announced another
@@ -128,46 +130,46 @@ impl Shared {
         connected: &Connected,
         moves_before: u64,
     ) -> Result<u64, SendFailure> {
-        let mut slot = self.slot();
-        if slot.moves != moves_before && slot.primary.as_deref() != Some(connected.endpoint()) {
+        let mut state = self.state();
+        if state.moves != moves_before && state.primary.as_deref() != Some(connected.endpoint()) {
             return Err(not_sent(
                 "a sentinel announced another primary while connecting",
             ));
         }
-        slot.generation += 1;
-        slot.current = Some(connected.clone());
-        slot.primary = Some(connected.endpoint().to_owned());
-        let generation = slot.generation;
-        drop(slot);
+        state.generation += 1;
+        state.current = Some(connected.clone());
+        state.primary = Some(connected.endpoint().to_owned());
+        let generation = state.generation;
+        drop(state);
         self.publish(connected.endpoint());
         Ok(generation)
     }
 
     /// Forgets connection `generation` if it is still the current one.
     pub(super) fn discard(&self, generation: u64) {
-        let mut slot = self.slot();
-        if slot.generation == generation {
-            slot.current = None;
+        let mut state = self.state();
+        if state.generation == generation {
+            state.current = None;
         }
     }
 
     /// A sentinel names `endpoint` as the primary: a connection to any other node is
     /// forgotten, so the next call finds the primary again.
     pub(super) fn primary_moved(&self, endpoint: &str) {
-        let mut slot = self.slot();
-        if slot.primary.as_deref() == Some(endpoint) {
+        let mut state = self.state();
+        if state.primary.as_deref() == Some(endpoint) {
             return;
         }
-        slot.primary = Some(endpoint.to_owned());
-        slot.moves += 1;
-        if slot
+        state.primary = Some(endpoint.to_owned());
+        state.moves += 1;
+        if state
             .current
             .as_ref()
             .is_some_and(|c| c.endpoint() != endpoint)
         {
-            slot.current = None;
+            state.current = None;
         }
-        drop(slot);
+        drop(state);
         self.publish(endpoint);
     }
 
@@ -184,8 +186,8 @@ impl Shared {
 
 impl RedisBackend {
     /// The connection for a script on `key` — the shared connection, or under Cluster the
-    /// one to the owner of `key`'s slot — obtained if there is none. Every failure here is
-    /// `NotSent`.
+    /// one to the owner of `key`'s hash slot — obtained if there is none. Every failure
+    /// here is `NotSent`.
     pub(super) async fn connection(
         &self,
         deadline: Instant,

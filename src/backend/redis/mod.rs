@@ -1,20 +1,21 @@
 //! `RedisBackend`: the scripts of `lua/` on a standalone Redis, on the primary that Redis
-//! Sentinel names, or on the Redis Cluster primary serving the lease's slot.
+//! Sentinel names, or on the Redis Cluster primary serving the lease's hash slot.
 //!
 //! The topologies share everything but one step: how a connection to the node that takes
 //! writes is obtained (`Topology`). The script calls, the error classification and the
-//! release notices are one code path. Standalone and Sentinel share one connection slot;
-//! Cluster keeps one connection per primary, chosen by the slot of the lease's hash tag
+//! release notices are one code path. Standalone and Sentinel share one connection; Cluster
+//! keeps one connection per primary, chosen by the hash slot of the lease's hash tag
 //! (`cluster` says how the slot map is kept and when it is fetched again).
 //!
 //! # Where things are
 //!
-//! This file: the backend, its construction, and the [`LeaseBackend`] operations.
-//! `config` where and how to reach Redis; `connection` how a call obtains its connection
-//! (topology, shared slot, connect gate); `call` one script call, `NOSCRIPT` and Cluster
+//! This file: the backend, its construction, and the [`LeaseBackend`] operations. `config`
+//! where and how to reach Redis; `connection` how a call obtains its connection (topology,
+//! shared connection, connect gate); `call` one script call, `NOSCRIPT` and Cluster
 //! redirections; `batch` concurrent operations coalesced into one call; `replicas` the
 //! `WAIT` after an acquisition; `parse` and `classify` replies and errors; `scripts` the
-//! Lua; `sentinel` and `cluster` the two topologies that need more than a URL.
+//! Lua; `pubsub` the notices' shared connection per node; `scan` the key scan behind
+//! listing; `sentinel` and `cluster` the two topologies that need more than a URL.
 //!
 //! # Behaviour, and the time bound of every await
 //!
@@ -48,9 +49,9 @@
 //! * Every operation is one item of a script call (`lua/batch.lua`). Under standalone and
 //!   Sentinel, concurrent operations share calls: at most four calls are in flight, and what
 //!   arrives meanwhile goes out together in the next one (`batch` says how, and what it
-//!   promises). An operation that finds a call slot free is sent at once, with those
+//!   promises). An operation that finds no call in flight is sent at once, with those
 //!   arriving at the same moment. Under Cluster each operation is a call of its own, to the
-//!   owner of its slot.
+//!   owner of its hash slot.
 //! * A burst beyond what the calls in flight carry waits in a bounded queue
 //!   ([`RedisConfig::queue_limit`], default 16,384): renewals and releases first, then
 //!   acquisitions and reads in arrival order. An acquisition or a read that finds the queue
@@ -260,9 +261,9 @@ impl RedisBackend {
     }
 
     /// Runs `item`'s operation, bounded by `timeout` (`batch::Bound::of`: a renewal's from
-    /// now, any other's from its send): under Cluster alone, on the owner of its slot
-    /// (leases of different slots cannot share a script call); otherwise in the next batch
-    /// (`batch`).
+    /// now, any other's from its send): under Cluster alone, on the owner of its hash slot
+    /// (leases of different hash slots cannot share a script call); otherwise in the next
+    /// batch (`batch`).
     async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
         let bound = batch::Bound::of(&item, timeout);
         if matches!(self.inner.topology, Topology::Cluster(_)) {

@@ -164,14 +164,14 @@ fn subscription_event(
     t0: Instant,
 ) -> Option<Expect> {
     match t {
-        Try::Subscribed => policy.subscribed(true, now),
-        Try::SubscribeFailed => policy.subscribed(false, now),
+        Try::Subscribed => policy.handle_subscribed(true, now),
+        Try::SubscribeFailed => policy.handle_subscribed(false, now),
         Try::Lost => {
-            policy.lost(now);
+            policy.handle_subscription_lost(now);
         }
         _ => return None,
     }
-    assert!(!policy.wants_subscription(now), "{t:?} at {now:?}");
+    assert!(!policy.poll_subscribe(now), "{t:?} at {now:?}");
     let at = policy.resubscribe_at.map(|at| {
         let ms = at.duration_since(t0).as_millis();
         u64::try_from(ms).unwrap_or(u64::MAX)
@@ -192,7 +192,7 @@ fn every_row_of_the_wait_policy_table() {
                 assert_eq!(got, expect, "{}: {t:?} at {ms}", row.name);
                 continue;
             }
-            let step = policy.next(outcome(t, &attempt), at(ms), &mut jitter);
+            let step = policy.handle_outcome(outcome(t, &attempt), at(ms), &mut jitter);
             let got = match &step {
                 Step::Done(outcome) => Done(outcome.as_str()),
                 Step::Subscribe => Subscribe,
@@ -212,8 +212,8 @@ fn the_settled_indeterminate_outcome_names_the_attempt_that_may_hold_the_lease()
     let t0 = Instant::now();
     let mut policy = WaitPolicy::new(t0, wait(Duration::ZERO));
     let mut jitter = |max: Duration| max;
-    let _ = policy.next(outcome(Try::Indeterminate, &attempt), t0 - MS, &mut jitter);
-    match policy.next(outcome(Try::Unavailable, &attempt), t0, &mut jitter) {
+    let _ = policy.handle_outcome(outcome(Try::Indeterminate, &attempt), t0 - MS, &mut jitter);
+    match policy.handle_outcome(outcome(Try::Unavailable, &attempt), t0, &mut jitter) {
         Step::Done(AcquireOutcome::Indeterminate { attempt: a, .. }) => assert_eq!(a, attempt),
         other => panic!("{other:?}"),
     }
@@ -229,7 +229,7 @@ fn the_backoff_after_unavailable_stops_growing_at_its_maximum() {
         let unavailable = AcquireOutcome::Unavailable {
             detail: FailureDetail::new(FailureKind::Connect, "test"),
         };
-        if let Step::Retry { wake_at, .. } = policy.next(unavailable, t0, &mut jitter) {
+        if let Step::Retry { wake_at, .. } = policy.handle_outcome(unavailable, t0, &mut jitter) {
             last = wake_at - t0;
         }
     }
@@ -242,7 +242,7 @@ fn the_pause_before_subscribing_again_stops_growing_at_its_maximum() {
     let mut policy = WaitPolicy::new(t0, wait(Duration::from_secs(3600)));
     let mut last = Duration::ZERO;
     for _ in 0..20 {
-        last = policy.lost(t0) - t0;
+        last = policy.handle_subscription_lost(t0) - t0;
     }
     assert_eq!(last, RESUBSCRIBE_MAX);
 }

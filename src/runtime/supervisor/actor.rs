@@ -23,7 +23,7 @@ use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::job::report_or_vanished;
 use crate::runtime::lease_actor::stop_time;
 use crate::runtime::message::LeaseActorMsg;
-use crate::runtime::registry::Slot;
+use crate::runtime::registry::Admission;
 use crate::runtime::supervisor::pacing::{Pacing, jittered, retry_hint};
 use crate::runtime::supervisor::{
     SupervisorConfig, SupervisorMsg, SupervisorState, SupervisorSummary,
@@ -38,7 +38,7 @@ pub(crate) type MakeWorker<W> =
     Box<dyn Fn(LeaseContext) -> (W, <W as Actor>::Arguments) + Send + Sync + 'static>;
 
 /// What an acquisition task brings back: as [`LeaseRuntime::take`] answers.
-type Taken = Result<Result<(LeaseHandle, Slot), AcquireOutcome>, RuntimeError>;
+type Taken = Result<Result<(LeaseHandle, Admission), AcquireOutcome>, RuntimeError>;
 
 pub(crate) enum Command {
     /// The pause is over: acquire for the next term.
@@ -331,7 +331,7 @@ where
         taken: Taken,
     ) -> Result<(), ActorProcessingErr> {
         self.phase = Phase::Paused;
-        let (mut handle, slot) = match taken {
+        let (mut handle, admission) = match taken {
             Ok(Ok(held)) => held,
             Ok(Err(outcome)) => {
                 tracing::debug!(
@@ -339,7 +339,7 @@ where
                     "lease supervisor did not acquire"
                 );
                 let hint = retry_hint(&outcome);
-                pause_then_acquire(myself, self.pacing.after_failure(hint));
+                pause_then_acquire(myself, self.pacing.handle_failure(hint));
                 return Ok(());
             }
             Err(RuntimeError::ShuttingDown) => {
@@ -348,7 +348,7 @@ where
             }
             Err(RuntimeError::LimitReached { max }) => {
                 tracing::warn!(max, "lease limit reached; the supervisor waits");
-                pause_then_acquire(myself, self.pacing.after_failure(None));
+                pause_then_acquire(myself, self.pacing.handle_failure(None));
                 return Ok(());
             }
             // Checked before the supervisor started; failing again would repeat forever.
@@ -362,7 +362,7 @@ where
         let make = &self.make;
         let started = self
             .runtime
-            .start(handle, slot, self.policy, None, |ctx| {
+            .start(handle, admission, self.policy, None, |ctx| {
                 // A panic here fails the supervisor; the handle is dropped on the way out,
                 // which releases the lease best effort.
                 let (worker, args) = make(ctx);
@@ -399,7 +399,7 @@ where
             Err(RuntimeError::ShuttingDown) => myself.stop(None),
             Err(e) => {
                 tracing::error!(error = %e, "lease supervisor could not start a term");
-                pause_then_acquire(myself, self.pacing.after_failure(None));
+                pause_then_acquire(myself, self.pacing.handle_failure(None));
             }
         }
         Ok(())
@@ -435,8 +435,8 @@ where
         }
         // A worker that fails at once would otherwise crash-loop at the shortest pause.
         let pause = match end {
-            JobEnd::Failed { .. } => self.pacing.after_failure(None),
-            _ => self.pacing.after_term(),
+            JobEnd::Failed { .. } => self.pacing.handle_failure(None),
+            _ => self.pacing.handle_term_end(),
         };
         pause_then_acquire(myself, pause);
     }

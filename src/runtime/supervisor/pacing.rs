@@ -26,7 +26,7 @@ impl Pacing {
 
     /// An acquisition failed; `hint` is what it said about when to try again (a contended
     /// lease's remaining time). The pause before the next one, before jitter.
-    pub(crate) fn after_failure(&mut self, hint: Option<Duration>) -> Duration {
+    pub(crate) fn handle_failure(&mut self, hint: Option<Duration>) -> Duration {
         let pause = hint.unwrap_or(self.backoff);
         self.backoff = (self.backoff * 2).min(self.config.backoff_max);
         pause
@@ -34,14 +34,14 @@ impl Pacing {
 
     /// A term ended (lost, failed, aborted): the shortest pause, and the failures'
     /// doubling starts over.
-    pub(crate) fn after_term(&mut self) -> Duration {
+    pub(crate) fn handle_term_end(&mut self) -> Duration {
         self.backoff = self.config.backoff_min;
         self.config.backoff_min
     }
 }
 
 /// What an acquisition that did not take the lease says about the pause before the next
-/// one, for [`Pacing::after_failure`]: nothing at all (`Some(ZERO)`) for a contended lease
+/// one, for [`Pacing::handle_failure`]: nothing at all (`Some(ZERO)`) for a contended lease
 /// (or one in its lock-delay) — the acquisition already waited, listening for its release,
 /// as long as a wait may last — and `None` (back off) for anything else.
 pub(crate) fn retry_hint(outcome: &AcquireOutcome) -> Option<Duration> {
@@ -86,8 +86,8 @@ mod tests {
         ];
         for &(name, failure, expected) in rows {
             let got = match failure {
-                Some(hint) => pacing.after_failure(hint),
-                None => pacing.after_term(),
+                Some(hint) => pacing.handle_failure(hint),
+                None => pacing.handle_term_end(),
             };
             assert_eq!(got, expected, "{name}");
         }

@@ -272,31 +272,38 @@ impl Harness {
         }
     }
 
-    /// Lets `by` pass for the server's view of the lease: memory advances the paused
-    /// clock; Redis shortens the key's PTTL by `by`.
-    pub async fn age(&self, keys: &LeaseKeys, by: Duration) {
-        match self.node(keys) {
-            None => tokio::time::advance(by).await,
-            Some(server) => {
-                let pttl: i64 = server.query(&["PTTL", &keys.lease]);
-                let left = pttl - i64::try_from(by.as_millis()).expect("small");
-                assert!(left > 0, "aged past expiry");
-                server.cmd(&["PEXPIRE", &keys.lease, &left.to_string()]);
-            }
-        }
+    /// Memory only: moves the paused clock on by `by`. Every TTL the store holds and every
+    /// handle's local validity run down together, as real time would.
+    pub async fn advance_clock(&self, by: Duration) {
+        assert!(
+            !self.is_redis(),
+            "a Redis server keeps real time: shorten a key's TTL instead"
+        );
+        tokio::time::advance(by).await;
     }
 
-    /// Makes the lease expire on the server (not a `DEL`: the TTL runs out).
-    pub async fn expire(&self, keys: &LeaseKeys) {
-        match self.node(keys) {
-            None => tokio::time::advance(Duration::from_secs(3600)).await,
-            Some(server) => {
-                server.cmd(&["PEXPIRE", &keys.lease, "1"]);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let exists: i64 = server.query(&["EXISTS", &keys.lease]);
-                assert_eq!(exists, 0);
-            }
-        }
+    /// Redis only: rewrites the lease key's PTTL to `by` less (`PEXPIRE`), as if `by` had
+    /// passed for this key alone; no handle's local validity changes.
+    pub fn shorten_server_ttl(&self, keys: &LeaseKeys, by: Duration) {
+        let Some(node) = self.node(keys) else {
+            panic!("the memory backend has no server: advance its clock instead")
+        };
+        let pttl: i64 = node.query(&["PTTL", &keys.lease]);
+        let left = pttl - i64::try_from(by.as_millis()).expect("small");
+        assert!(left > 0, "shortened past expiry");
+        node.cmd(&["PEXPIRE", &keys.lease, &left.to_string()]);
+    }
+
+    /// Redis only: lets the lease key's TTL run out (not a `DEL`), and checks it is gone; no
+    /// handle's local validity changes.
+    pub async fn run_out_server_ttl(&self, keys: &LeaseKeys) {
+        let Some(node) = self.node(keys) else {
+            panic!("the memory backend has no server: advance its clock instead")
+        };
+        node.cmd(&["PEXPIRE", &keys.lease, "1"]);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let exists: i64 = node.query(&["EXISTS", &keys.lease]);
+        assert_eq!(exists, 0);
     }
 
     /// Whether the store holds the lease key now.

@@ -16,15 +16,14 @@ use tokio::time::Instant;
 use super::item::Item;
 use crate::protocol::limits::deadline_after;
 
-/// A turn of the scheduler longer than this means the process is behind. One that has
-/// caught up takes tens of microseconds; with the machine's two cores oversubscribed
-/// eightfold, up to about a millisecond was measured (a slower turn only waits longer).
+/// A turn of the scheduler longer than this means the process is behind: one that has
+/// caught up takes far less, even on oversubscribed cores (docs/performance.md, "Behind the
+/// constants"); a slower turn only waits longer.
 const SLOW_TURN: Duration = Duration::from_millis(1);
 
 /// How much longer than its timeout a round trip may take to be read while the runtime is
-/// behind, at least. Under a burst of 10,000 spawned acquisitions on a two-core machine
-/// with both cores busy (tests/batching/burst.rs), replies that had come in time were read
-/// up to 0.3 s past their deadline.
+/// behind, at least: a few times the lateness measured under the burst of
+/// tests/batching/burst.rs (docs/performance.md, "Behind the constants").
 const BEHIND_GRACE: Duration = Duration::from_secs(1);
 
 /// How long one operation may take.

@@ -2,21 +2,22 @@
 //! `lua/batch.lua` per round trip, each with its own reply; the operations beyond what the
 //! calls in flight carry wait in a bounded queue.
 //!
-//! A caller submits one [`Item`] and waits for its own result. [`MAX_IN_FLIGHT`] call slots
-//! bound the script calls in flight; each taken slot is a flusher task that takes what
-//! waits, up to [`MAX_ITEMS`] at a time, sends it as one script call and hands every item
-//! its reply. A caller that finds no call slot taken takes one and lets the tasks woken
-//! with it queue their items first (one turn of the scheduler), so operations that arrive
-//! together leave together: if others queued, it hands the slot to a flusher; if its item
-//! is still alone, it sends it from its own task, at once — no task to start and wake, the
-//! cost that dominates a lone round trip on a quiet machine. While a call is in
-//! flight, another starts only once [`ANOTHER_CALL`] items wait; fewer leave with the next
-//! call of a running flusher, which also lets the callers it just answered queue their next
+//! A caller submits one [`Item`] and waits for its own result. At most [`MAX_IN_FLIGHT`]
+//! flushers bound the script calls in flight; each is a task that takes what waits, up to
+//! [`MAX_ITEMS`] at a time, sends it as one script call and hands every item its reply. A
+//! caller that finds no flusher running becomes one and lets the tasks woken with it queue
+//! their items first (one turn of the scheduler), so operations that arrive together leave
+//! together: if others queued, it hands its place to a flusher task; if its item is still
+//! alone, it sends it from its own task, at once — no task to start and wake, the cost that
+//! dominates a lone round trip on a quiet machine. While a call is in flight, another
+//! starts only once [`ANOTHER_CALL`] items wait; fewer leave with the next call of a
+//! running flusher, which also lets the callers it just answered queue their next
 //! operations first. The busier the connection, the larger the calls — and the fewer of
-//! them Redis runs per operation (a script call's fixed cost is about that of four
-//! refusals). Two calls in flight are kept apart: a flusher whose reply arrives after
-//! another call was answered lets that call's callers send their next call before it
-//! answers its own, so Redis never gets both at once (it would answer them together).
+//! them Redis runs per operation (a script call has a fixed cost of its own:
+//! docs/performance.md, "What bounds it"). Two calls in flight are kept apart: a flusher
+//! whose reply arrives after another call was answered lets that call's callers send their
+//! next call before it answers its own, so Redis never gets both at once (it would answer
+//! them together).
 //!
 //! A burst larger than the calls in flight carry waits its turn: renewals and releases
 //! first, then acquisitions and reads in arrival order. Time in the queue is local, not the
@@ -36,17 +37,17 @@
 //! 2. Every taken item gets exactly one result: its own reply, its own error, the failure
 //!    of the whole call (no connection, timeout, a refusal before running), or — when its
 //!    own deadline passes before the call is answered — `MaybeSent`.
-//! 3. There are never more than [`MAX_IN_FLIGHT`] call slots taken, each by one flusher or
-//!    by one caller sending its lone item, and a slot is given back only after the queue was
-//!    found empty under the lock; a holder that ends or dies holding one (a caller whose
-//!    call is done or dropped, a flusher that panicked or was aborted) passes it to a new
-//!    flusher if items wait. So no waiting item is left without a flusher while the runtime
-//!    runs. A caller sending its lone item answers no one else: dropping it never costs
-//!    another operation its reply.
+//! 3. There are never more than [`MAX_IN_FLIGHT`] flushers, each a flusher task or a caller
+//!    sending its lone item, and a flusher's place is given back only after the queue was
+//!    found empty under the lock; one that ends or dies holding its place (a caller whose
+//!    call is done or dropped, a flusher task that panicked or was aborted) passes it to a
+//!    new flusher task if items wait. So no waiting item is left without a flusher while
+//!    the runtime runs. A caller sending its lone item answers no one else: dropping it
+//!    never costs another operation its reply.
 //! 4. One item's error is that item's: the script runs each item under `pcall`, and a batch
 //!    refused as a whole for a reason that may concern only some of its keys (`NOPERM`) is
 //!    sent again item by item — it provably did not run.
-//! 5. An idle call is never held back: when no call slot is taken, the caller sends its
+//! 5. An idle call is never held back: when no flusher runs, the caller sends its
 //!    item — alone, or with those queued meanwhile by a flusher it starts — after the tasks
 //!    already runnable have run. An item that finds calls in flight leaves in the first
 //!    call taken once the items ahead of it in its lane (and every renewal and release, for
@@ -82,8 +83,8 @@ pub(super) use queue::Batcher;
 use queue::Reply;
 
 /// Script calls in flight at once, at most. More than one lets this process prepare and
-/// answer calls while Redis runs another; four measured best on two cores (W2 of the load
-/// benchmark: 57k cycles/s against 35k with two, current-thread runtime).
+/// answer calls while Redis runs another; four measured best (docs/performance.md, "Behind
+/// the constants").
 pub(super) const MAX_IN_FLIGHT: usize = 4;
 /// Items per script call, at most. Smaller calls keep Redis and this process working at
 /// the same time (one call of everything waiting would have each wait for the other), and
@@ -91,8 +92,8 @@ pub(super) const MAX_IN_FLIGHT: usize = 4;
 pub(super) const MAX_ITEMS: usize = 32;
 /// Items waiting that make a busy batcher start another call beside those in flight. Fewer
 /// wait for a running flusher's next call: one round trip at most, and each call carries
-/// enough operations to be worth its fixed cost to Redis (a script call's set-up and reply
-/// cost it about as much as four refusals).
+/// enough operations to be worth its fixed cost to Redis (docs/performance.md, "What
+/// bounds it").
 pub(super) const ANOTHER_CALL: usize = MAX_ITEMS / 4;
 
 /// One result of one item.
@@ -117,7 +118,7 @@ pub(super) async fn submit(backend: &RedisBackend, item: Item, bound: Bound) -> 
         id: Some(id),
     };
     if start {
-        let mut slot = Slot {
+        let mut place = FlusherPlace {
             backend,
             held: true,
         };
@@ -125,10 +126,11 @@ pub(super) async fn submit(backend: &RedisBackend, item: Item, bound: Bound) -> 
         tokio::task::yield_now().await;
         if let Some(item) = batcher.take_alone(id) {
             queued.id = None;
-            // `slot` drops after the call: handed to a flusher if items queued meanwhile.
+            // `place` drops after the call: handed to a flusher task if items queued
+            // meanwhile.
             return backend.alone(&item, bound).await;
         }
-        slot.held = false;
+        place.held = false;
         tokio::spawn(flush(backend.clone()));
     }
     let result = match bound.send_by() {
@@ -184,7 +186,7 @@ impl Drop for Queued<'_> {
 
 /// One flusher: sends what waits, one script call at a time, until nothing waits.
 async fn flush(backend: RedisBackend) {
-    let mut slot = Slot {
+    let mut place = FlusherPlace {
         backend: &backend,
         held: true,
     };
@@ -194,8 +196,8 @@ async fn flush(backend: RedisBackend) {
         // batch answered (a renewal loop, a contender trying again), queue up before a batch
         // is taken; an idle call loses nothing but this one turn of the scheduler.
         tokio::task::yield_now().await;
-        if !batcher.keep_slot() {
-            slot.held = false;
+        if !batcher.keep_flushing() {
+            place.held = false;
             return;
         }
         // The connection first: items keep waiting — withdrawable, provably unsent — until it
@@ -213,12 +215,11 @@ async fn flush(backend: RedisBackend) {
                 // Redis answers what one read of the connection brought only after running all
                 // of it, so calls sent together come back together; answered together, their
                 // callers' next operations leave together again, and Redis and this process
-                // take turns instead of working at once (W2 of the load benchmark on a
-                // current-thread runtime: Redis 65% busy). When another call was answered
+                // take turns instead of working at once. When another call was answered
                 // while this one was out, its callers go first and their call leaves before
-                // this one's callers queue theirs: the two calls stay a half-turn apart
-                // (Redis 96% busy, 1.5× the cycles). One turn of the scheduler, taken only
-                // when two calls overlapped.
+                // this one's callers queue theirs: the two calls stay a half-turn apart, and
+                // Redis stays busy (docs/performance.md, "W2 on current_thread"). One turn
+                // of the scheduler, taken only when two calls overlapped.
                 if batcher.answered.load(Ordering::Relaxed) != answered {
                     tokio::task::yield_now().await;
                 }
@@ -242,28 +243,49 @@ async fn flush(backend: RedisBackend) {
 async fn answer_late(
     call: impl Future<Output = Vec<ItemResult>>,
     sent: Instant,
-    mut replies: Vec<Reply>,
+    replies: Vec<Reply>,
 ) -> (Vec<ItemResult>, Vec<Reply>) {
     let mut call = std::pin::pin!(call);
+    let mut owed = Owed { sent, replies };
     loop {
-        // The earliest deadline owed, and the earliest point of giving up on one.
-        let owed = replies.iter().filter(|r| r.to.is_some()).map(|r| r.by);
-        let Some(next) = owed.reduce(|a, b| Deadline {
-            at: a.at.min(b.at),
-            give_up: a.give_up.min(b.give_up),
-        }) else {
+        let Some(next) = owed.poll_timeout() else {
             // Every item answered: the call itself ends by the latest deadline.
-            return (call.await, replies);
+            return (call.await, owed.replies);
         };
         if let Some(results) = next.wait(call.as_mut()).await {
-            return (results, replies);
+            return (results, owed.replies);
         }
-        let now = Instant::now();
-        let caught_up = !deadline::behind(Duration::ZERO);
+        owed.handle_timeout(Instant::now(), !deadline::behind(Duration::ZERO));
+    }
+}
+
+/// The replies a call in flight still owes, sans I/O: when the next one is due
+/// (`poll_timeout`), and which are late once that time came (`handle_timeout`).
+struct Owed {
+    /// The instant just before the call was written.
+    sent: Instant,
+    replies: Vec<Reply>,
+}
+
+impl Owed {
+    /// The earliest deadline owed, and the earliest point of giving up on one; `None` once
+    /// every item is answered.
+    fn poll_timeout(&self) -> Option<Deadline> {
+        let owed = self.replies.iter().filter(|r| r.to.is_some()).map(|r| r.by);
+        owed.reduce(|a, b| Deadline {
+            at: a.at.min(b.at),
+            give_up: a.give_up.min(b.give_up),
+        })
+    }
+
+    /// That deadline passed, at `now`: every item past its own deadline — and past its
+    /// giving up, unless this process has `caught_up` with its tasks — is answered
+    /// `MaybeSent`.
+    fn handle_timeout(&mut self, now: Instant, caught_up: bool) {
         let late = |by: Deadline| by.at <= now && (by.give_up <= now || caught_up);
-        for reply in replies.iter_mut().filter(|r| late(r.by)) {
+        for reply in self.replies.iter_mut().filter(|r| late(r.by)) {
             if let Some(to) = reply.to.take() {
-                let within = reply.by.at.saturating_duration_since(sent);
+                let within = reply.by.at.saturating_duration_since(self.sent);
                 let _ = to.send(Err(SendFailure::MaybeSent(FailureDetail::new(
                     FailureKind::Timeout,
                     format!("no reply within {within:?}"),
@@ -273,15 +295,15 @@ async fn answer_late(
     }
 }
 
-/// A flusher's call slot. Dropped while held — the flusher panicked or was aborted — it is
-/// handed to a new flusher if items wait (and a runtime runs to start one), and given back
-/// otherwise (invariant 3).
-struct Slot<'a> {
+/// A flusher's place among the [`MAX_IN_FLIGHT`]. Dropped while held — the flusher panicked
+/// or was aborted — it is handed to a new flusher task if items wait (and a runtime runs to
+/// start one), and given back otherwise (invariant 3).
+struct FlusherPlace<'a> {
     backend: &'a RedisBackend,
     held: bool,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for FlusherPlace<'_> {
     fn drop(&mut self) {
         if !self.held {
             return;

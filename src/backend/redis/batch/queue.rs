@@ -30,7 +30,7 @@ struct Queue {
     urgent: VecDeque<Waiting>,
     /// Acquisitions and reads. In each lane ids increase from front to back.
     others: VecDeque<Waiting>,
-    /// Flusher tasks running (invariant 3).
+    /// Flushers running, tasks or callers sending their lone item (invariant 3).
     flushers: usize,
     next_id: u64,
 }
@@ -81,8 +81,9 @@ impl Batcher {
     }
 
     /// Queues `item` — unless it is an acquisition or a read and `limit` items already
-    /// wait (`None`). Returns its id and whether the caller now holds a call slot (one was
-    /// free and is now taken for it): it must send or hand it to a flusher.
+    /// wait (`None`). Returns its id and whether the caller is now a flusher (fewer than
+    /// [`MAX_IN_FLIGHT`] ran, and its place is taken): it must send or hand its place to a
+    /// flusher task.
     pub(super) fn push(
         &self,
         item: Item,
@@ -130,7 +131,7 @@ impl Batcher {
     }
 
     /// Takes item `id` out of the queue if it is the only one waiting, for its caller —
-    /// which holds a call slot — to send alone.
+    /// a flusher — to send alone.
     pub(super) fn take_alone(&self, id: u64) -> Option<Item> {
         let mut queue = self.lock();
         if queue.len() != 1 {
@@ -160,9 +161,9 @@ impl Batcher {
         false
     }
 
-    /// Whether anything waits; if nothing does, this flusher's slot is given back
+    /// Whether anything waits; if nothing does, this flusher's place is given back
     /// (invariant 3).
-    pub(super) fn keep_slot(&self) -> bool {
+    pub(super) fn keep_flushing(&self) -> bool {
         let mut queue = self.lock();
         let waiting = queue.len() > 0;
         if !waiting {
@@ -171,8 +172,8 @@ impl Batcher {
         waiting
     }
 
-    /// A call slot's holder ends holding it (invariant 3): whether items wait for a new
-    /// flusher to take the slot on — given a runtime to start one in; otherwise the slot is
+    /// A flusher ends holding its place (invariant 3): whether items wait for a new flusher
+    /// task to take the place on — given a runtime to start one in; otherwise the place is
     /// given back.
     pub(super) fn hand_on(&self, runtime: bool) -> bool {
         let mut queue = self.lock();
