@@ -149,6 +149,12 @@ impl LeaseHandle {
         }
     }
 
+    /// The budget of the last confirmation the server gave, in every state: what a reply
+    /// proved, and nothing more.
+    pub(crate) fn confirmed(&self) -> ValidityBudget {
+        self.confirmed
+    }
+
     /// The earliest instant the server's key can expire, from the last confirmation the
     /// server gave (its TTL on acquire and renew, its PTTL on replay).
     pub fn observed_server_expiry(&self) -> Instant {
@@ -184,6 +190,12 @@ impl LeaseHandle {
     pub async fn renew_within(&mut self, bound: Duration) -> RenewOutcome {
         self.renew_by(Some(deadline_after(Instant::now(), bound)))
             .await
+    }
+
+    /// As [`renew_within`](Self::renew_within), giving up at `deadline`: the lease actor's
+    /// renewal, whose deadline its watchdog decides.
+    pub(crate) async fn renew_until(&mut self, deadline: Instant) -> RenewOutcome {
+        self.renew_by(Some(deadline)).await
     }
 
     async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {
