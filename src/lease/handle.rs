@@ -149,12 +149,6 @@ impl LeaseHandle {
         }
     }
 
-    /// The budget of the last confirmation the server gave, in every state: what a reply
-    /// proved, and nothing more.
-    pub(crate) fn confirmed(&self) -> ValidityBudget {
-        self.confirmed
-    }
-
     /// The earliest instant the server's key can expire, from the last confirmation the
     /// server gave (its TTL on acquire and renew, its PTTL on replay).
     pub fn observed_server_expiry(&self) -> Instant {
@@ -193,9 +187,15 @@ impl LeaseHandle {
     }
 
     /// As [`renew_within`](Self::renew_within), giving up at `deadline`: the lease actor's
-    /// renewal, whose deadline its watchdog decides.
-    pub(crate) async fn renew_until(&mut self, deadline: Instant) -> RenewOutcome {
-        self.renew_by(Some(deadline)).await
+    /// renewal, whose deadline its watchdog decides. With the outcome, the budget of the
+    /// last confirmation — the renewal's own if it was confirmed: what a reply proved, and
+    /// nothing more.
+    pub(crate) async fn renew_until(
+        &mut self,
+        deadline: Instant,
+    ) -> (RenewOutcome, ValidityBudget) {
+        let outcome = self.renew_by(Some(deadline)).await;
+        (outcome, self.confirmed)
     }
 
     async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {

@@ -61,8 +61,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     /// One renewal, giving up at `until`; what its outcome calls for.
     async fn renew(&mut self, until: Instant) -> Vec<Action> {
         let started = Instant::now();
-        let outcome = self.handle.renew_until(until).await;
-        let (confirmed, worker) = (self.handle.confirmed(), self.worker.view());
+        let (outcome, confirmed) = self.handle.renew_until(until).await;
+        let worker = self.worker.view();
         self.watchdog
             .on_renew_outcome(&outcome, confirmed, started, Instant::now(), worker)
     }

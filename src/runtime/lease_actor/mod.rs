@@ -262,7 +262,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             Vec::new()
         } else {
             // A replay born without validity: cancel at once.
-            state.cancel(CancelReason::RenewalUnconfirmed)
+            state.on_cancel(CancelReason::RenewalUnconfirmed)
         };
         Self::perform(&myself, state, actions).await;
         Ok(())
@@ -283,7 +283,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                 Self::perform(&myself, state, actions).await;
             }
             Command::Drain => {
-                let actions = state.cancel(CancelReason::Shutdown);
+                let actions = state.on_cancel(CancelReason::Shutdown);
                 Self::perform(&myself, state, actions).await;
             }
             Command::DrainDeadline => {
@@ -321,7 +321,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                     myself.stop(Some(format!("{LEASE_END}released")));
                 }
                 _ => {
-                    let actions = state.cancel(CancelReason::Shutdown);
+                    let actions = state.on_cancel(CancelReason::Shutdown);
                     Self::perform(&myself, state, actions).await;
                 }
             },
@@ -390,7 +390,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         }
         // Stopped from outside while the worker ran (invariant 7); the release waits for the
         // worker's end (invariant 5).
-        let actions = state.cancel(CancelReason::Shutdown);
+        let actions = state.on_cancel(CancelReason::Shutdown);
         state.carry_out(&myself, actions).await;
         let left = state
             .watchdog

@@ -49,8 +49,9 @@ pub(crate) struct LeaseActorState<M> {
 }
 
 impl<M> LeaseActorState<M> {
-    /// What cancelling for `reason` now calls for (nothing if a cancellation was sent).
-    pub(super) fn cancel(&mut self, reason: CancelReason) -> Vec<Action> {
+    /// What cancelling for `reason` now calls for, as the watchdog decides it (nothing if a
+    /// cancellation was sent).
+    pub(super) fn on_cancel(&mut self, reason: CancelReason) -> Vec<Action> {
         self.watchdog
             .on_cancel(reason, Instant::now(), self.worker.view())
     }
