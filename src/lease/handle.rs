@@ -1,4 +1,5 @@
-//! `LeaseHandle`: one held lease and the whole state machine of docs/design.md §7.
+//! `LeaseHandle`: one held lease. It sends, retries and applies what the state machine of
+//! docs/design.md §7 decides (sans I/O, in `state.rs`):
 //!
 //! ```text
 //! ACTIVE ──renew RENEWED──▶ ACTIVE            (budget replaced)
@@ -159,7 +160,8 @@ impl LeaseHandle {
     ///
     /// Makes up to 3 idempotent attempts, each bounded by `min(command_timeout, validity
     /// left)`, and none after local validity ends. See [`renew_within`](Self::renew_within)
-    /// for a tighter deadline.
+    /// for a tighter deadline. These are a renewal's only retries, under the runtime too:
+    /// a lease actor does not retry a renewal, it renews again on its schedule.
     ///
     /// * `Renewed` — ACTIVE, budget replaced (ttl − drift from this renewal's send instant).
     /// * `Lost` — `ABSENT`, `NOT_OWNER`, or validity reached zero; now LOST.
