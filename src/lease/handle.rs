@@ -1,5 +1,5 @@
-//! `LeaseHandle`: one held lease, and the I/O and clock of its state machine
-//! (docs/design.md §7), whose transitions `state.rs` decides.
+//! `LeaseHandle`: one held lease. It sends, retries and applies what the state machine of
+//! docs/design.md §7 decides (sans I/O, in `state.rs`):
 //!
 //! ```text
 //! ACTIVE ──renew RENEWED──▶ ACTIVE            (budget replaced)
@@ -160,7 +160,8 @@ impl LeaseHandle {
     ///
     /// Makes up to 3 idempotent attempts, each bounded by `min(command_timeout, validity
     /// left)`, and none after local validity ends. See [`renew_within`](Self::renew_within)
-    /// for a tighter deadline.
+    /// for a tighter deadline. These are a renewal's only retries, under the runtime too:
+    /// a lease actor does not retry a renewal, it renews again on its schedule.
     ///
     /// * `Renewed` — ACTIVE, budget replaced (ttl − drift from this renewal's send instant).
     /// * `Lost` — `ABSENT`, `NOT_OWNER`, or validity reached zero; now LOST.
@@ -185,6 +186,18 @@ impl LeaseHandle {
     pub async fn renew_within(&mut self, bound: Duration) -> RenewOutcome {
         self.renew_by(Some(deadline_after(Instant::now(), bound)))
             .await
+    }
+
+    /// As [`renew_within`](Self::renew_within), giving up at `deadline`: the lease actor's
+    /// renewal, whose deadline its watchdog decides. With the outcome, the budget of the
+    /// last confirmation — the renewal's own if it was confirmed: what a reply proved, and
+    /// nothing more.
+    pub(crate) async fn renew_until(
+        &mut self,
+        deadline: Instant,
+    ) -> (RenewOutcome, ValidityBudget) {
+        let outcome = self.renew_by(Some(deadline)).await;
+        (outcome, self.confirmed)
     }
 
     async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {
@@ -231,7 +244,8 @@ impl LeaseHandle {
                     if reply == RenewReply::Renewed && !budget.is_exhausted(now) {
                         telemetry::renew_margin(&self.purpose, budget.remaining(now));
                     }
-                    let (next, outcome) = self.state.on_renew_reply(reply, sent_at, now, params);
+                    let (next, outcome) =
+                        self.state.handle_renew_reply(reply, sent_at, now, params);
                     self.apply(next);
                     return outcome;
                 }
@@ -254,7 +268,7 @@ impl LeaseHandle {
         });
         let (next, outcome) = self
             .state
-            .on_renew_failed(maybe_sent, detail, Instant::now());
+            .handle_renew_failed(maybe_sent, detail, Instant::now());
         self.apply(next);
         outcome
     }
@@ -287,7 +301,7 @@ impl LeaseHandle {
             },
         )
         .await;
-        let next = self.state.on_release(&outcome);
+        let next = self.state.handle_release(&outcome);
         self.apply(next);
         outcome
     }

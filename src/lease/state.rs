@@ -88,7 +88,7 @@ impl HandleState {
     }
 
     /// A renewal sent at `sent_at` was answered `reply` at `now`.
-    pub(crate) fn on_renew_reply(
+    pub(crate) fn handle_renew_reply(
         self,
         reply: RenewReply,
         sent_at: Instant,
@@ -126,7 +126,7 @@ impl HandleState {
 
     /// Every attempt of a renewal failed, the last with `detail`; `maybe_sent` if any may
     /// have reached Redis. Seen at `now`.
-    pub(crate) fn on_renew_failed(
+    pub(crate) fn handle_renew_failed(
         self,
         maybe_sent: bool,
         detail: FailureDetail,
@@ -154,7 +154,7 @@ impl HandleState {
     }
 
     /// A release answered `outcome`.
-    pub(crate) fn on_release(self, outcome: &ReleaseOutcome) -> HandleState {
+    pub(crate) fn handle_release(self, outcome: &ReleaseOutcome) -> HandleState {
         match outcome {
             ReleaseOutcome::Released => Self::Released,
             ReleaseOutcome::AlreadyAbsent => self.lose(LostReason::Absent).0,

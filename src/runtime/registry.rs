@@ -155,6 +155,3 @@ impl Drop for Admission {
         self.registry.live.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
-
-/// The lease actor's name for an [`Admission`], until its field is renamed with it.
-pub(crate) type Slot = Admission;

@@ -333,7 +333,7 @@ impl LeaseRuntime {
             cancel,
             status: status_tx,
             report: Some(report_tx),
-            slot: Some(admission),
+            admission: Some(admission),
         };
         let spawned = match supervisor {
             Some(sup) => Actor::spawn_linked(None, LeaseActor::<M>::new(), args, sup).await,

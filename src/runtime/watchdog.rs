@@ -1,20 +1,23 @@
-//! The lease actor's schedule, sans I/O: when to renew, when to give up on renewing and
+//! The lease actor's time, sans I/O: when to renew, when to give up on renewing and
 //! cancel, when to stop the worker — as pure functions of what happened and `now`
-//! (docs/design.md §8). `LeaseActor` arms one timer for
-//! [`Watchdog::next_deadline`], feeds every timer and renewal outcome back, and carries out
-//! the [`Action`]s: the I/O, telemetry and messages stay there.
+//! (docs/design.md §8). It holds the lease's one local validity end in the runtime, taken
+//! only from a budget a renewal reply proved.
+//!
+//! `LeaseActor` makes one call per event — [`handle_timeout`](Watchdog::handle_timeout),
+//! [`handle_renew_outcome`](Watchdog::handle_renew_outcome), [`handle_cancel`](Watchdog::handle_cancel),
+//! [`handle_drain_deadline`](Watchdog::handle_drain_deadline) — carries out the [`Action`]s it
+//! returns, and arms one timer for [`poll_timeout`](Watchdog::poll_timeout): the I/O,
+//! telemetry and messages stay in the actor.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lease::{LeaseState, RenewOutcome, ValidityBudget};
 use crate::runtime::{CancelPolicy, CancelReason};
 
 /// Spacing of the renewal grid, at most: renewals are brought forward onto multiples of it.
 pub(crate) const RENEWAL_GRID: Duration = Duration::from_millis(100);
-
-/// Pause before retrying a renewal that provably did not reach Redis.
-pub(crate) const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_millis(100);
 
 /// The earliest of these is the one timer armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,28 +60,33 @@ pub(crate) enum Phase {
     Finishing,
 }
 
-/// What the actor must do when a timer fires.
+/// What the actor must do, in the order given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
-    /// Renew, the renewal bounded by the validity left minus the safety margin (the actor
-    /// reads it from the handle and asks [`Watchdog::renew_bound`]).
-    Renew,
-    /// Send the one cancellation, for this reason.
-    Cancel(CancelReason),
+    /// Renew, giving up at `until` (the cancellation deadline: validity left minus the
+    /// safety margin); hand the outcome to [`Watchdog::handle_renew_outcome`].
+    Renew { until: Instant },
+    /// A renewal was confirmed: publish the new validity.
+    Confirmed,
+    /// Send the one cancellation, as decided here.
+    Cancel(Cancellation),
     /// Stop the worker: local validity ended under [`CancelPolicy::Kill`].
     StopWorker,
     /// Validity ended for an attached worker's lease: release it and end the actor.
     FinishAttached,
 }
 
-/// A cancellation the actor must send, as [`Watchdog::cancel`] decided it.
+/// The one cancellation, as the watchdog decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Cancellation {
     pub(crate) reason: CancelReason,
     /// Local validity left at the cancellation.
     pub(crate) remaining: Duration,
-    /// No validity is left: stop the worker now too ([`Watchdog::stop_worker`] says whether).
-    pub(crate) stop_now: bool,
+    /// Local validity end: the worker must have stopped by then.
+    pub(crate) stop_by: Instant,
+    /// How long renewals had been failing, counted from the first one since the last
+    /// confirmation that did not confirm; `None` if none failed.
+    pub(crate) unconfirmed_for: Option<Duration>,
 }
 
 /// The schedule of one lease.
@@ -87,6 +95,8 @@ pub(crate) struct Watchdog {
     renew_every: Duration,
     safety_margin: Duration,
     policy: CancelPolicy,
+    /// Where the renewal grid starts (see [`on_renewal_grid`]).
+    grid_origin: Instant,
     /// Local validity end of the last confirmation; the worker never runs past it.
     valid_until: Instant,
     /// `valid_until − safety margin`: past it, a renewal could not be confirmed in time.
@@ -100,18 +110,21 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    /// A lease confirmed until `valid_until`, watched from `now`.
+    /// A lease confirmed until `valid_until`, watched from `now`, its renewals on the grid
+    /// that starts at `grid_origin`.
     pub(crate) fn new(
         valid_until: Instant,
         now: Instant,
         renew_every: Duration,
         safety_margin: Duration,
         policy: CancelPolicy,
+        grid_origin: Instant,
     ) -> Watchdog {
         let mut watchdog = Watchdog {
             renew_every,
             safety_margin,
             policy,
+            grid_origin,
             valid_until,
             cancel_at: valid_until,
             next_renew_at: now,
@@ -124,6 +137,8 @@ impl Watchdog {
         watchdog
     }
 
+    /// Local validity end of the last confirmation: the instant the worker must have
+    /// stopped by.
     pub(crate) fn valid_until(&self) -> Instant {
         self.valid_until
     }
@@ -141,30 +156,8 @@ impl Watchdog {
         matches!(self.phase, Phase::Cancelled { killed: true, .. })
     }
 
-    /// How long since the first renewal that did not confirm, if one did not.
-    pub(crate) fn failing_for(&self, now: Instant) -> Option<Duration> {
-        self.first_failure_at
-            .map(|at| now.saturating_duration_since(at))
-    }
-
-    fn confirmed_until(&mut self, valid_until: Instant) {
-        self.valid_until = valid_until;
-        self.cancel_at = valid_until
-            .checked_sub(self.safety_margin)
-            .unwrap_or(valid_until);
-    }
-
-    /// When to renew after a confirmation at `now`: the cadence, or earlier if the budget
-    /// is short (a replay), so a retry still fits before the cancellation deadline —
-    /// brought forward onto the renewal grid (see [`on_renewal_grid`]).
-    fn schedule_renewal(&mut self, now: Instant) {
-        let half_way = now + self.cancel_at.saturating_duration_since(now) / 2;
-        let due = (now + self.renew_every).min(half_way);
-        self.next_renew_at = on_renewal_grid(due, now, self.renew_every);
-    }
-
     /// The one timer to arm, if any.
-    pub(crate) fn next_deadline(&self, worker: WorkerView) -> Option<Deadline> {
+    pub(crate) fn poll_timeout(&self, worker: WorkerView) -> Option<Deadline> {
         match self.phase {
             Phase::Finishing => None,
             Phase::Watching => Some(if self.next_renew_at < self.cancel_at {
@@ -180,27 +173,140 @@ impl Watchdog {
     }
 
     /// What a timer that fired at `now` calls for (nothing, for a timer fired early).
-    pub(crate) fn on_timeout(&mut self, now: Instant, worker: WorkerView) -> Vec<Action> {
+    pub(crate) fn handle_timeout(&mut self, now: Instant, worker: WorkerView) -> Vec<Action> {
         match self.phase {
             Phase::Finishing => Vec::new(),
             Phase::Cancelled { .. } if now >= self.valid_until => self.end_of_work(worker),
             Phase::Cancelled { .. } => Vec::new(),
             Phase::Watching if now >= self.cancel_at => {
-                vec![Action::Cancel(CancelReason::RenewalUnconfirmed)]
+                self.handle_cancel(CancelReason::RenewalUnconfirmed, now, worker)
             }
-            Phase::Watching if now >= self.next_renew_at => vec![Action::Renew],
+            // Before the cancellation deadline, so the renewal has time left to spend.
+            Phase::Watching if now >= self.next_renew_at => vec![Action::Renew {
+                until: self.cancel_at,
+            }],
             Phase::Watching => Vec::new(),
         }
     }
 
-    /// A drain's time for the worker to stop on its own is over. Under `Kill`, what the end
-    /// of validity calls for, now; under `NotifyOnly` nothing — the lease stays until the
-    /// worker ends or validity does. Only after the cancellation (the actor sends it first).
-    pub(crate) fn on_drain_deadline(&mut self, worker: WorkerView) -> Vec<Action> {
-        if self.policy != CancelPolicy::Kill || !matches!(self.phase, Phase::Cancelled { .. }) {
-            return Vec::new();
+    /// A renewal sent at `started` ended with `outcome`, seen at `now`; `confirmed` is the
+    /// handle's last confirmed budget, taken as the new validity only if `outcome` says the
+    /// renewal was confirmed.
+    pub(crate) fn handle_renew_outcome(
+        &mut self,
+        outcome: &RenewOutcome,
+        confirmed: ValidityBudget,
+        started: Instant,
+        now: Instant,
+        worker: WorkerView,
+    ) -> Vec<Action> {
+        if !matches!(outcome, RenewOutcome::Renewed { .. }) {
+            self.first_failure_at.get_or_insert(started);
         }
-        self.end_of_work(worker)
+        let reason = match outcome {
+            RenewOutcome::Renewed { .. } => {
+                self.first_failure_at = None;
+                self.confirmed_until(confirmed.valid_until());
+                self.renewals += 1;
+                self.schedule_renewal(started);
+                return vec![Action::Confirmed];
+            }
+            // Provably never reached Redis: the old budget holds. The handle already spent
+            // its attempts; the next renewal comes on the usual schedule, and the
+            // cancellation deadline gives up in time if this keeps failing.
+            RenewOutcome::Unavailable { .. } => {
+                self.schedule_renewal(now);
+                return Vec::new();
+            }
+            RenewOutcome::Lost { reason } => CancelReason::Lost(*reason),
+            RenewOutcome::Indeterminate { .. } => CancelReason::Unknown,
+            RenewOutcome::Refused {
+                state: LeaseState::Lost(reason),
+            } => CancelReason::Lost(*reason),
+            RenewOutcome::Refused { .. } => CancelReason::Unknown,
+        };
+        self.handle_cancel(reason, now, worker)
+    }
+
+    /// Cancel for `reason` at `now`: the one cancellation, and the worker stopped at once
+    /// if no validity is left (under `Kill`). Nothing if one was sent already or the lease
+    /// is finishing.
+    pub(crate) fn handle_cancel(
+        &mut self,
+        reason: CancelReason,
+        now: Instant,
+        worker: WorkerView,
+    ) -> Vec<Action> {
+        let Some(cancellation) = self.cancel(reason, now) else {
+            return Vec::new();
+        };
+        let mut actions = vec![Action::Cancel(cancellation)];
+        if cancellation.remaining.is_zero() && self.stop_worker(worker) {
+            actions.push(Action::StopWorker);
+        }
+        actions
+    }
+
+    /// A drain's time for the worker to stop on its own is over, at `now`. The drain's
+    /// cancellation first, if it was not sent yet; then under `Kill` what the end of
+    /// validity calls for, now; under `NotifyOnly` nothing more — the lease stays until the
+    /// worker ends or validity does.
+    pub(crate) fn handle_drain_deadline(
+        &mut self,
+        now: Instant,
+        worker: WorkerView,
+    ) -> Vec<Action> {
+        let mut actions = self.handle_cancel(CancelReason::Shutdown, now, worker);
+        if self.policy == CancelPolicy::Kill && matches!(self.phase, Phase::Cancelled { .. }) {
+            actions.extend(self.end_of_work(worker));
+        }
+        actions
+    }
+
+    /// The release begins: no timer any more, no cancellation.
+    pub(crate) fn finish(&mut self) {
+        self.phase = Phase::Finishing;
+    }
+
+    fn confirmed_until(&mut self, valid_until: Instant) {
+        self.valid_until = valid_until;
+        self.cancel_at = valid_until
+            .checked_sub(self.safety_margin)
+            .unwrap_or(valid_until);
+    }
+
+    /// When to renew after a renewal at `now`: the cadence, or earlier if the budget is
+    /// short (a replay, or a renewal that reached nothing), so another still fits before
+    /// the cancellation deadline — brought forward onto the renewal grid (see
+    /// [`on_renewal_grid`]).
+    fn schedule_renewal(&mut self, now: Instant) {
+        let half_way = now + self.cancel_at.saturating_duration_since(now) / 2;
+        let due = (now + self.renew_every).min(half_way);
+        self.next_renew_at = on_renewal_grid(due, now, self.renew_every, self.grid_origin);
+    }
+
+    /// How long since the first renewal that did not confirm, if one did not.
+    fn failing_for(&self, now: Instant) -> Option<Duration> {
+        self.first_failure_at
+            .map(|at| now.saturating_duration_since(at))
+    }
+
+    /// Decides the one cancellation, for `reason` at `now`; `None` if one was sent already
+    /// or the lease is finishing.
+    fn cancel(&mut self, reason: CancelReason, now: Instant) -> Option<Cancellation> {
+        if self.phase != Phase::Watching {
+            return None;
+        }
+        self.phase = Phase::Cancelled {
+            reason,
+            killed: false,
+        };
+        Some(Cancellation {
+            reason,
+            remaining: self.valid_until.saturating_duration_since(now),
+            stop_by: self.valid_until,
+            unconfirmed_for: self.failing_for(now),
+        })
     }
 
     /// The worker's time is up: stop it if it must be, let an attached one go.
@@ -215,54 +321,9 @@ impl Watchdog {
         actions
     }
 
-    /// The bound of a renewal when `remaining` validity is left: what is left before the
-    /// cancellation deadline; `None` if nothing is (cancel instead).
-    pub(crate) fn renew_bound(&self, remaining: Duration) -> Option<Duration> {
-        Some(remaining.saturating_sub(self.safety_margin)).filter(|b| !b.is_zero())
-    }
-
-    /// A renewal sent at `started` was confirmed, valid until `valid_until`.
-    pub(crate) fn on_renewed(&mut self, started: Instant, valid_until: Option<Instant>) {
-        self.first_failure_at = None;
-        if let Some(until) = valid_until {
-            self.confirmed_until(until);
-        }
-        self.renewals += 1;
-        self.schedule_renewal(started);
-    }
-
-    /// A renewal sent at `started` did not confirm.
-    pub(crate) fn on_renew_failed(&mut self, started: Instant) {
-        self.first_failure_at.get_or_insert(started);
-    }
-
-    /// A renewal provably never reached Redis: the old budget holds; try again soon — the
-    /// cancellation deadline gives up in time if this keeps failing.
-    pub(crate) fn on_unavailable(&mut self, now: Instant) {
-        self.next_renew_at = now + self.renew_every.min(RETRY_AFTER_UNAVAILABLE);
-    }
-
-    /// Decides the one cancellation, for `reason` at `now`; `None` if one was sent already
-    /// or the lease is finishing.
-    pub(crate) fn cancel(&mut self, reason: CancelReason, now: Instant) -> Option<Cancellation> {
-        if self.phase != Phase::Watching {
-            return None;
-        }
-        self.phase = Phase::Cancelled {
-            reason,
-            killed: false,
-        };
-        let remaining = self.valid_until.saturating_duration_since(now);
-        Some(Cancellation {
-            reason,
-            remaining,
-            stop_now: remaining.is_zero(),
-        })
-    }
-
     /// Whether the worker must be stopped now (cancelled, under `Kill`, still running, not
     /// stopped yet); if so, it counts as stopped from here on.
-    pub(crate) fn stop_worker(&mut self, worker: WorkerView) -> bool {
+    fn stop_worker(&mut self, worker: WorkerView) -> bool {
         let Phase::Cancelled {
             reason,
             killed: false,
@@ -279,25 +340,24 @@ impl Watchdog {
         };
         true
     }
-
-    /// The release begins: no timer any more, no cancellation.
-    pub(crate) fn finish(&mut self) {
-        self.phase = Phase::Finishing;
-    }
 }
 
-/// `due` brought forward to the last point of a process-wide grid (spacing
-/// `min(RENEWAL_GRID, renew_every / 8)`) — unless that is not after `now`.
+/// `due` brought forward to the last point of a grid of spacing
+/// `min(RENEWAL_GRID, renew_every / 8)` from `origin` — unless that is not after `now`.
+/// `due` before `origin` stays as it is.
 ///
-/// Why: the leases of a process then renew at a few shared instants rather than spread
-/// over every millisecond, so their renewals reach the backend together and travel in a few
-/// script calls (`RedisBackend` coalesces them): 100,000 leases renewing every 10 s make
-/// about a thousand renewals per grid point, and 10,000 a hundred. Renewing up to one
-/// spacing early (1% of the cadence with the default ttl/3) costs nothing: the budget only
-/// grows.
-pub(crate) fn on_renewal_grid(due: Instant, now: Instant, renew_every: Duration) -> Instant {
-    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let origin = *ORIGIN.get_or_init(Instant::now);
+/// Why: with one origin for a process, its leases renew at a few shared instants rather
+/// than spread over every millisecond, so their renewals reach the backend together and
+/// travel in a few script calls (`RedisBackend` coalesces them): 100,000 leases renewing
+/// every 10 s make about a thousand renewals per grid point, and 10,000 a hundred. Renewing
+/// up to one spacing early (1% of the cadence with the default ttl/3) costs nothing: the
+/// budget only grows.
+pub(crate) fn on_renewal_grid(
+    due: Instant,
+    now: Instant,
+    renew_every: Duration,
+    origin: Instant,
+) -> Instant {
     let spacing = RENEWAL_GRID.min(renew_every / 8);
     let Some(since) = due.checked_duration_since(origin) else {
         return due;

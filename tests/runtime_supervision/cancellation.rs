@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold::runtime::*;
 use leasehold::*;
-use tokio::time::{Instant, sleep};
+use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::worker::{Event, OnCancel, WorkerMsg};
 use crate::{MS, TTL, cancellations, lose_replies, settle, setup, start};
@@ -103,6 +103,38 @@ async fn unconfirmable_renewal_cancels_at_the_safety_margin() {
     assert!(at >= valid_until - margin - TTL / 3, "cancelled too early");
     s.backend.set_fault(None);
     let _ = job.wait().await;
+}
+
+/// A renewal that reached nothing is retried once over: the handle's attempts, then nothing
+/// until the next renewal on the schedule — half-way to the cancellation deadline — which
+/// keeps the lease once the store answers again.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_reached_nothing_is_tried_again_half_way_to_the_deadline() {
+    let s = setup();
+    let (job, mut rx) = start(&s, OnCancel::Exit, CancelPolicy::Kill).await;
+    let started = Instant::now();
+    // The first renewal (about 1 s in) confirmed; the second (about 2 s) will reach nothing.
+    sleep(MS * 1500).await;
+    assert_eq!(job.status().await.unwrap().renewals, 1);
+    let calls = s.backend.calls();
+    s.backend.set_fault(Some(MemoryFault::Unavailable));
+    sleep_until(started + MS * 2300).await;
+    settle().await;
+    assert_eq!(
+        s.backend.calls() - calls,
+        3,
+        "the handle's 3 attempts (`LeaseHandle::renew`), and no other retry"
+    );
+    s.backend.set_fault(None);
+    // Half-way from the failed renewal to the cancellation deadline (about 2.8 s).
+    sleep_until(started + MS * 3000).await;
+    settle().await;
+    let status = job.status().await.unwrap();
+    assert_eq!(status.renewals, 2);
+    assert_eq!(status.cancelled, None);
+    assert!(cancellations(&mut rx).is_empty());
+    job.worker().send_message(WorkerMsg::Exit).unwrap();
+    assert_eq!(job.wait().await.end, JobEnd::Completed);
 }
 
 #[tokio::test(start_paused = true)]

@@ -58,7 +58,7 @@ pub(crate) enum Input {
     MainExited { status: i32, left_behind: u32 },
     /// The keeper has no descendant left.
     TreeEmpty,
-    /// Time passed (the wake-up [`Keeper::next_wakeup`] asked for, or any other).
+    /// Time passed (the wake-up [`Keeper::poll_timeout`] asked for, or any other).
     Tick,
 }
 
@@ -126,7 +126,7 @@ impl Keeper {
     }
 
     /// When the keeper must be woken with [`Input::Tick`] even if nothing else happens.
-    pub(crate) fn next_wakeup(&self) -> Option<Nanos> {
+    pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
         if !self.tree_may_live() {
             return None;
         }
@@ -140,7 +140,7 @@ impl Keeper {
     }
 
     /// The decisions `input` calls for at `now`.
-    pub(crate) fn handle(&mut self, input: Input, now: Nanos) -> Vec<Action> {
+    pub(crate) fn handle_input(&mut self, input: Input, now: Nanos) -> Vec<Action> {
         let mut actions = Vec::new();
         match (input, self.phase) {
             (Input::Start { token, deadline }, Phase::Idle) => {

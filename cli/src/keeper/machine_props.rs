@@ -50,8 +50,8 @@ proptest! {
         steps in prop::collection::vec((input(), 0u64..2_000_000_000), 1..40),
     ) {
         let mut keeper = Keeper::new(policy);
-        keeper.handle(Input::Start { token: 1, deadline: first_deadline }, 0);
-        keeper.handle(Input::Spawned { pid: 1 }, 0);
+        keeper.handle_input(Input::Start { token: 1, deadline: first_deadline }, 0);
+        keeper.handle_input(Input::Spawned { pid: 1 }, 0);
         let mut now: Nanos = 0;
         let mut deadline = first_deadline;
         let mut killed = false;
@@ -60,15 +60,15 @@ proptest! {
             if let Input::Deadline(d) = input {
                 deadline = d;
             }
-            let actions = keeper.handle(input, now);
+            let actions = keeper.handle_input(input, now);
             killed |= actions.contains(&Action::SignalTree(Signal::Kill));
-            if now >= deadline && keeper.next_wakeup().is_some() {
+            if now >= deadline && keeper.poll_timeout().is_some() {
                 // Live past the deadline: the tick that wakes it kills.
-                let actions = keeper.handle(Input::Tick, now);
+                let actions = keeper.handle_input(Input::Tick, now);
                 killed |= actions.contains(&Action::SignalTree(Signal::Kill));
                 prop_assert!(killed, "alive at {now}, past deadline {deadline}");
             }
-            if let Some(wake) = keeper.next_wakeup() {
+            if let Some(wake) = keeper.poll_timeout() {
                 let d = deadline;
                 // The keeper never sleeps past the deadline while it is not killing.
                 prop_assert!(killed || wake <= d, "wakes at {wake} past deadline {d}");

@@ -398,15 +398,15 @@ fn every_row_of_the_keeper_table() {
     for row in ROWS {
         let mut keeper = Keeper::new(row.policy);
         for &(input, now) in row.before {
-            keeper.handle(input, now);
+            keeper.handle_input(input, now);
         }
         let mut last = Vec::new();
         for &(input, now) in row.steps {
-            last = keeper.handle(input, now);
+            last = keeper.handle_input(input, now);
         }
         assert_eq!(last, row.actions, "{}: actions", row.name);
         assert_eq!(
-            keeper.next_wakeup(),
+            keeper.poll_timeout(),
             row.wakeup,
             "{}: next wake-up",
             row.name
@@ -442,8 +442,8 @@ fn inputs_at_the_ends_of_the_clock_neither_panic_nor_leave_a_wake_up() {
             leftovers: Leftovers::Stop,
         });
         for input in inputs {
-            keeper.handle(input, now);
+            keeper.handle_input(input, now);
         }
-        assert_eq!(keeper.next_wakeup(), None, "at {now}: the tree is gone");
+        assert_eq!(keeper.poll_timeout(), None, "at {now}: the tree is gone");
     }
 }

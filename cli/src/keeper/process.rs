@@ -151,7 +151,7 @@ impl Process {
             self.reap(&mut inputs);
             inputs.push_back(Input::Tick);
             while let Some(input) = inputs.pop_front() {
-                for action in self.keeper.handle(input, now) {
+                for action in self.keeper.handle_input(input, now) {
                     if let Some(code) = self.act(action, &mut inputs) {
                         return code;
                     }
@@ -163,7 +163,7 @@ impl Process {
     /// Blocks until an order, a child's exit, or the machine's next wake-up; says whether
     /// the orders pipe has something to read (data or its end).
     fn wait_for_something(&self) -> bool {
-        let timeout = self.keeper.next_wakeup().map_or(-1, |at| {
+        let timeout = self.keeper.poll_timeout().map_or(-1, |at| {
             let ns = at.saturating_sub(mono_now());
             // Round up: waking early would only loop once more.
             i32::try_from(ns.div_ceil(1_000_000)).unwrap_or(i32::MAX)

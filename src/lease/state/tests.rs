@@ -151,15 +151,15 @@ fn every_arrow_of_the_handle_state_machine() {
         let (to, outcome) = match row.event {
             Observe => (from.observe(now), O::None),
             Reply(reply, sent) => {
-                let (to, outcome) = from.on_renew_reply(reply, at(t0, sent), now, PARAMS);
+                let (to, outcome) = from.handle_renew_reply(reply, at(t0, sent), now, PARAMS);
                 (to, kind(&outcome))
             }
             Failed { maybe_sent } => {
                 let detail = FailureDetail::new(FailureKind::Timeout, "test");
-                let (to, outcome) = from.on_renew_failed(maybe_sent, detail, now);
+                let (to, outcome) = from.handle_renew_failed(maybe_sent, detail, now);
                 (to, kind(&outcome))
             }
-            Release(k) => (from.on_release(&release(k)), O::None),
+            Release(k) => (from.handle_release(&release(k)), O::None),
         };
         let what = format!("row {i}: {:?} + {:?} at {}", row.from, row.event, row.at);
         assert_eq!(to, state(t0, row.to), "{what}: state");

@@ -23,9 +23,11 @@
 //!    [`CancelReason::Shutdown`] (unless one was sent) and gives it a grace, within local
 //!    validity, to end on its own before stopping it.
 
+mod effects;
 mod state;
 
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, Message, SupervisionEvent};
@@ -38,8 +40,9 @@ use crate::runtime::watchdog::{Action, Watchdog};
 use crate::runtime::worker::Worker;
 use crate::runtime::worker::WorkerState;
 use crate::runtime::{CancelReason, JobEnd, LeaseCancelled};
+pub(crate) use effects::release_time;
 use state::ArmedTimer;
-pub(crate) use state::{LeaseActorArgs, LeaseActorState, release_time};
+pub(crate) use state::{LeaseActorArgs, LeaseActorState};
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must
 /// accept a [`LeaseCancelled`].
@@ -110,6 +113,13 @@ pub(crate) fn stop_time(command_timeout: Duration) -> Duration {
     STOP_GRACE + KILL_WAIT + release_time(command_timeout)
 }
 
+/// Where the renewal grid of every lease in this process starts: one origin, so leases
+/// renew at shared instants (see [`on_renewal_grid`](crate::runtime::watchdog::on_renewal_grid)).
+fn renewal_grid_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
 // Each handler's future is boxed (one allocation per message): ractor allocates an actor's
 // message loop once, at the size of its largest state, so unboxed every held lease would
 // carry room for a release with retries — 1.3 KB — for its whole life.
@@ -130,7 +140,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             cancel,
             status,
             report,
-            slot,
+            admission,
             renew_every,
             safety_margin,
         } = args;
@@ -154,8 +164,15 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             cancel,
             status,
             report,
-            slot,
-            watchdog: Watchdog::new(valid_until, now, renew_every, safety_margin, policy),
+            admission,
+            watchdog: Watchdog::new(
+                valid_until,
+                now,
+                renew_every,
+                safety_margin,
+                policy,
+                renewal_grid_origin(),
+            ),
             cancelled: None,
             timer: 0,
             armed: ArmedTimer::default(),
@@ -241,11 +258,13 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             }
             other => state.worker = other,
         }
-        if state.handle.state() != LeaseState::Active {
+        let actions = if state.handle.state() == LeaseState::Active {
+            Vec::new()
+        } else {
             // A replay born without validity: cancel at once.
-            state.cancel(CancelReason::RenewalUnconfirmed);
-        }
-        state.arm(&myself);
+            state.on_cancel(CancelReason::RenewalUnconfirmed)
+        };
+        Self::perform(&myself, state, actions).await;
         Ok(())
     }
 
@@ -260,17 +279,19 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             Command::Tick(_) => {
                 let actions = state
                     .watchdog
-                    .on_timeout(Instant::now(), state.worker.view());
+                    .handle_timeout(Instant::now(), state.worker.view());
                 Self::perform(&myself, state, actions).await;
             }
             Command::Drain => {
-                state.cancel(CancelReason::Shutdown);
-                state.arm(&myself);
+                let actions = state.on_cancel(CancelReason::Shutdown);
+                Self::perform(&myself, state, actions).await;
             }
             Command::DrainDeadline => {
-                // Sent after `Drain`, but from another task: it may arrive first.
-                state.cancel(CancelReason::Shutdown);
-                let actions = state.watchdog.on_drain_deadline(state.worker.view());
+                // Sent after `Drain`, but from another task: it may arrive first, so the
+                // watchdog sends the drain's cancellation if it was not sent.
+                let actions = state
+                    .watchdog
+                    .handle_drain_deadline(Instant::now(), state.worker.view());
                 Self::perform(&myself, state, actions).await;
             }
             Command::Status(reply) => {
@@ -300,8 +321,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                     myself.stop(Some(format!("{LEASE_END}released")));
                 }
                 _ => {
-                    state.cancel(CancelReason::Shutdown);
-                    state.arm(&myself);
+                    let actions = state.on_cancel(CancelReason::Shutdown);
+                    Self::perform(&myself, state, actions).await;
                 }
             },
         }
@@ -314,18 +335,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         state: &mut LeaseActorState<M>,
         actions: Vec<Action>,
     ) {
-        for action in actions {
-            match action {
-                Action::Renew => state.renew().await,
-                Action::Cancel(reason) => state.cancel(reason),
-                Action::StopWorker => state.stop_worker(),
-                Action::FinishAttached => {
-                    let end = state.end_for_exit();
-                    state.finish(end).await;
-                    myself.stop(Some(format!("{LEASE_END}lease ended")));
-                }
-            }
-        }
+        state.carry_out(myself, actions).await;
         state.arm(myself);
     }
 
@@ -372,7 +382,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
 
     async fn on_post_stop(
         &self,
-        _myself: ActorRef<LeaseActorMsg>,
+        myself: ActorRef<LeaseActorMsg>,
         state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
         if state.finishing() {
@@ -380,7 +390,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         }
         // Stopped from outside while the worker ran (invariant 7); the release waits for the
         // worker's end (invariant 5).
-        state.cancel(CancelReason::Shutdown);
+        let actions = state.on_cancel(CancelReason::Shutdown);
+        state.carry_out(&myself, actions).await;
         let left = state
             .watchdog
             .valid_until()

@@ -1,12 +1,14 @@
 //! The watchdog as a table: each row drives a fresh [`Watchdog`] (confirmed until
-//! t0 + 3 s, renewing every 1 s, safety margin 200 ms) through some steps, checking each
-//! step's output, then the timer it asks for. Times are milliseconds after t0.
+//! t0 + 3 s, renewing every 1 s, safety margin 200 ms, its renewal grid starting at t0)
+//! through some steps, checking each step's output, then the timer it asks for. Times are
+//! milliseconds after t0.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::*;
+use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::LostReason;
 
 const MS: Duration = Duration::from_millis(1);
@@ -28,29 +30,60 @@ const ATTACHED: WorkerView = WorkerView {
 };
 const LOST: CancelReason = CancelReason::Lost(LostReason::Absent);
 
+/// What an action is, for the table (the timer's instants and the cancellation's details
+/// are checked apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Did {
+    Renew,
+    Confirmed,
+    Cancel(CancelReason),
+    StopWorker,
+    FinishAttached,
+}
+
+fn did(actions: &[Action]) -> Vec<Did> {
+    actions
+        .iter()
+        .map(|action| match action {
+            Action::Renew { .. } => Did::Renew,
+            Action::Confirmed => Did::Confirmed,
+            Action::Cancel(c) => Did::Cancel(c.reason),
+            Action::StopWorker => Did::StopWorker,
+            Action::FinishAttached => Did::FinishAttached,
+        })
+        .collect()
+}
+
+/// How a renewal ended, for the table.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    Lost(LostReason),
+    Indeterminate,
+    Refused(LeaseState),
+}
+
 /// One thing that happens, with what it must answer.
 #[derive(Debug, Clone, Copy)]
 enum Step {
     /// A timer fired at this time; these actions.
-    Timeout(u64, &'static [Action]),
+    Timeout(u64, &'static [Did]),
     /// A renewal sent at the first time was confirmed until the second.
     Renewed(u64, u64),
-    /// A renewal sent at this time did not confirm.
-    Failed(u64),
-    /// … and provably never reached Redis (seen at this time).
-    Unavailable(u64),
-    /// A cancellation for this reason at this time; whether it is the first, and whether
-    /// the worker must be stopped at once.
-    Cancel(CancelReason, u64, Option<bool>),
+    /// A renewal sent at the first time provably never reached Redis (seen at the second).
+    Unavailable(u64, u64),
+    /// A renewal sent at this time ended so, seen at once; these actions.
+    Ended(Ended, u64, &'static [Did]),
+    /// A cancellation for this reason at this time; these actions (none if one was sent).
+    Cancel(CancelReason, u64, &'static [Did]),
     /// Whether the worker must be stopped now.
     StopWorker(bool),
-    /// A drain's deadline passed; these actions.
-    DrainDeadline(&'static [Action]),
+    /// A drain's deadline passed at this time; these actions.
+    DrainDeadline(u64, &'static [Did]),
     /// The release begins.
     Finish,
 }
 
-/// The timer a row ends with: its kind and time, a renewal within one grid spacing before.
+/// The timer a row ends with: its kind and time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Timer {
     None,
@@ -69,230 +102,12 @@ struct Row {
     timer: Timer,
 }
 
-use Step::{Cancel, DrainDeadline, Failed, Finish, Renewed, StopWorker, Timeout, Unavailable};
+use Step::{
+    Cancel, DrainDeadline, Ended as End, Finish, Renewed, StopWorker, Timeout, Unavailable,
+};
 
-const ROWS: &[Row] = &[
-    Row {
-        name: "confirmed: renew after the cadence",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[],
-        timer: Timer::Renew(1000),
-    },
-    Row {
-        name: "a short budget (a replay) renews half-way to the cancellation deadline",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: 1000,
-        steps: &[],
-        timer: Timer::Renew(400),
-    },
-    Row {
-        name: "no budget left: the cancellation deadline comes first",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: 150,
-        steps: &[Timeout(
-            0,
-            &[Action::Cancel(CancelReason::RenewalUnconfirmed)],
-        )],
-        timer: Timer::Cancel(-50),
-    },
-    Row {
-        name: "a timer fired early does nothing",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Timeout(500, &[])],
-        timer: Timer::Renew(1000),
-    },
-    Row {
-        name: "renewal due → renew",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Timeout(1000, &[Action::Renew])],
-        timer: Timer::Renew(1000),
-    },
-    Row {
-        name: "renewed → the next one a cadence after its send",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Timeout(1000, &[Action::Renew]), Renewed(1000, 4000)],
-        timer: Timer::Renew(2000),
-    },
-    Row {
-        name: "unavailable → try again 100 ms later on the old budget",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Failed(1000), Unavailable(1000)],
-        timer: Timer::Renew(1100),
-    },
-    Row {
-        name: "unconfirmed until validity − margin → cancel",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[
-            Failed(1000),
-            Unavailable(2750),
-            Timeout(2800, &[Action::Cancel(CancelReason::RenewalUnconfirmed)]),
-        ],
-        timer: Timer::Cancel(2800),
-    },
-    Row {
-        name: "cancelled (Kill, child running) → stop it at validity end",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Cancel(LOST, 1000, Some(false))],
-        timer: Timer::StopWorker(3000),
-    },
-    Row {
-        name: "a second cancellation is not sent",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[
-            Cancel(LOST, 1000, Some(false)),
-            Cancel(CancelReason::Unknown, 1500, None),
-        ],
-        timer: Timer::StopWorker(3000),
-    },
-    Row {
-        name: "cancelled: a timer before validity end does nothing",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Cancel(LOST, 1000, Some(false)), Timeout(2999, &[])],
-        timer: Timer::StopWorker(3000),
-    },
-    Row {
-        name: "validity end, child still running → stop it, once",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[
-            Cancel(LOST, 1000, Some(false)),
-            Timeout(3000, &[Action::StopWorker]),
-            Timeout(3001, &[]),
-        ],
-        timer: Timer::None,
-    },
-    Row {
-        name: "notify-only: the child is never stopped, no timer",
-        policy: CancelPolicy::NotifyOnly,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Cancel(LOST, 1000, Some(false)), Timeout(3000, &[])],
-        timer: Timer::None,
-    },
-    Row {
-        name: "cancelled, the worker already stopped: no timer",
-        policy: CancelPolicy::Kill,
-        worker: GONE,
-        valid: VALID,
-        steps: &[Cancel(LOST, 1000, Some(false))],
-        timer: Timer::None,
-    },
-    Row {
-        name: "attached (Kill): stopped and let go of at validity end",
-        policy: CancelPolicy::Kill,
-        worker: ATTACHED,
-        valid: VALID,
-        steps: &[
-            Cancel(LOST, 1000, Some(false)),
-            Timeout(3000, &[Action::StopWorker, Action::FinishAttached]),
-        ],
-        timer: Timer::StopWorker(3000),
-    },
-    Row {
-        name: "attached (notify-only): let go of at validity end, not stopped",
-        policy: CancelPolicy::NotifyOnly,
-        worker: ATTACHED,
-        valid: VALID,
-        steps: &[
-            Cancel(LOST, 1000, Some(false)),
-            Timeout(3000, &[Action::FinishAttached]),
-        ],
-        timer: Timer::StopWorker(3000),
-    },
-    Row {
-        name: "a cancellation with no validity left stops the worker at once",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[
-            Cancel(LOST, 3000, Some(true)),
-            StopWorker(true),
-            StopWorker(false),
-        ],
-        timer: Timer::None,
-    },
-    Row {
-        name: "drained (Kill): the child is stopped at the drain's deadline, once",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[
-            Cancel(CancelReason::Shutdown, 1000, Some(false)),
-            DrainDeadline(&[Action::StopWorker]),
-            DrainDeadline(&[]),
-            Timeout(3000, &[]),
-        ],
-        timer: Timer::None,
-    },
-    Row {
-        name: "drained (Kill): an attached worker is stopped and let go of",
-        policy: CancelPolicy::Kill,
-        worker: ATTACHED,
-        valid: VALID,
-        steps: &[
-            Cancel(CancelReason::Shutdown, 1000, Some(false)),
-            DrainDeadline(&[Action::StopWorker, Action::FinishAttached]),
-        ],
-        timer: Timer::StopWorker(3000),
-    },
-    Row {
-        name: "drained (notify-only): nothing at the drain's deadline; validity end as usual",
-        policy: CancelPolicy::NotifyOnly,
-        worker: ATTACHED,
-        valid: VALID,
-        steps: &[
-            Cancel(CancelReason::Shutdown, 1000, Some(false)),
-            DrainDeadline(&[]),
-            Timeout(3000, &[Action::FinishAttached]),
-        ],
-        timer: Timer::StopWorker(3000),
-    },
-    Row {
-        name: "drain deadline before the cancellation, or when finishing: nothing",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[DrainDeadline(&[]), Finish, DrainDeadline(&[])],
-        timer: Timer::None,
-    },
-    Row {
-        name: "watching: nothing to stop",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[StopWorker(false)],
-        timer: Timer::Renew(1000),
-    },
-    Row {
-        name: "finishing: no timer, no cancellation, nothing on a timer",
-        policy: CancelPolicy::Kill,
-        worker: CHILD,
-        valid: VALID,
-        steps: &[Finish, Timeout(3000, &[]), Cancel(LOST, 3000, None)],
-        timer: Timer::None,
-    },
-];
+mod rows;
+use rows::ROWS;
 
 fn at(t0: Instant, ms: u64) -> Instant {
     t0 + MS * u32::try_from(ms).unwrap_or(u32::MAX)
@@ -307,95 +122,196 @@ fn signed(t0: Instant, ms: i64) -> Instant {
     }
 }
 
+/// A budget confirmed for a renewal sent at `sent`, valid until `until` (ms after t0).
+fn budget(t0: Instant, sent: u64, until: u64) -> ValidityBudget {
+    ValidityBudget::renewed(
+        at(t0, sent),
+        MS * u32::try_from(until - sent).unwrap_or(0),
+        Duration::ZERO,
+    )
+}
+
+fn detail() -> FailureDetail {
+    FailureDetail::new(FailureKind::Timeout, "test")
+}
+
+fn outcome(ended: Ended) -> RenewOutcome {
+    match ended {
+        Ended::Lost(reason) => RenewOutcome::Lost { reason },
+        Ended::Indeterminate => RenewOutcome::Indeterminate { detail: detail() },
+        Ended::Refused(state) => RenewOutcome::Refused { state },
+    }
+}
+
+fn watchdog(t0: Instant, valid: u64, policy: CancelPolicy) -> Watchdog {
+    Watchdog::new(at(t0, valid), t0, EVERY, MARGIN, policy, t0)
+}
+
+/// Runs `step` on `dog`, checking what it answers.
+fn run(dog: &mut Watchdog, t0: Instant, row: &Row, step: Step) {
+    let what = format!("{}: {step:?}", row.name);
+    let worker = row.worker;
+    match step {
+        Timeout(ms, expected) => {
+            assert_eq!(
+                did(&dog.handle_timeout(at(t0, ms), worker)),
+                expected,
+                "{what}"
+            );
+        }
+        Renewed(sent, until) => {
+            let renewed = RenewOutcome::Renewed {
+                remaining: MS * u32::try_from(until - sent).unwrap_or(0),
+            };
+            let (confirmed, sent) = (budget(t0, sent, until), at(t0, sent));
+            let actions = dog.handle_renew_outcome(&renewed, confirmed, sent, sent, worker);
+            assert_eq!(did(&actions), [Did::Confirmed], "{what}");
+        }
+        Unavailable(sent, ms) => {
+            let unavailable = RenewOutcome::Unavailable {
+                detail: detail(),
+                remaining: dog.valid_until().saturating_duration_since(at(t0, ms)),
+            };
+            // The handle's budget is the old one: it is not taken.
+            let stale = budget(t0, 0, 9000);
+            let actions =
+                dog.handle_renew_outcome(&unavailable, stale, at(t0, sent), at(t0, ms), worker);
+            assert_eq!(did(&actions), [], "{what}");
+        }
+        End(ended, ms, expected) => {
+            let (stale, now) = (budget(t0, 0, 9000), at(t0, ms));
+            let actions = dog.handle_renew_outcome(&outcome(ended), stale, now, now, worker);
+            assert_eq!(did(&actions), expected, "{what}");
+        }
+        Cancel(reason, ms, expected) => {
+            assert_eq!(
+                did(&dog.handle_cancel(reason, at(t0, ms), worker)),
+                expected,
+                "{what}"
+            );
+        }
+        StopWorker(expected) => assert_eq!(dog.stop_worker(worker), expected, "{what}"),
+        DrainDeadline(ms, expected) => {
+            let actions = dog.handle_drain_deadline(at(t0, ms), worker);
+            assert_eq!(did(&actions), expected, "{what}");
+        }
+        Finish => dog.finish(),
+    }
+}
+
 #[test]
 fn every_row_of_the_watchdog_table() {
     let t0 = Instant::now() + Duration::from_secs(1);
     for row in ROWS {
-        let mut dog = Watchdog::new(at(t0, row.valid), t0, EVERY, MARGIN, row.policy);
+        let mut dog = watchdog(t0, row.valid, row.policy);
         for step in row.steps {
-            match *step {
-                Timeout(ms, expected) => {
-                    let actions = dog.on_timeout(at(t0, ms), row.worker);
-                    assert_eq!(actions, expected, "{}: {step:?}", row.name);
-                }
-                Renewed(sent, until) => dog.on_renewed(at(t0, sent), Some(at(t0, until))),
-                Failed(ms) => dog.on_renew_failed(at(t0, ms)),
-                Unavailable(ms) => dog.on_unavailable(at(t0, ms)),
-                Cancel(reason, ms, expected) => {
-                    let got = dog.cancel(reason, at(t0, ms)).map(|c| c.stop_now);
-                    assert_eq!(got, expected, "{}: {step:?}", row.name);
-                }
-                StopWorker(expected) => {
-                    assert_eq!(dog.stop_worker(row.worker), expected, "{}", row.name);
-                }
-                DrainDeadline(expected) => {
-                    let actions = dog.on_drain_deadline(row.worker);
-                    assert_eq!(actions, expected, "{}: {step:?}", row.name);
-                }
-                Finish => dog.finish(),
-            }
+            run(&mut dog, t0, row, *step);
         }
-        let spacing = RENEWAL_GRID.min(EVERY / 8);
-        let deadline = dog.next_deadline(row.worker);
-        let ok = match (row.timer, deadline) {
-            (Timer::None, None) => true,
-            (Timer::Renew(ms), Some(Deadline::Renew(t))) => {
-                t <= at(t0, ms) && at(t0, ms) - t < spacing
-            }
-            (Timer::Cancel(ms), Some(Deadline::Cancel(t))) => t == signed(t0, ms),
-            (Timer::StopWorker(ms), Some(Deadline::StopWorker(t))) => t == at(t0, ms),
-            _ => false,
+        let deadline = dog.poll_timeout(row.worker);
+        let expected = match row.timer {
+            Timer::None => None,
+            Timer::Renew(ms) => Some(Deadline::Renew(at(t0, ms))),
+            Timer::Cancel(ms) => Some(Deadline::Cancel(signed(t0, ms))),
+            Timer::StopWorker(ms) => Some(Deadline::StopWorker(at(t0, ms))),
         };
-        assert!(
-            ok,
-            "{}: timer {deadline:?}, expected {:?}",
-            row.name, row.timer
-        );
+        assert_eq!(deadline, expected, "{}: timer", row.name);
     }
 }
 
 #[test]
 fn a_renewal_is_bounded_by_the_validity_left_before_the_margin() {
     let t0 = Instant::now();
-    let dog = Watchdog::new(at(t0, VALID), t0, EVERY, MARGIN, CancelPolicy::Kill);
+    let renew_at = |ms| {
+        let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
+        dog.handle_timeout(at(t0, ms), CHILD)
+    };
+    // 1 s of validity left: 800 ms to renew in.
     assert_eq!(
-        dog.renew_bound(Duration::from_secs(1)),
-        Some(Duration::from_millis(800))
+        renew_at(2000),
+        [Action::Renew {
+            until: at(t0, 2000) + Duration::from_millis(800)
+        }]
     );
-    assert_eq!(dog.renew_bound(MARGIN), None);
-    assert_eq!(dog.renew_bound(Duration::ZERO), None);
+    // No more than the margin left, or nothing: no renewal, the cancellation.
+    for ms in [VALID - 200, VALID] {
+        let actions = renew_at(ms);
+        assert!(!did(&actions).contains(&Did::Renew), "{ms}: {actions:?}");
+        assert_eq!(
+            did(&actions)[0],
+            Did::Cancel(CancelReason::RenewalUnconfirmed)
+        );
+    }
 }
 
 #[test]
 fn the_cancellation_delay_counts_from_the_first_renewal_that_did_not_confirm() {
     let t0 = Instant::now();
-    let mut dog = Watchdog::new(at(t0, VALID), t0, EVERY, MARGIN, CancelPolicy::Kill);
+    let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
     assert_eq!(dog.failing_for(at(t0, 1500)), None);
-    dog.on_renew_failed(at(t0, 1000));
-    dog.on_renew_failed(at(t0, 1100));
+    let unavailable = RenewOutcome::Unavailable {
+        detail: detail(),
+        remaining: MS * 2000,
+    };
+    let stale = budget(t0, 0, VALID);
+    for ms in [1000, 1100] {
+        let now = at(t0, ms);
+        dog.handle_renew_outcome(&unavailable, stale, now, now, CHILD);
+    }
     assert_eq!(dog.failing_for(at(t0, 1500)), Some(MS * 500));
-    dog.on_renewed(at(t0, 1200), Some(at(t0, 4200)));
+    let renewed = RenewOutcome::Renewed {
+        remaining: MS * 3000,
+    };
+    let (sent, confirmed) = (at(t0, 1200), budget(t0, 1200, 4200));
+    dog.handle_renew_outcome(&renewed, confirmed, sent, sent, CHILD);
     assert_eq!(dog.failing_for(at(t0, 1500)), None);
     assert_eq!(dog.renewals(), 1);
-    let cancellation = dog.cancel(CancelReason::Unknown, at(t0, 4000));
+    let cancellation = dog.handle_cancel(CancelReason::Unknown, at(t0, 4000), CHILD);
     assert_eq!(
         cancellation,
-        Some(Cancellation {
+        [Action::Cancel(Cancellation {
             reason: CancelReason::Unknown,
             remaining: MS * 200,
-            stop_now: false,
-        })
+            stop_by: at(t0, 4200),
+            unconfirmed_for: None,
+        })]
+    );
+}
+
+#[test]
+fn a_cancellation_after_failed_renewals_says_since_when() {
+    let t0 = Instant::now();
+    let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
+    let lost = RenewOutcome::Lost {
+        reason: LostReason::NotOwner,
+    };
+    let actions = dog.handle_renew_outcome(
+        &lost,
+        budget(t0, 0, 9000),
+        at(t0, 1000),
+        at(t0, 1250),
+        CHILD,
+    );
+    assert_eq!(
+        actions,
+        [Action::Cancel(Cancellation {
+            reason: CancelReason::Lost(LostReason::NotOwner),
+            remaining: MS * 1750,
+            stop_by: at(t0, VALID),
+            unconfirmed_for: Some(MS * 250),
+        })]
     );
 }
 
 #[test]
 fn renewals_due_within_one_grid_spacing_share_an_instant_no_later_than_due() {
     let now = Instant::now();
+    // An origin off the instants the renewals fall due.
+    let origin = now - MS * 37;
     let every = Duration::from_secs(10);
     let dues: Vec<Instant> = (0..100).map(|i| now + every + MS * i / 10).collect();
     let aligned: Vec<Instant> = dues
         .iter()
-        .map(|&due| on_renewal_grid(due, now, every))
+        .map(|&due| on_renewal_grid(due, now, every, origin))
         .collect();
     for (due, at) in dues.iter().zip(&aligned) {
         assert!(at <= due && *due - *at < RENEWAL_GRID, "{at:?} for {due:?}");
@@ -410,16 +326,44 @@ fn renewals_due_within_one_grid_spacing_share_an_instant_no_later_than_due() {
 #[test]
 fn a_short_cadence_gets_a_finer_grid_and_nothing_moves_into_the_past() {
     let now = Instant::now();
+    let origin = now - MS * 3;
     let every = Duration::from_millis(40);
     for i in 0..50 {
         let due = now + every + MS * i / 7;
-        let at = on_renewal_grid(due, now, every);
+        let at = on_renewal_grid(due, now, every, origin);
         assert!(at <= due && due - at < every / 8, "{at:?} for {due:?}");
     }
     // Due within a spacing of now: never moved to now or before it.
     for i in 1..20 {
         let due = now + MS * i / 4;
-        let at = on_renewal_grid(due, now, every);
+        let at = on_renewal_grid(due, now, every, origin);
         assert!(at <= due && (at > now || at == due), "{at:?} for {due:?}");
     }
+}
+
+#[test]
+fn the_grid_counts_from_its_origin() {
+    let origin = Instant::now() + Duration::from_secs(1);
+    let every = Duration::from_secs(10);
+    let now = origin + MS * 50;
+    // Spacing 100 ms from the origin: due at 1,234 ms, renewed at 1,200.
+    assert_eq!(
+        on_renewal_grid(origin + MS * 1234, now, every, origin),
+        origin + MS * 1200
+    );
+    // A cadence of 400 ms: spacing 50 ms.
+    let short = Duration::from_millis(400);
+    assert_eq!(
+        on_renewal_grid(origin + MS * 449, now, short, origin),
+        origin + MS * 400
+    );
+    // The grid point is not after `now`: due as it is; due before the origin too.
+    assert_eq!(
+        on_renewal_grid(origin + MS * 99, now, every, origin),
+        origin + MS * 99
+    );
+    assert_eq!(
+        on_renewal_grid(origin - MS * 10, origin - MS * 20, every, origin),
+        origin - MS * 10
+    );
 }

@@ -1,0 +1,241 @@
+//! The effects of the watchdog's decisions on a lease actor's state: the renewal call, the
+//! one cancellation, stopping the worker, the timer, and the release with its report —
+//! the I/O, messages and telemetry the watchdog leaves out.
+
+use std::time::Duration;
+
+use ractor::{ActorRef, Message};
+use tokio::time::Instant;
+
+use super::state::LeaseActorState;
+use super::{KILL_WAIT, LEASE_END};
+use crate::backend::{FailureDetail, FailureKind};
+use crate::lease::{LeaseHandle, ReleaseOutcome};
+use crate::runtime::message::{Command, LeaseActorMsg};
+use crate::runtime::watchdog::{Action, Cancellation};
+use crate::runtime::worker::WorkerState;
+use crate::runtime::{JobEnd, LeaseCancelled, LeaseReport};
+use crate::telemetry;
+
+impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
+    /// Carries out `actions`, in order, and those a renewal's outcome calls for.
+    pub(super) async fn carry_out(
+        &mut self,
+        myself: &ActorRef<LeaseActorMsg>,
+        actions: Vec<Action>,
+    ) {
+        let mut pending = std::collections::VecDeque::from(actions);
+        while let Some(action) = pending.pop_front() {
+            match action {
+                Action::Renew { until } => {
+                    let next = self.renew(until).await;
+                    for action in next.into_iter().rev() {
+                        pending.push_front(action);
+                    }
+                }
+                Action::Confirmed => self.publish(),
+                Action::Cancel(cancellation) => self.send_cancellation(cancellation),
+                Action::StopWorker => self.stop_worker(),
+                Action::FinishAttached => {
+                    let end = self.end_for_exit();
+                    self.finish(end).await;
+                    myself.stop(Some(format!("{LEASE_END}lease ended")));
+                }
+            }
+        }
+    }
+
+    /// Arms the one timer the watchdog asks for, replacing the one armed before.
+    pub(super) fn arm(&mut self, myself: &ActorRef<LeaseActorMsg>) {
+        self.timer += 1;
+        let Some(deadline) = self.watchdog.poll_timeout(self.worker.view()) else {
+            return;
+        };
+        let generation = self.timer;
+        let delay = deadline.at().saturating_duration_since(Instant::now());
+        tracing::trace!(?deadline, ?delay, "lease actor timer armed");
+        let task = myself.send_after(delay, move || LeaseActorMsg(Command::Tick(generation)));
+        self.armed.replace(Some(task));
+    }
+
+    /// One renewal, giving up at `until`; what its outcome calls for.
+    async fn renew(&mut self, until: Instant) -> Vec<Action> {
+        let started = Instant::now();
+        let (outcome, confirmed) = self.handle.renew_until(until).await;
+        let worker = self.worker.view();
+        self.watchdog
+            .handle_renew_outcome(&outcome, confirmed, started, Instant::now(), worker)
+    }
+
+    /// Sends the one cancellation (invariant 2) the watchdog decided.
+    fn send_cancellation(&mut self, cancellation: Cancellation) {
+        let Cancellation {
+            reason,
+            remaining,
+            stop_by,
+            unconfirmed_for,
+        } = cancellation;
+        let message = LeaseCancelled {
+            reason,
+            token: self.handle.token(),
+            remaining_validity: remaining,
+            stop_by,
+        };
+        tracing::info!(
+            reason = reason.as_str(),
+            token = self.handle.token().get(),
+            remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            "lease cancelled"
+        );
+        telemetry::cancellation(self.handle.purpose(), reason.as_str(), unconfirmed_for);
+        self.cancelled = Some(message.clone());
+        // Published before the token fires, so work woken by it reads the reason.
+        self.publish();
+        self.cancel.cancel();
+        if self.worker.alive() {
+            let target = match &self.worker {
+                WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => Some(worker),
+                _ => None,
+            };
+            if let Some(worker) = target {
+                // A worker that has just stopped cannot receive it; that is fine (it is gone).
+                let _ = worker.send_message(M::from(message));
+            }
+        }
+    }
+
+    /// Stops the worker; the watchdog decided it must be.
+    fn stop_worker(&self) {
+        tracing::warn!(
+            token = self.handle.token().get(),
+            "worker still running at the end of local validity; stopping it"
+        );
+        match &self.worker {
+            WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => worker.kill(),
+            WorkerState::Task { task, .. } => task.abort(),
+            WorkerState::Pending(_) | WorkerState::PendingTask(_) | WorkerState::Starting => {}
+        }
+    }
+
+    /// Releases the lease and sends the report (invariant 5: the worker has stopped, or is
+    /// attached and asked for it).
+    pub(super) async fn finish(&mut self, end: JobEnd) -> LeaseReport {
+        self.watchdog.finish();
+        self.timer += 1;
+        self.armed.replace(None);
+        let release = release_retrying(&mut self.handle).await;
+        self.publish();
+        let report = LeaseReport {
+            end,
+            cancelled: self.cancelled.clone(),
+            release,
+            token: self.handle.token(),
+        };
+        tracing::info!(
+            end = report.end.as_str(),
+            release = report.release.as_str(),
+            token = report.token.get(),
+            "lease actor finished"
+        );
+        // The admission first: a caller that starts the next lease the moment it reads the
+        // report must find it free.
+        drop(self.admission.take());
+        if let Some(tx) = self.report.take() {
+            let _ = tx.send(report.clone());
+        }
+        self.cancel.cancel();
+        report
+    }
+
+    pub(super) fn end_for_exit(&self) -> JobEnd {
+        match &self.cancelled {
+            Some(c) => JobEnd::Cancelled {
+                reason: c.reason,
+                killed: self.watchdog.killed(),
+            },
+            None => JobEnd::Completed,
+        }
+    }
+}
+
+/// Releases `handle` once its worker stopped. A release that did not land leaves the key
+/// held until its TTL; the worker has stopped, so a few bounded retries cost nothing and
+/// usually free it sooner. The release is owner-checked, so a retry after an unseen success
+/// reads ABSENT.
+async fn release_retrying(handle: &mut LeaseHandle) -> ReleaseOutcome {
+    let mut release = handle.release().await;
+    for _ in 1..RELEASE_ATTEMPTS {
+        if !matches!(
+            release,
+            ReleaseOutcome::Unavailable { .. } | ReleaseOutcome::Indeterminate { .. }
+        ) {
+            break;
+        }
+        tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
+        release = handle.release().await;
+    }
+    release
+}
+
+/// Release attempts when finishing, and the pause between them.
+const RELEASE_ATTEMPTS: u32 = 3;
+const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest a finishing lease actor spends releasing, with `command_timeout` per call.
+pub(crate) fn release_time(command_timeout: Duration) -> Duration {
+    command_timeout * RELEASE_ATTEMPTS + RELEASE_RETRY_PAUSE * (RELEASE_ATTEMPTS - 1)
+}
+
+impl<M> Drop for LeaseActorState<M> {
+    fn drop(&mut self) {
+        // Invariant 6: reached after a panic or kill too, where post_stop does not run.
+        self.cancel.cancel();
+        let running = self.worker.take_running();
+        if let Some(running) = &running {
+            running.kill();
+        }
+        let Some(tx) = self.report.take() else {
+            // Nobody to tell: the handle's drop releases best effort.
+            drop(self.admission.take());
+            return;
+        };
+        let cancelled = self.cancelled.clone();
+        let token = self.handle.token();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(self.admission.take());
+            let _ = tx.send(LeaseReport {
+                end: JobEnd::Aborted,
+                cancelled,
+                release: ReleaseOutcome::Indeterminate {
+                    detail: FailureDetail::new(
+                        FailureKind::Abandoned,
+                        "lease actor ended outside a tokio runtime; its lease expires by its ttl",
+                    ),
+                },
+                token,
+            });
+            return;
+        };
+        // Released here, as `finish` would — once the worker stopped (invariant 5) — so the
+        // report says what the release did, not that it was left to someone else.
+        let (mut handle, admission) = (self.handle.take(), self.admission.take());
+        runtime.spawn(async move {
+            if let Some(running) = running {
+                running.stop(KILL_WAIT).await;
+            }
+            let release = release_retrying(&mut handle).await;
+            tracing::info!(
+                release = release.as_str(),
+                token = token.get(),
+                "lease actor ended from outside; released"
+            );
+            drop(admission);
+            let _ = tx.send(LeaseReport {
+                end: JobEnd::Aborted,
+                cancelled,
+                release,
+                token,
+            });
+        });
+    }
+}
