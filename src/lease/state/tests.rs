@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::*;
+use super::{
+    FailureDetail, HandleState, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, RenewParams,
+    RenewReply, ValidityBudget,
+};
 use crate::backend::FailureKind;
 
 const MS: Duration = Duration::from_millis(1);

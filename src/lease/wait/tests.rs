@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::*;
+use super::{AcquireOutcome, Attempt, BACKOFF_MAX, Patience, RESUBSCRIBE_MAX, Step, WaitPolicy};
 use crate::backend::{FailureDetail, FailureKind};
 use crate::protocol::OperationId;
 

@@ -122,7 +122,8 @@ fn renewal_grid_origin() -> Instant {
 
 // Each handler's future is boxed (one allocation per message): ractor allocates an actor's
 // message loop once, at the size of its largest state, so unboxed every held lease would
-// carry room for a release with retries — 1.3 KB — for its whole life.
+// carry room for a release with retries for its whole life (docs/performance.md, "Behind
+// the constants").
 impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
     type Msg = LeaseActorMsg;
     type State = LeaseActorState<M>;

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::*;
+use super::{
+    Action, CancelPolicy, CancelReason, Cancellation, Deadline, LeaseState, RENEWAL_GRID,
+    RenewOutcome, ValidityBudget, Watchdog, WorkerView, on_renewal_grid,
+};
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::LostReason;
 
