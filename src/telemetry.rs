@@ -26,8 +26,9 @@
 //!
 //! The event counters a dashboard watches for trouble — cancellations by reason, renewals
 //! `lost`, `indeterminate` and `unavailable`, transitions from `active` into `lost` and
-//! `unknown` — exist at zero from the first lease a purpose holds in the process, so
-//! Prometheus's `increase` sees their first event too.
+//! `unknown` — exist at zero from the first lease a purpose holds in the process, and a
+//! waiter's — acquisitions `acquired`, wake-ups by a release notice — from the purpose's
+//! first wait, so Prometheus's `increase` sees their first event too.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -136,6 +137,7 @@ pub(crate) fn renew_margin(purpose: &Purpose, margin: Duration) {
 }
 
 pub(crate) fn wait_retry(purpose: &Purpose, cause: &'static str) {
+    start_at_zero("waiting", AT_ZERO_WAITING, purpose);
     counter!(names::WAIT_RETRIES_TOTAL, "purpose" => purpose_label(purpose), "cause" => cause)
         .increment(1);
 }
@@ -178,16 +180,20 @@ pub(crate) struct HeldLease {
     purpose: Purpose,
 }
 
-/// Purposes whose event counters this process created at zero ([`start_at_zero`]).
-static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+/// Purposes whose event counters this process created at zero ([`start_at_zero`]), by
+/// the list they were created from.
+static SEEN: Mutex<BTreeSet<(&'static str, String)>> = Mutex::new(BTreeSet::new());
 
-/// The event counters a dashboard must see move from zero. Prometheus's `increase` cannot
-/// tell a series born at its first increment from one that was always there, so a process
-/// whose one lease is cancelled once would show no cancellation at all; each of these
-/// series is created at zero instead, the first time a purpose holds a lease here. The
-/// label values are the `as_str()` spellings of `CancelReason`, `RenewOutcome` and the
-/// lease states.
-const AT_ZERO: &[(&str, &[(&str, &str)])] = &[
+/// A label set of one series created at zero.
+type AtZero = (&'static str, &'static [(&'static str, &'static str)]);
+
+/// The event counters a dashboard must see move from zero, once a purpose holds a lease.
+/// Prometheus's `increase` cannot tell a series born at its first increment from one that
+/// was always there, so a process whose one lease is cancelled once would show no
+/// cancellation at all; each of these series is created at zero instead, the first time a
+/// purpose holds a lease here. The label values are the `as_str()` spellings of
+/// `CancelReason`, `RenewOutcome` and the lease states.
+const AT_ZERO_HELD: &[AtZero] = &[
     (names::CANCELLATIONS_TOTAL, &[("reason", "lost")]),
     (names::CANCELLATIONS_TOTAL, &[("reason", "unknown")]),
     (
@@ -208,16 +214,23 @@ const AT_ZERO: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
-/// Creates [`AT_ZERO`]'s series for `purpose`, once per process and purpose (`increment(0)`
-/// creates a series without changing a count).
-fn start_at_zero(purpose: &Purpose) {
+/// The same for a purpose's first wait here: a waiter's one acquisition, and the release
+/// notice that woke it, show as an increase.
+const AT_ZERO_WAITING: &[AtZero] = &[
+    (names::ACQUIRE_TOTAL, &[("outcome", "acquired")]),
+    (names::WAIT_WAKEUPS_TOTAL, &[]),
+];
+
+/// Creates the series of `list` (named `list_name`) for `purpose`, once per process,
+/// list and purpose (`increment(0)` creates a series without changing a count).
+fn start_at_zero(list_name: &'static str, list: &[AtZero], purpose: &Purpose) {
     {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-        if !seen.insert(purpose.as_str().to_owned()) {
+        if !seen.insert((list_name, purpose.as_str().to_owned())) {
             return;
         }
     }
-    for &(name, labels) in AT_ZERO {
+    for &(name, labels) in list {
         let mut all = vec![metrics::Label::new("purpose", purpose_label(purpose))];
         all.extend(
             labels
@@ -230,7 +243,7 @@ fn start_at_zero(purpose: &Purpose) {
 
 impl HeldLease {
     pub(crate) fn register(purpose: &Purpose, valid_until: Instant) -> Self {
-        start_at_zero(purpose);
+        start_at_zero("held", AT_ZERO_HELD, purpose);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         gauge!(names::LEASES_HELD, "purpose" => purpose_label(purpose)).increment(1.0);
         with_held(|held| {

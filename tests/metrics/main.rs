@@ -414,3 +414,47 @@ async fn event_counters_exist_at_zero_once_a_purpose_holds_a_lease() {
         1
     );
 }
+
+/// A waiter's one acquisition and the release notice that woke it show as an increase:
+/// their series exist at zero from the purpose's first wait in the process.
+#[tokio::test(start_paused = true)]
+async fn a_waiters_acquisition_and_wakeup_exist_at_zero_once_it_waits() {
+    const WAITING: &str = "metrics-wait-zero";
+    let (client, _) = setup();
+    let request = |op: &str| {
+        LeaseRequest::builder(
+            Purpose::new(WAITING).unwrap(),
+            ResourceDigest::of("r"),
+            client.new_attempt(op).unwrap(),
+        )
+        .wait_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+    };
+    // The holder acquires before the recorder is installed: what it sees is the waiter's.
+    let mut holder = client
+        .try_acquire(&request("holder"))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let m = Recorded::default();
+    let _guard = metrics::set_default_local_recorder(&m);
+    let (waiter, waiting) = (client.clone(), request("waiter"));
+    let task = tokio::spawn(async move { waiter.acquire(&waiting).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let acquired = series(
+        names::ACQUIRE_TOTAL,
+        &[("purpose", WAITING), ("outcome", "acquired")],
+    );
+    let woken = series(names::WAIT_WAKEUPS_TOTAL, &[("purpose", WAITING)]);
+    let counters = m.counters();
+    assert_eq!(counters.get(&acquired), Some(&0), "acquired at zero");
+    assert_eq!(counters.get(&woken), Some(&0), "wake-ups at zero");
+
+    let _ = holder.release().await;
+    assert!(matches!(task.await.unwrap(), AcquireOutcome::Acquired(_)));
+    let counters = m.counters();
+    assert_eq!(counters.get(&acquired), Some(&1));
+    assert_eq!(counters.get(&woken), Some(&1));
+}
