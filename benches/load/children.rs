@@ -54,6 +54,17 @@ pub(crate) fn child_main(args: &[String]) {
                     .expect("peer renewal workload");
             });
         }
+        "actor-floor" => {
+            let n: usize = args
+                .get(4)
+                .and_then(|n| n.parse().ok())
+                .expect("actor count");
+            runtime.block_on(async move {
+                tokio::spawn(actor_floor(env, n))
+                    .await
+                    .expect("actor floor");
+            });
+        }
         other => panic!("unknown child role {other}"),
     }
     // Leftover background tasks (connection drivers) end with the runtime.

@@ -24,7 +24,7 @@
 //! Every measured row is one line:
 //!
 //! ```text
-//! RESULT workload=<W1|W2|W3|H|R10k|R100k|A|floor-…> flavor=<current_thread|multi_thread>
+//! RESULT workload=<W1|W2|W3|H|R10k|R100k|A|floor-…|floor-actor> flavor=<current_thread|multi_thread>
 //!        ops_per_s=… p50_us=… p99_us=… ratio_to_floor=… <extra>=…
 //! ```
 //!
@@ -112,6 +112,7 @@ use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Sh
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use redis::aio::MultiplexedConnection;
 
+mod actor_floor;
 mod actors;
 mod children;
 mod core;
@@ -125,6 +126,7 @@ mod probes;
 mod redis_server;
 mod renewals;
 
+use actor_floor::*;
 use actors::*;
 use children::*;
 use core::*;
@@ -206,6 +208,18 @@ fn main() {
             peer_rows.push((peer, row));
         }
         r_peer_ratios(flavor, &line, &peer_rows);
+        // A bare actor's memory in the same run: the floor of a held lease's.
+        let floor = run_child(&[
+            "actor-floor",
+            flavor,
+            &url,
+            &quick.to_string(),
+            &small.to_string(),
+        ])
+        .into_iter()
+        .find(|l| l.starts_with("RESULT workload=floor-actor"))
+        .expect("the actor-floor child printed no RESULT line");
+        rss_above_actor(flavor, &line, &floor);
         r_small.push((flavor.to_owned(), line));
     }
     // R100k takes ~35 s per flavour: multi_thread (the usual server set-up) first, then
