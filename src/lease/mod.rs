@@ -25,5 +25,4 @@ pub use outcome::{
     InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };
 pub use settings::{ENV_VARS, LeaseSettings};
-pub use validity::ValidityBudget;
 pub(crate) use wait::Patience;

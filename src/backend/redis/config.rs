@@ -133,8 +133,8 @@ impl RedisConfig {
         self
     }
 
-    /// Most operations the backend keeps waiting to be sent (1 ..= 1,048,576; default
-    /// [`DEFAULT_QUEUE_LIMIT`](crate::protocol::limits::DEFAULT_QUEUE_LIMIT), 16,384).
+    /// Most operations the backend keeps waiting to be sent (1 ..=
+    /// [`MAX_QUEUE_LIMIT`](crate::protocol::limits::MAX_QUEUE_LIMIT); default 16,384).
     ///
     /// Under standalone and Sentinel, operations beyond what the script calls in flight
     /// carry wait in one queue, whatever their number, as long as the connection answers;
