@@ -4,9 +4,9 @@
 //! layer may import it, it imports nothing of leasehold but the crate's error type.
 //!
 //! What a caller names every day — [`LeaseRequest`], [`Purpose`], [`ResourceDigest`],
-//! [`FencingToken`], [`LeaseKeys`]… — is at the crate root. Here: the request's builder and its replica wait, the scripts' typed replies
-//! (what [`LeaseBackend`](crate::LeaseBackend)'s methods answer), and the bounds
-//! ([`limits`]).
+//! [`FencingToken`], [`LeaseKeys`]… — is at the crate root. Here: the request's builder
+//! and its replica wait, the scripts' typed replies (what
+//! [`LeaseBackend`](crate::LeaseBackend)'s methods answer), and the bounds ([`limits`]).
 
 pub(crate) mod attempt;
 pub(crate) mod digest;
