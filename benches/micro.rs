@@ -6,14 +6,14 @@
 //! ```
 //!
 //! Reply decoding is crate-private; it is reached through the hidden `fuzzing` feature that
-//! the crate's own dev-dependency turns on (`backend::redis::fuzzing`, the decoders
+//! the crate's own dev-dependency turns on (`leasehold::fuzzing`, the decoders
 //! unchanged), from the bytes Redis sends for one script call of sixteen refusals.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use leasehold::backend::redis::fuzzing as decode;
+use leasehold::fuzzing as decode;
 use leasehold::{
     AcquireOutcome, Attempt, LeaseClient, LeaseRequest, LeaseSettings, MemoryBackend, OperationId,
     Purpose, ReleaseOutcome, RenewOutcome, ResourceDigest,

@@ -62,7 +62,7 @@ impl Target {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = LeaseClient::from_env_or_memory()?;
-    let mut target = match std::env::var(leasehold::lease::REDIS_URL_ENV) {
+    let mut target = match std::env::var(leasehold::REDIS_URL_ENV) {
         Ok(url) => Target::Redis(
             redis::Client::open(url)?
                 .get_multiplexed_async_connection()

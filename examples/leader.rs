@@ -49,7 +49,7 @@ impl Actor for Lead {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let memory = MemoryBackend::new();
-    let redis_url = std::env::var(leasehold::lease::REDIS_URL_ENV).ok();
+    let redis_url = std::env::var(leasehold::REDIS_URL_ENV).ok();
     let connect = || match &redis_url {
         Some(url) => LeaseClient::redis(url, LeaseSettings::default()),
         None => LeaseClient::new(memory.clone(), LeaseSettings::default()),

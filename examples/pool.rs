@@ -18,7 +18,7 @@ const PERMITS: u32 = 2;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let client = match std::env::var(leasehold::lease::REDIS_URL_ENV) {
+    let client = match std::env::var(leasehold::REDIS_URL_ENV) {
         Ok(url) => LeaseClient::redis(&url, LeaseSettings::default())?,
         Err(_) => LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?,
     };

@@ -22,7 +22,7 @@ use leasehold::{
 #[tokio::main]
 async fn main() -> Result<(), LeaseError> {
     let client = LeaseClient::from_env_or_memory()?;
-    let backend = if std::env::var(leasehold::lease::REDIS_URL_ENV).is_ok() {
+    let backend = if std::env::var(leasehold::REDIS_URL_ENV).is_ok() {
         "redis"
     } else {
         "memory"

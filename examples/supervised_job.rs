@@ -94,7 +94,7 @@ impl Actor for ReportJob {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One store, two "processes": on Redis, two clients; in memory, clones of one backend.
     let memory = MemoryBackend::new();
-    let redis_url = std::env::var(leasehold::lease::REDIS_URL_ENV).ok();
+    let redis_url = std::env::var(leasehold::REDIS_URL_ENV).ok();
     let client = || match &redis_url {
         Some(url) => LeaseClient::redis(url, LeaseSettings::default()),
         None => LeaseClient::new(memory.clone(), LeaseSettings::default()),
@@ -147,7 +147,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .get_multiplexed_async_connection()
                 .await?;
             let _: i64 = redis::cmd("DEL")
-                .arg(&keys.lease)
+                .arg(keys.lease())
                 .query_async(&mut conn)
                 .await?;
         }

@@ -32,9 +32,13 @@
 //! |---|---|---|
 //! | cli | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`), package `leasehold-cli` | runtime, lease core |
 //! | runtime | [`runtime`]: [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core |
-//! | lease core | [`lease`]: [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | backend, protocol |
-//! | backend | [`backend`]: [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol |
+//! | lease core | `lease`: [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | backend, protocol |
+//! | backend | `backend`: [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol |
 //! | protocol | [`protocol`]: keys, digests, attempts, requests, typed replies (pure) | nothing |
+//!
+//! What a caller names every day is at the crate root, whatever its layer; [`runtime`],
+//! [`protocol`] (the request's builder, the scripts' replies, the bounds in
+//! [`protocol::limits`]) and [`telemetry`] hold the rest. Each item has one path.
 //!
 //! # `try_acquire` vs `acquire`
 //!
@@ -143,27 +147,34 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod backend;
+mod backend;
 mod error;
-pub mod lease;
+mod lease;
 pub mod protocol;
 pub mod runtime;
 pub mod telemetry;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use backend::fuzzing;
 pub use backend::{
-    FailureDetail, FailureKind, LeaseBackend, MemoryBackend, MemoryFault, RedisBackend,
-    RedisConfig, ReplicatedReply, SendFailure,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, MemoryBackend, MemoryFault,
+    RedisBackend, RedisConfig, ReleaseNotices, ReplicatedReply, SendFailure,
 };
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
-    AcquireOutcome, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver, LeaseSettings,
-    LeaseState, ListCoverage, ListOutcome, ListedLease, ListedSlot, LostReason, ReleaseOutcome,
-    RenewOutcome, Replication, ResourceHolder, SlotHolder, ValidityBudget,
+    AcquireOutcome, ENV_VARS, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver,
+    LeaseSettings, LeaseState, ListCoverage, ListOutcome, ListedLease, ListedSlot, LostReason,
+    REDIS_URL_ENV, ReleaseOutcome, RenewOutcome, Replication, ResourceHolder, SlotHolder,
 };
-pub use protocol::{
-    Attempt, FencingToken, HolderLabel, LeaseKeys, LeaseRequest, Namespace, OperationId,
-    OwnerToken, Purpose, ResourceDigest,
-};
+// The protocol's vocabulary a caller names every day lives here, at the root, only.
+pub use protocol::attempt::{Attempt, OperationId, OwnerToken};
+pub use protocol::digest::ResourceDigest;
+pub use protocol::fencing::FencingToken;
+pub use protocol::holder::HolderLabel;
+pub use protocol::keys::LeaseKeys;
+pub use protocol::names::{Namespace, Purpose};
+pub use protocol::request::LeaseRequest;
 
 /// The [ractor](https://docs.rs/ractor) leasehold's runtime is built on: name worker actors'
 /// traits and types through it (`use leasehold::ractor::{Actor, ActorRef};`), so they are

@@ -33,15 +33,15 @@ async fn leases_on_every_primary_acquire_renew_inspect_and_release_on_their_slot
         let req = request(&client, &resource, "op");
         let mut lease = acquired(&client, &req).await;
         let keys = lease.keys().clone();
-        let owner = topology.owner_of(&keys.lease);
+        let owner = topology.owner_of(keys.lease());
         owners.insert(owner);
-        assert_eq!(topology.owner_of(&keys.fence), owner, "one slot per lease");
-        assert!(exists(&topology, &keys.lease), "the lease is on its owner");
-        let pexpire: i64 = topology.nodes()[owner].query(&["PEXPIRE", &keys.lease, "5000"]);
+        assert_eq!(topology.owner_of(keys.fence()), owner, "one slot per lease");
+        assert!(exists(&topology, keys.lease()), "the lease is on its owner");
+        let pexpire: i64 = topology.nodes()[owner].query(&["PEXPIRE", keys.lease(), "5000"]);
         assert_eq!(pexpire, 1);
 
         assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
-        let pttl: i64 = topology.nodes()[owner].query(&["PTTL", &keys.lease]);
+        let pttl: i64 = topology.nodes()[owner].query(&["PTTL", keys.lease()]);
         assert!(pttl > 29_000, "renew reset the TTL: {pttl}");
         let inspected = client.inspect(&req).await;
         assert!(
@@ -57,7 +57,7 @@ async fn leases_on_every_primary_acquire_renew_inspect_and_release_on_their_slot
             "{other:?}"
         );
         assert_eq!(lease.release().await, ReleaseOutcome::Released);
-        assert!(!exists(&topology, &keys.lease), "released on its owner");
+        assert!(!exists(&topology, keys.lease()), "released on its owner");
     }
     assert_eq!(owners.len(), 3, "twelve leases spread over every primary");
 }
@@ -71,17 +71,17 @@ async fn a_lease_whose_slot_moves_renews_on_the_new_owner_and_tokens_keep_growin
     assert_eq!(first.release().await, ReleaseOutcome::Released);
     let mut held = acquired(&client, &request(&client, "moving", "held")).await;
     let keys = held.keys().clone();
-    let from = topology.owner_of(&keys.lease);
+    let from = topology.owner_of(keys.lease());
     let to = (from + 1) % 3;
 
-    topology.move_slot(&keys.lease, to);
-    assert_eq!(topology.owner_of(&keys.lease), to);
+    topology.move_slot(keys.lease(), to);
+    assert_eq!(topology.owner_of(keys.lease()), to);
     // The backend's map still names the old owner, which answers MOVED: the call follows it
     // to the new owner (and the map is fetched again for later calls).
     let started = Instant::now();
     let renewed = held.renew().await;
     let took = started.elapsed();
-    let pttl_on_new_owner: i64 = topology.nodes()[to].query(&["PTTL", &keys.lease]);
+    let pttl_on_new_owner: i64 = topology.nodes()[to].query(&["PTTL", keys.lease()]);
     FaultLine::new("cluster-slot-moved", 1)
         .with("outcome", renewed.as_str())
         .with("renewed_on_new_owner", pttl_on_new_owner > 29_000)
@@ -91,10 +91,10 @@ async fn a_lease_whose_slot_moves_renews_on_the_new_owner_and_tokens_keep_growin
         matches!(renewed, RenewOutcome::Renewed { .. }),
         "{renewed:?}"
     );
-    let pttl: i64 = topology.nodes()[to].query(&["PTTL", &keys.lease]);
+    let pttl: i64 = topology.nodes()[to].query(&["PTTL", keys.lease()]);
     assert!(pttl > 29_000, "renewed on the new owner: {pttl}");
     assert_eq!(held.release().await, ReleaseOutcome::Released);
-    assert!(!exists(&topology, &keys.lease));
+    assert!(!exists(&topology, keys.lease()));
 
     // The fence moved with the lease: the next token is larger than both earlier ones.
     let next = acquired(&client, &request(&client, "moving", "next")).await;
@@ -112,13 +112,13 @@ async fn a_lease_whose_slot_is_migrating_follows_ask_to_the_importing_node() {
     let other = topology.client(redis_settings());
     let mut held = acquired(&client, &request(&client, "migrating", "held")).await;
     let keys = held.keys().clone();
-    let from = topology.owner_of(&keys.lease);
+    let from = topology.owner_of(keys.lease());
     let to = (from + 1) % 3;
-    topology.begin_migration(&keys.lease, to);
+    topology.begin_migration(keys.lease(), to);
     let (source, target) = (&topology.nodes()[from], &topology.nodes()[to]);
-    let slot = topology.slot(&keys.lease).to_string();
+    let slot = topology.slot(keys.lease()).to_string();
     assert_eq!(
-        topology.owner_of(&keys.lease),
+        topology.owner_of(keys.lease()),
         from,
         "the source still owns the slot"
     );
@@ -126,12 +126,12 @@ async fn a_lease_whose_slot_is_migrating_follows_ask_to_the_importing_node() {
         source.query::<i64>(&["CLUSTER", "COUNTKEYSINSLOT", &slot]),
         0
     );
-    assert_eq!(target.asking_query::<i64>(&["EXISTS", &keys.lease]), 1);
+    assert_eq!(target.asking_query::<i64>(&["EXISTS", keys.lease()]), 1);
 
     let started = Instant::now();
     let renewed = held.renew().await;
     let took = started.elapsed();
-    let pttl: i64 = target.asking_query(&["PTTL", &keys.lease]);
+    let pttl: i64 = target.asking_query(&["PTTL", keys.lease()]);
     FaultLine::new("cluster-slot-migrating", 1)
         .with("outcome", renewed.as_str())
         .with("renewed_on_importing_node", pttl > 29_000)
@@ -149,14 +149,14 @@ async fn a_lease_whose_slot_is_migrating_follows_ask_to_the_importing_node() {
         "{seen:?}"
     );
     assert_eq!(held.release().await, ReleaseOutcome::Released);
-    assert_eq!(target.asking_query::<i64>(&["EXISTS", &keys.lease]), 0);
+    assert_eq!(target.asking_query::<i64>(&["EXISTS", keys.lease()]), 0);
 
     // Once the slot has moved, the source answers MOVED, which the next acquisition follows
     // to the new owner: a token larger than the migrated lease's.
-    topology.end_migration(&keys.lease, to);
+    topology.end_migration(keys.lease(), to);
     let next = acquired(&client, &request(&client, "migrating", "next")).await;
     assert!(next.token() > held.token());
-    assert!(target.query::<i64>(&["EXISTS", &keys.lease]) == 1);
+    assert!(target.query::<i64>(&["EXISTS", keys.lease()]) == 1);
     std::mem::forget(next);
 }
 

@@ -189,7 +189,7 @@ impl Stalled {
         let pool = redis_request(&self.client, "look");
         let keys = self.client.keys(pool.purpose(), pool.resource());
         let exists = |slot| {
-            let key = keys.clone().counted(3).for_slot(slot).lease;
+            let key = keys.clone().counted(3).for_slot(slot).lease().to_owned();
             self.server.query::<i64>(&["EXISTS", &key]) == 1
         };
         (0..3).filter(|&slot| exists(slot)).collect()

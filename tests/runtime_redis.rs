@@ -154,7 +154,8 @@ async fn key_deleted_on_redis_cancels_the_worker_within_one_renew_period() {
         .runtime
         .client()
         .keys(&Purpose::new("rt").unwrap(), &ResourceDigest::of("r"))
-        .lease;
+        .lease()
+        .to_owned();
     let m = run_until_cancelled(&mut f, |f| {
         f.server.cmd(&["DEL", &key]);
     })

@@ -37,7 +37,7 @@ async fn rediss_url_acquires_renews_and_releases() {
         other => panic!("expected Acquired over TLS, got {other:?}"),
     };
     // The harness's own connection is TLS as well: the key is really in this server.
-    assert_eq!(server.query::<i64>(&["EXISTS", &keys.lease]), 1);
+    assert_eq!(server.query::<i64>(&["EXISTS", keys.lease()]), 1);
     let token = lease.token();
 
     let renewed = lease.renew().await;
@@ -57,7 +57,7 @@ async fn rediss_url_acquires_renews_and_releases() {
 
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
     assert_eq!(lease.state(), LeaseState::Released);
-    assert_eq!(server.query::<i64>(&["EXISTS", &keys.lease]), 0);
+    assert_eq!(server.query::<i64>(&["EXISTS", keys.lease()]), 0);
     assert_eq!(client.inspect(&req).await, InspectOutcome::Absent);
     drop(replayed);
 }
@@ -88,8 +88,8 @@ async fn plain_redis_url_to_the_tls_port_is_not_acquired() {
 
     // Nothing was stored: the server never ran a command from the plain-text client.
     let keys = client.keys(req.purpose(), req.resource());
-    assert_eq!(server.query::<i64>(&["EXISTS", &keys.lease]), 0);
-    assert_eq!(server.query::<i64>(&["EXISTS", &keys.fence]), 0);
+    assert_eq!(server.query::<i64>(&["EXISTS", keys.lease()]), 0);
+    assert_eq!(server.query::<i64>(&["EXISTS", keys.fence()]), 0);
 }
 
 #[tokio::test]

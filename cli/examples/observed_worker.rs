@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("metrics on http://{addr}/metrics");
 
     let memory = MemoryBackend::new();
-    let redis_url = std::env::var(leasehold::lease::REDIS_URL_ENV).ok();
+    let redis_url = std::env::var(leasehold::REDIS_URL_ENV).ok();
     let settings = LeaseSettings::default();
     let client = match &redis_url {
         Some(url) => LeaseClient::redis(url, settings)?,
@@ -67,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .get_multiplexed_async_connection()
                 .await?;
             let _: i64 = redis::cmd("DEL")
-                .arg(&keys.lease)
+                .arg(keys.lease())
                 .query_async(&mut conn)
                 .await?;
         }

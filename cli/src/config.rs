@@ -7,11 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::lease::{ENV_VARS, REDIS_URL_ENV};
 use leasehold::protocol::limits::{self, DurationBounds};
 use leasehold::{
-    DurationProblem, HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose,
-    ResourceDigest,
+    DurationProblem, ENV_VARS, HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace,
+    Purpose, REDIS_URL_ENV, ResourceDigest,
 };
 
 use crate::diagnose::Server;

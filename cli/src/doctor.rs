@@ -186,7 +186,8 @@ async fn probe_publish(
     // A throwaway resource's channel: nobody listens to it.
     let channel = client
         .keys(request.purpose(), request.resource())
-        .release_channel;
+        .release_channel()
+        .to_owned();
     let mut publish = redis::cmd("PUBLISH");
     publish.arg(&channel).arg("released");
     match tokio::time::timeout(Duration::from_secs(5), publish.query_async::<i64>(conn)).await {

@@ -72,12 +72,12 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     let count = held.iter().flatten().filter(|h| !h.delayed).count();
     let first = held.first().and_then(Option::as_ref);
     match (args.json, permits) {
-        (true, 1) => println!("{}", json(&key.lease, first)),
+        (true, 1) => println!("{}", json(key.lease(), first)),
         (true, _) => {
             let slots: Vec<_> = (0u16..)
                 .zip(&held)
                 .map(|(slot, held)| {
-                    let mut value = json(&key.for_slot(slot).lease, held.as_ref());
+                    let mut value = json(key.for_slot(slot).lease(), held.as_ref());
                     value["slot"] = slot.into();
                     value
                 })
@@ -85,7 +85,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
             let value = serde_json::json!({
                 "permits": permits,
                 "held": count,
-                "key": key.lease,
+                "key": key.lease(),
                 "slots": slots,
             });
             println!("{value}");

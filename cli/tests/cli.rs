@@ -134,10 +134,10 @@ fn the_lease_is_released_as_soon_as_the_command_exits() {
     let expected = keys_of("released");
     assert_eq!(
         keys,
-        vec![expected.fence.clone()],
+        vec![expected.fence().to_owned()],
         "only the fence may remain"
     );
-    let lease = &expected.lease;
+    let lease = expected.lease();
     assert!(is_lease_key(lease, "run"), "unexpected key layout: {lease}");
     let (group, _) = lease.rsplit_once(':').expect("group before the digest");
     assert_eq!(
@@ -202,7 +202,7 @@ fn deleting_the_lease_key_stops_the_command_within_one_renew_period_and_says_los
     let mut run = Running::spawn(cmd, &dir, "run");
     let command_pid = run.wait_for_command_pid(&pidfile);
     let key = wait_for_lease_key(&server);
-    assert_eq!(key, keys_of("deleted").lease);
+    assert_eq!(key, keys_of("deleted").lease());
     assert!(is_lease_key(&key, "run"), "unexpected key layout: {key}");
     let deleted_at = Instant::now();
     let removed: i64 = server.query(&["DEL", &key]);
@@ -332,7 +332,7 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
         "{value}"
     );
     // The key an operator deletes to take the lease away (README: breaking a stuck lease).
-    let key = keys_of("inspected").lease;
+    let key = keys_of("inspected").lease().to_owned();
     assert_eq!(value["key"].as_str(), Some(key.as_str()), "{value}");
     assert!(lease_keys(&server).contains(&key), "{value}");
     let label = value["holder"].as_str().expect("holder: a string");

@@ -67,7 +67,7 @@ fn a_refused_run_says_it_met_a_lock_delay() {
     let dir = TempDir::new("lock-delay-message");
     // A lease in its lock-delay, written as leasehold writes one: value
     // "<owner> <op> <token> d<delay>", expiring after the delay.
-    let key = keys_of("said").lease;
+    let key = keys_of("said").lease().to_owned();
     let _: () = server.query(&[
         "SET",
         &key,

@@ -17,7 +17,7 @@ use common::cli::*;
 /// Makes `holder` the holder of `resource`'s lease (replacing whoever held it), under
 /// `token`, for 30 s.
 fn hold(server: &RedisServer, resource: &str, holder: &str, token: u64) {
-    let key = keys_of(resource).lease;
+    let key = keys_of(resource).lease().to_owned();
     let value = format!("owner-{token} op-{token} {holder} {token}");
     let _: () = server.query(&["SET", &key, &value, "PX", "30000"]);
 }
@@ -26,8 +26,8 @@ fn hold(server: &RedisServer, resource: &str, holder: &str, token: u64) {
 /// wakes on it; a bare DEL would leave it sleeping until the holder's TTL).
 fn free(server: &RedisServer, resource: &str) {
     let keys = keys_of(resource);
-    let _: i64 = server.query(&["DEL", &keys.lease]);
-    let _: i64 = server.query(&["PUBLISH", &keys.release_channel, "released"]);
+    let _: i64 = server.query(&["DEL", keys.lease()]);
+    let _: i64 = server.query(&["PUBLISH", keys.release_channel(), "released"]);
 }
 
 #[test]
@@ -253,5 +253,5 @@ fn a_waiter_stopped_by_sigterm_says_it_never_held_the_lease() {
     );
     assert!(!done.stderr.contains("not_owner"), "{}", done.stderr);
     // The holder's lease is untouched.
-    assert_eq!(lease_keys(&server), vec![keys_of("held").lease]);
+    assert_eq!(lease_keys(&server), vec![keys_of("held").lease()]);
 }

@@ -244,7 +244,8 @@ fn leasehold_namespace_is_honoured_as_the_library_honours_it() {
         &ResourceDigest::of(b"shared-job"),
     );
     assert_eq!(
-        key, library.lease,
+        key,
+        library.lease(),
         "the CLI and the library take different keys"
     );
     run.finish_within(EXIT_TIMEOUT, "run").assert_code(0, "run");

@@ -155,7 +155,7 @@ fn a_replica_that_acknowledges_is_reported_and_require_replicas_runs_the_command
         done.stderr
     );
     // The acknowledged write is on the replica: its group's fence counter.
-    let fence = keys_of("durable").fence;
+    let fence = keys_of("durable").fence().to_owned();
     let on_replica: i64 = replica.query(&["EXISTS", &fence]);
     assert_eq!(on_replica, 1, "{fence} is not on the replica");
 }

@@ -1,8 +1,5 @@
-//! `MemoryBackend`: the scripts of docs/design.md §4, in process, on tokio's clock.
-//!
-//! Because it reads `tokio::time::Instant`, a test under `#[tokio::test(start_paused = true)]`
-//! moves lease expiry with `tokio::time::advance`. It is the embedded default for examples and
-//! unit tests of code built on leasehold; it is not a replacement for testing against Redis.
+//! `MemoryBackend`: the scripts of docs/design.md §4, in process, on tokio's clock (what a
+//! caller may rely on is on the type).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,6 +19,10 @@ use crate::protocol::{
 };
 
 /// An in-process lease store with the same semantics as the Redis scripts.
+///
+/// Because it reads `tokio::time::Instant`, a test under `#[tokio::test(start_paused = true)]`
+/// moves lease expiry with `tokio::time::advance`. It is the embedded default for examples and
+/// unit tests of code built on leasehold; it is not a replacement for testing against Redis.
 ///
 /// Clones share one store, so two clients on clones contend like two processes on one Redis.
 /// Fencing tokens come from a counter per lease group (as on Redis: see

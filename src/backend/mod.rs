@@ -20,10 +20,12 @@ use crate::protocol::{
     ReplicaWait,
 };
 
-pub mod memory;
-pub mod redis;
+mod memory;
+mod redis;
 
 pub use memory::{MemoryBackend, MemoryFault};
+#[cfg(feature = "fuzzing")]
+pub use redis::fuzzing;
 pub use redis::{RedisBackend, RedisConfig};
 
 /// The future every backend call returns.
@@ -40,8 +42,94 @@ pub type KeyPages<'a> = Pin<Box<dyn Stream<Item = Result<Vec<String>, SendFailur
 /// the call. An operation refused locally before anything was sent, for want of room in
 /// such a wait, is [`SendFailure::NotSent`] of kind [`FailureKind::QueueFull`]. Every
 /// duration is taken, `Duration::MAX` included: the deadline saturates
-/// ([`deadline_after`](crate::protocol::limits::deadline_after)).
-pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
+/// ([`NO_DEADLINE`](crate::protocol::limits::NO_DEADLINE)).
+///
+/// # Sealed
+///
+/// Implemented by [`MemoryBackend`] and [`RedisBackend`] only, and sealed (its supertrait
+/// is one no other crate can name): a backend must answer with the scripts' semantics and
+/// build its [`ReleaseNotices`] inside the crate, and the seal lets a method be added
+/// without breaking anyone. Its methods are for calling: one script call each, without a
+/// handle's state or retries. A backend of one's own does not compile, however complete —
+/// its one error is the seal:
+///
+/// ```compile_fail
+/// # use std::time::Duration;
+/// #
+/// # use leasehold::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply, ReplicaWait};
+/// # use leasehold::{
+/// #     Attempt, BackendFuture, KeyPages, LeaseBackend, LeaseKeys, LeaseRequest, MemoryBackend,
+/// #     ReleaseNotices, ReplicatedReply,
+/// # };
+/// #
+/// // A backend of one's own: here, one that hands every call to leasehold's.
+/// #[derive(Debug)]
+/// struct Mine(MemoryBackend);
+///
+/// impl LeaseBackend for Mine {
+///     fn acquire<'a>(
+///         &'a self,
+///         keys: &'a LeaseKeys,
+///         request: &'a LeaseRequest,
+///         timeout: Duration,
+///     ) -> BackendFuture<'a, AcquireReply> {
+///         self.0.acquire(keys, request, timeout)
+///     }
+///     // … and the seven other methods, each handed to `self.0` the same way.
+/// #     fn acquire_replicated<'a>(
+/// #         &'a self,
+/// #         keys: &'a LeaseKeys,
+/// #         request: &'a LeaseRequest,
+/// #         wait: ReplicaWait,
+/// #         timeout: Duration,
+/// #     ) -> BackendFuture<'a, ReplicatedReply> {
+/// #         self.0.acquire_replicated(keys, request, wait, timeout)
+/// #     }
+/// #     fn renew<'a>(
+/// #         &'a self,
+/// #         keys: &'a LeaseKeys,
+/// #         attempt: &'a Attempt,
+/// #         ttl: Duration,
+/// #         timeout: Duration,
+/// #     ) -> BackendFuture<'a, RenewReply> {
+/// #         self.0.renew(keys, attempt, ttl, timeout)
+/// #     }
+/// #     fn release<'a>(
+/// #         &'a self,
+/// #         keys: &'a LeaseKeys,
+/// #         attempt: &'a Attempt,
+/// #         timeout: Duration,
+/// #     ) -> BackendFuture<'a, ReleaseReply> {
+/// #         self.0.release(keys, attempt, timeout)
+/// #     }
+/// #     fn inspect<'a>(
+/// #         &'a self,
+/// #         keys: &'a LeaseKeys,
+/// #         attempt: &'a Attempt,
+/// #         timeout: Duration,
+/// #     ) -> BackendFuture<'a, InspectReply> {
+/// #         self.0.inspect(keys, attempt, timeout)
+/// #     }
+/// #     fn subscribe_releases<'a>(
+/// #         &'a self,
+/// #         keys: &'a LeaseKeys,
+/// #         timeout: Duration,
+/// #     ) -> BackendFuture<'a, ReleaseNotices> {
+/// #         self.0.subscribe_releases(keys, timeout)
+/// #     }
+/// #     fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {
+/// #         self.0.scan_leases(prefix, timeout)
+/// #     }
+/// #     fn subscribe_changes<'a>(
+/// #         &'a self,
+/// #         keys: &'a LeaseKeys,
+/// #         timeout: Duration,
+/// #     ) -> BackendFuture<'a, ReleaseNotices> {
+/// #         self.0.subscribe_changes(keys, timeout)
+/// #     }
+/// }
+/// ```
+pub trait LeaseBackend: sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Runs the acquire script for `request`'s attempt: take the lease (a free slot of a
     /// counted lease, when `keys` name one) if absent, replay if this attempt holds it.
     /// The request's ttl, holder label and lock-delay are stored with a lease it takes (a
@@ -106,11 +194,9 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
     /// (`<namespace>:lease:v2:` and maybe a purpose and `:`), a page at a time: on Redis one
     /// page per `SCAN` step (on every primary of a Cluster, one after another), each step
     /// bounded by `timeout` of its own. Read only. The stream ends after the last page, or
-    /// after a step failed (on Redis, [`LIST_ATTEMPTS`] times), yielding the failure; a key may come twice (`SCAN` promises
-    /// only that a key present throughout comes at least once). The caller bounds the
-    /// whole: dropping the stream stops the scan.
-    ///
-    /// [`LIST_ATTEMPTS`]: crate::protocol::limits::LIST_ATTEMPTS
+    /// after a step failed (on Redis, three times), yielding the failure; a key may come
+    /// twice (`SCAN` promises only that a key present throughout comes at least once). The
+    /// caller bounds the whole: dropping the stream stops the scan.
     fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a>;
 
     /// Subscribes to the release and the acquisition notices of one lease: every change of
@@ -120,6 +206,15 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug + 'static {
         keys: &'a LeaseKeys,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices>;
+}
+
+/// The supertrait that seals [`LeaseBackend`]: public in a module no other crate can reach.
+mod sealed {
+    /// Implemented for leasehold's own backends only.
+    pub trait Sealed {}
+
+    impl Sealed for super::MemoryBackend {}
+    impl Sealed for super::RedisBackend {}
 }
 
 /// What [`LeaseBackend::acquire_replicated`] answered.

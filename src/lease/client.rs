@@ -6,21 +6,17 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::backend::{
-    FailureKind, LeaseBackend, MemoryBackend, RedisBackend, RedisConfig, SendFailure,
-};
+use crate::backend::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig};
 use crate::error::LeaseError;
 use crate::lease::acquire;
-use crate::lease::acquire::AcquireOutcome;
-use crate::lease::outcome::{InspectOutcome, ReleaseOutcome};
+use crate::lease::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome};
 use crate::lease::release::{self, Release};
 use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::wait;
 use crate::protocol::{
-    Attempt, InspectReply, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose,
-    ResourceDigest,
+    Attempt, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose, ResourceDigest,
 };
 use crate::telemetry::{self, Operation};
 
@@ -348,41 +344,7 @@ impl LeaseClient {
             .inspect(keys, attempt, self.settings().command_timeout)
             .instrument(span.clone())
             .await;
-        let outcome = match result {
-            Ok(InspectReply::HeldByAttempt {
-                pttl,
-                token,
-                holder,
-            }) => InspectOutcome::HeldByAttempt {
-                remaining: pttl,
-                token,
-                holder,
-            },
-            Ok(InspectReply::HeldByOther {
-                pttl,
-                token,
-                holder,
-            }) => InspectOutcome::HeldByOther {
-                remaining: pttl,
-                token,
-                holder,
-            },
-            Ok(InspectReply::Delayed {
-                pttl,
-                token,
-                holder,
-            }) => InspectOutcome::LockDelayed {
-                remaining: pttl,
-                token,
-                holder,
-            },
-            Ok(InspectReply::Absent) => InspectOutcome::Absent,
-            Err(SendFailure::NotSent(detail)) if detail.kind == FailureKind::QueueFull => {
-                InspectOutcome::QueueFull { detail }
-            }
-            Err(SendFailure::NotSent(detail)) => InspectOutcome::Unavailable { detail },
-            Err(SendFailure::MaybeSent(detail)) => InspectOutcome::Indeterminate { detail },
-        };
+        let outcome = InspectOutcome::from(result);
         let metric = Some((Operation::Inspect, purpose));
         trace::finish(&span, metric, outcome.as_str(), started);
         outcome

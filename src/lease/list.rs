@@ -136,9 +136,8 @@ impl LeaseClient {
     /// As [`list`](Self::list), taking at most `budget` (1 ms ..= 1 h) in all. Read only:
     /// `SCAN` steps (on every primary of a Cluster), each with the command timeout, and one
     /// read per lease found, as [`inspect`](Self::inspect) does, 64 at a time while the
-    /// scan goes on; a step or a read that does not answer is asked again, up to
-    /// [`LIST_ATTEMPTS`](crate::protocol::limits::LIST_ATTEMPTS) times, before the listing
-    /// is `Unavailable`. A lease that expires meanwhile is left out. When the budget runs
+    /// scan goes on; a step or a read that does not answer is asked again — three attempts
+    /// in all — before the listing is `Unavailable`. A lease that expires meanwhile is left out. When the budget runs
     /// out first, the leases read by then are returned, as [`ListCoverage::OutOfBudget`] —
     /// never `Unavailable`, which means Redis did not answer. The future is `Send`: a task
     /// of its own can list.

@@ -13,17 +13,16 @@ mod session;
 mod settings;
 mod state;
 mod trace;
-mod validity;
+pub(crate) mod validity;
 mod wait;
 
-pub use acquire::AcquireOutcome;
 pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::LeaseHandle;
 pub use list::{ListCoverage, ListOutcome, ListedLease, ListedSlot};
 pub use observe::{LeaseObserver, ResourceHolder, SlotHolder};
 pub use outcome::{
-    InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
+    AcquireOutcome, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
+    Replication,
 };
 pub use settings::{ENV_VARS, LeaseSettings};
-pub use validity::ValidityBudget;
 pub(crate) use wait::Patience;

@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::lease::outcome::{ReleaseOutcome, release_outcome};
+use crate::lease::outcome::ReleaseOutcome;
 use crate::lease::session::Session;
 use crate::lease::trace;
 use crate::protocol::{Attempt, FencingToken, LeaseKeys, Purpose, ResourceDigest};
@@ -46,7 +46,7 @@ pub(crate) async fn release(session: &Session, release: Release<'_>) -> ReleaseO
     )
     .instrument(span.clone())
     .await;
-    let outcome = of_slots(results.into_iter().map(release_outcome));
+    let outcome = of_slots(results.into_iter().map(ReleaseOutcome::from));
     let metric = Some((Operation::Release, release.purpose));
     trace::finish(&span, metric, outcome.as_str(), started);
     outcome

@@ -9,7 +9,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::backend::LeaseBackend;
 use crate::lease::settings::LeaseSettings;
@@ -43,15 +42,6 @@ impl Session {
     pub(crate) fn request_keys(&self, request: &LeaseRequest) -> LeaseKeys {
         self.keys(request.purpose(), request.resource())
             .counted(request.permits())
-    }
-
-    /// How long to wait after a contended reply that carried `pttl`.
-    pub(crate) fn retry_after(&self, pttl: Duration) -> Duration {
-        if pttl.is_zero() {
-            self.settings.retry_after_fallback
-        } else {
-            pttl
-        }
     }
 }
 

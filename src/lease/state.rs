@@ -95,10 +95,9 @@ impl HandleState {
         now: Instant,
         params: RenewParams,
     ) -> (HandleState, RenewOutcome) {
-        match reply {
-            RenewReply::Absent => self.lose(LostReason::Absent),
-            RenewReply::NotOwner => self.lose(LostReason::NotOwner),
-            RenewReply::Renewed => match self {
+        match LostReason::try_from(reply) {
+            Ok(reason) => self.lose(reason),
+            Err(_renewed) => match self {
                 // The reply came after validity ended: the holder may already have been
                 // told to stop, so it stays stopped.
                 Self::Active { budget } if budget.is_exhausted(now) => {

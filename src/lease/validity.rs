@@ -18,8 +18,7 @@ use tokio::time::Instant;
 
 /// What one confirmed server answer lets this process rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ValidityBudget {
-    sent_at: Instant,
+pub(crate) struct ValidityBudget {
     valid_until: Instant,
     server_expiry_at: Instant,
 }
@@ -52,7 +51,6 @@ impl ValidityBudget {
 
     fn from_grant(sent_at: Instant, granted: Duration, drift: Duration) -> Self {
         Self {
-            sent_at,
             // Saturating: a grant shorter than the drift budget leaves no validity at all,
             // rather than wrapping around (invariant 3).
             valid_until: sent_at + granted.saturating_sub(drift),
@@ -61,29 +59,24 @@ impl ValidityBudget {
     }
 
     /// Validity left at `now`; zero once `now` reaches [`valid_until`](Self::valid_until).
-    pub fn remaining(&self, now: Instant) -> Duration {
+    pub(crate) fn remaining(&self, now: Instant) -> Duration {
         self.valid_until.saturating_duration_since(now)
     }
 
     /// Whether no validity is left at `now`.
-    pub fn is_exhausted(&self, now: Instant) -> bool {
+    pub(crate) fn is_exhausted(&self, now: Instant) -> bool {
         now >= self.valid_until
     }
 
     /// The instant local validity ends: send instant + granted time − drift budget.
-    pub fn valid_until(&self) -> Instant {
+    pub(crate) fn valid_until(&self) -> Instant {
         self.valid_until
     }
 
     /// The earliest instant the server's key can expire, from what the server said: send
     /// instant + the TTL it set (or the PTTL it reported on a replay).
-    pub fn observed_server_expiry(&self) -> Instant {
+    pub(crate) fn observed_server_expiry(&self) -> Instant {
         self.server_expiry_at
-    }
-
-    /// The instant just before the command that earned this budget was sent.
-    pub fn sent_at(&self) -> Instant {
-        self.sent_at
     }
 }
 

@@ -28,7 +28,8 @@ use crate::protocol::{Namespace, Purpose, ResourceDigest};
 /// Hex digits of the digest that name a lease's group (its hash tag).
 const GROUP_HEX_DIGITS: usize = 4;
 
-/// The Redis names one lease uses.
+/// The Redis names one lease uses, read through [`lease`](Self::lease),
+/// [`fence`](Self::fence) and [`release_channel`](Self::release_channel).
 ///
 /// For a counted lease these are the names of the whole lease until an acquisition took a
 /// slot ([`for_slot`](Self::for_slot)), and then those of the slot: `lease` is the slot's
@@ -39,13 +40,13 @@ pub struct LeaseKeys {
     /// label if any, fencing token and lock-delay if any, laid out as docs/design.md §3
     /// says (`lua/owner.lua` reads it). For a counted lease before a slot is taken, the
     /// name its slot keys extend (no key of that name is written).
-    pub lease: String,
+    pub(crate) lease: String,
     /// The fencing counter of the lease's group: the last token issued to any lease of the
     /// group. Never expires.
-    pub fence: String,
+    pub(crate) fence: String,
     /// Pub/sub channel on which a release is announced, so waiters wake early: the lease
     /// key followed by `:released` (`lua/release.lua` derives it by the same rule).
-    pub release_channel: String,
+    pub(crate) release_channel: String,
     /// Holders admitted at once: 1 for a plain lease.
     permits: u16,
     /// The slot these keys name, once a counted lease's acquisition took one.
@@ -95,6 +96,24 @@ impl LeaseKeys {
         }
     }
 
+    /// The lease's key, holding its value with a PX expiry; for a counted lease before a
+    /// slot is taken, the name its slot keys extend (no key of that name is written).
+    pub fn lease(&self) -> &str {
+        &self.lease
+    }
+
+    /// The fencing counter of the lease's group: the last token issued to any lease of the
+    /// group. Never expires.
+    pub fn fence(&self) -> &str {
+        &self.fence
+    }
+
+    /// The pub/sub channel on which a release is announced, so waiters wake early: the
+    /// lease's name followed by `:released`.
+    pub fn release_channel(&self) -> &str {
+        &self.release_channel
+    }
+
     /// Holders the lease admits at once: 1 for a plain lease.
     pub fn permits(&self) -> u16 {
         self.permits
@@ -112,7 +131,7 @@ impl LeaseKeys {
     }
 
     /// [`for_slot`](Self::for_slot), without the copy.
-    pub fn into_slot(self, slot: u16) -> Self {
+    pub(crate) fn into_slot(self, slot: u16) -> Self {
         if self.permits == 1 || self.slot.is_some() {
             return self;
         }
@@ -126,7 +145,7 @@ impl LeaseKeys {
     /// The keys of each slot, in slot order: those of every slot of a counted lease, `self`
     /// alone for a plain lease and for keys already naming a slot. What a read or a release
     /// by attempt goes through when the attempt's slot is not known.
-    pub fn each_slot(&self) -> Vec<Self> {
+    pub(crate) fn each_slot(&self) -> Vec<Self> {
         match (self.permits, self.slot) {
             (1, _) | (_, Some(_)) => vec![self.clone()],
             (n, None) => (0..n).map(|slot| self.for_slot(slot)).collect(),
@@ -135,7 +154,7 @@ impl LeaseKeys {
 
     /// Every key an acquisition reads: the lease key for a plain lease, each slot's key for
     /// a counted one.
-    pub fn slot_keys(&self) -> Vec<String> {
+    pub(crate) fn slot_keys(&self) -> Vec<String> {
         match (self.permits, self.slot) {
             (1, _) | (_, Some(_)) => vec![self.lease.clone()],
             (n, None) => (0..n).map(|slot| self.slot_key(slot)).collect(),
@@ -151,7 +170,7 @@ impl LeaseKeys {
     /// name (a counted lease's, for each of its slots) followed by `:acquired`
     /// (`lua/acquire.lua` derives it by the same rule). Made on demand: only an observer
     /// subscribes to it.
-    pub fn acquire_channel(&self) -> String {
+    pub(crate) fn acquire_channel(&self) -> String {
         let name = self
             .release_channel
             .strip_suffix(":released")

@@ -1,7 +1,10 @@
 //! Every bound and default of docs/design.md §3 and §11, in one table.
 //!
 //! The error texts of [`LeaseError`] are built from these values, so a message always names
-//! the bound that is actually enforced.
+//! the bound that is actually enforced. Public are the bounds a caller's input is checked
+//! against, and what a caller's duration saturates at ([`NO_DEADLINE`]); the defaults a
+//! caller reads elsewhere (`LeaseSettings::default()`, a request's builder) and the crate's
+//! own policies (attempts per renewal or listing step) stay inside the crate.
 
 use std::time::Duration;
 
@@ -59,7 +62,7 @@ impl DurationBounds {
 ///
 /// # Errors
 /// [`LeaseError::InvalidDuration`] with [`DurationProblem::NotADuration`].
-pub fn parse_duration(param: &'static str, text: &str) -> Result<Duration, LeaseError> {
+pub(crate) fn parse_duration(param: &'static str, text: &str) -> Result<Duration, LeaseError> {
     humantime::parse_duration(text.trim()).map_err(|e| LeaseError::InvalidDuration {
         param,
         problem: DurationProblem::NotADuration {
@@ -146,7 +149,7 @@ pub const MAX_PERMITS: u16 = 64;
 /// last admitted operation leaves well within a second on a healthy server — and at most a
 /// few megabytes here (a waiting operation holds its keys and arguments, a few hundred
 /// bytes).
-pub const DEFAULT_QUEUE_LIMIT: usize = 16_384;
+pub(crate) const DEFAULT_QUEUE_LIMIT: usize = 16_384;
 
 /// Most operations a Redis backend may be configured to keep waiting.
 pub const MAX_QUEUE_LIMIT: usize = 1 << 20;
@@ -155,7 +158,7 @@ pub const MAX_QUEUE_LIMIT: usize = 1 << 20;
 ///
 /// # Errors
 /// [`LeaseError::InvalidQueueLimit`] naming the value and the bound.
-pub fn check_queue_limit(limit: usize) -> Result<usize, LeaseError> {
+pub(crate) fn check_queue_limit(limit: usize) -> Result<usize, LeaseError> {
     if (1..=MAX_QUEUE_LIMIT).contains(&limit) {
         Ok(limit)
     } else {
@@ -181,15 +184,15 @@ pub fn check_permits(permits: u32) -> Result<u16, LeaseError> {
 }
 
 /// Default command timeout (docs/design.md §11).
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
+pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
 /// Default connect timeout (docs/design.md §11).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default drift budget (docs/design.md §11).
-pub const DEFAULT_DRIFT_BUDGET: Duration = Duration::from_millis(10);
+pub(crate) const DEFAULT_DRIFT_BUDGET: Duration = Duration::from_millis(10);
 /// Default contention retry-after fallback (docs/design.md §11).
-pub const DEFAULT_RETRY_AFTER_FALLBACK: Duration = Duration::from_millis(50);
+pub(crate) const DEFAULT_RETRY_AFTER_FALLBACK: Duration = Duration::from_millis(50);
 /// Default wait timeout: try once (docs/design.md §11).
-pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::ZERO;
+pub(crate) const DEFAULT_WAIT_TIMEOUT: Duration = Duration::ZERO;
 
 /// Longest [`Purpose`](crate::Purpose), in bytes.
 pub const PURPOSE_MAX_LEN: usize = 64;
@@ -216,7 +219,7 @@ pub const LIST_BUDGET: DurationBounds = DurationBounds {
 /// Attempts a listing makes at each `SCAN` step and at each read before it reports
 /// `Unavailable`: both are read only, so one that did not answer in time (a starved
 /// machine, a connection replaced) is simply asked again, within the budget.
-pub const LIST_ATTEMPTS: u32 = 3;
+pub(crate) const LIST_ATTEMPTS: u32 = 3;
 /// Default budget of a listing: about ten times what a `SCAN` across a million keys takes
 /// on one idle Redis (docs/design.md §8).
 pub const DEFAULT_LIST_BUDGET: Duration = Duration::from_secs(10);
@@ -228,7 +231,7 @@ pub const NO_DEADLINE: Duration = Duration::from_secs(86_400 * 365 * 30);
 /// The deadline `d` after `now`, for any `d` a caller may pass: a duration beyond
 /// [`NO_DEADLINE`] saturates there, so no caller's duration overflows an [`Instant`]. Every
 /// deadline leasehold makes from a caller's `Duration` is made here.
-pub fn deadline_after(now: Instant, d: Duration) -> Instant {
+pub(crate) fn deadline_after(now: Instant, d: Duration) -> Instant {
     // Thirty years past a monotonic clock's reading fits every platform's `Instant` (tokio
     // relies on the same); the fallback only keeps this free of a panic path.
     now.checked_add(d.min(NO_DEADLINE)).unwrap_or(now)
@@ -237,9 +240,9 @@ pub fn deadline_after(now: Instant, d: Duration) -> Instant {
 /// Longest [`HolderLabel`](crate::HolderLabel), in bytes.
 pub const HOLDER_MAX_LEN: usize = 64;
 /// Bytes of OS randomness in an [`OwnerToken`](crate::OwnerToken).
-pub const OWNER_TOKEN_BYTES: usize = 24;
+pub(crate) const OWNER_TOKEN_BYTES: usize = 24;
 /// Idempotent attempts one `renew` makes before it declares the lease UNKNOWN.
-pub const RENEW_ATTEMPTS: u32 = 3;
+pub(crate) const RENEW_ATTEMPTS: u32 = 3;
 
 #[cfg(test)]
 mod tests {

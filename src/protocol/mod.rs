@@ -2,22 +2,28 @@
 //!
 //! Pure: no async, no I/O, no clock reads. It is the leaf of the dependency graph; every other
 //! layer may import it, it imports nothing of leasehold but the crate's error type.
+//!
+//! What a caller names every day — [`LeaseRequest`], [`Purpose`], [`ResourceDigest`],
+//! [`FencingToken`], [`LeaseKeys`]… — is at the crate root. Here: the request's builder
+//! and its replica wait, the scripts' typed replies (what
+//! [`LeaseBackend`](crate::LeaseBackend)'s methods answer), and the bounds ([`limits`]).
 
-mod attempt;
-mod digest;
-mod fencing;
-mod holder;
-mod keys;
+pub(crate) mod attempt;
+pub(crate) mod digest;
+pub(crate) mod fencing;
+pub(crate) mod holder;
+pub(crate) mod keys;
 pub mod limits;
-mod names;
+pub(crate) mod names;
 mod reply;
-mod request;
+pub(crate) mod request;
 
-pub use attempt::{Attempt, OperationId, OwnerToken};
-pub use digest::ResourceDigest;
-pub use fencing::FencingToken;
-pub use holder::HolderLabel;
-pub use keys::LeaseKeys;
-pub use names::{Namespace, Purpose};
+pub(crate) use attempt::{Attempt, OperationId};
+pub(crate) use digest::ResourceDigest;
+pub(crate) use fencing::FencingToken;
+pub(crate) use holder::HolderLabel;
+pub(crate) use keys::LeaseKeys;
+pub(crate) use names::{Namespace, Purpose};
 pub use reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
-pub use request::{LeaseRequest, LeaseRequestBuilder, ReplicaWait};
+pub(crate) use request::LeaseRequest;
+pub use request::{LeaseRequestBuilder, ReplicaWait};

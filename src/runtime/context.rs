@@ -1,10 +1,11 @@
 //! `LeaseContext`: what a worker sees of its lease.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::CancellationToken;
 
 use crate::lease::{LeaseState, Replication};
 use crate::protocol::{FencingToken, Purpose, ResourceDigest};
@@ -107,11 +108,13 @@ impl LeaseContext {
         &self.replication
     }
 
-    /// Completes when the lease is cancelled (or its actor ended).
+    /// Completes when the lease is cancelled (or its actor ended); at once if it already
+    /// was. `Send`, so a spawned task may await it; pin it (`tokio::pin!`, `Box::pin`) to
+    /// poll it by reference, as `select!` in a loop does.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future loses nothing; call again.
-    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+    pub fn cancelled(&self) -> impl Future<Output = ()> + Send + '_ {
         self.cancel.cancelled()
     }
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::{LeaseState, RenewOutcome, ValidityBudget};
+use crate::lease::validity::ValidityBudget;
+use crate::lease::{LeaseState, RenewOutcome};
 use crate::runtime::{CancelPolicy, CancelReason};
 
 /// Spacing of the renewal grid, at most: renewals are brought forward onto multiples of it.

@@ -131,7 +131,7 @@ async fn ten_thousand_acquisitions_at_once_are_all_acquired_and_renewals_go_ahea
 /// `lease`'s local validity ends at least `drift` before its key on `server` expires.
 fn within_the_servers_ttl(server: &RedisServer, lease: &mut LeaseHandle, drift: Duration) {
     let valid_until = lease.valid_until().expect("renewed, so active");
-    let pttl: u64 = server.query(&["PTTL", &lease.keys().lease]);
+    let pttl: u64 = server.query(&["PTTL", lease.keys().lease()]);
     let read_at = tokio::time::Instant::now();
     // The key expires before `read_at + pttl + 1 ms` (PTTL is read before `read_at`,
     // rounded down); local validity must end a drift budget before the key does.
@@ -298,7 +298,7 @@ async fn time_in_the_queue_is_not_charged_to_the_command_timeout_but_a_renewals_
     // Not renewed: the key expires when its acquisition set it to, 30 s after it ran
     // (before `held_at`); a renewal would have set it later by the second it waited.
     let since = (Instant::now() - held_at).as_millis() as u64;
-    let pttl: u64 = server.query(&["PTTL", &held.keys().lease]);
+    let pttl: u64 = server.query(&["PTTL", held.keys().lease()]);
     assert!(
         pttl <= 30_000 - since + 1,
         "the key was renewed: {pttl} ms left, {since} ms after the acquisition's reply"

@@ -26,7 +26,7 @@ fn request(client: &LeaseClient, resource: &str, op: &str) -> LeaseRequest {
 }
 
 fn exists(server: &RedisServer, keys: &LeaseKeys) -> bool {
-    server.query::<i64>(&["EXISTS", &keys.lease]) == 1
+    server.query::<i64>(&["EXISTS", keys.lease()]) == 1
 }
 
 /// Script calls the server ran (`EVALSHA`).

@@ -18,7 +18,7 @@ async fn taken_away(
     thief: Option<&LeaseClient>,
 ) -> LeaseHandle {
     let lease = acquired(client, &request(client, resource, "op")).await;
-    server.cmd(&["DEL", &lease.keys().lease]);
+    server.cmd(&["DEL", lease.keys().lease()]);
     if let Some(thief) = thief {
         std::mem::forget(acquired(thief, &request(thief, resource, "thief")).await);
     }
@@ -163,7 +163,7 @@ async fn one_items_error_is_its_own() {
     warm_up(&client).await;
     let broken = request(&client, "broken", "op");
     let broken_keys = client.keys(broken.purpose(), broken.resource());
-    server.cmd(&["HSET", &broken_keys.lease, "not", "a lease"]);
+    server.cmd(&["HSET", broken_keys.lease(), "not", "a lease"]);
     let fine: Vec<_> = (0..4)
         .map(|i| request(&client, &format!("fine-{i}"), "op"))
         .collect();
@@ -276,7 +276,7 @@ async fn acquisitions_in_one_call_get_increasing_tokens_from_one_counter() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "in call order, strictly increasing: {tokens:?}"
     );
-    let counter: String = server.query(&["GET", &client.keys(reqs[0].purpose(), &first).fence]);
+    let counter: String = server.query(&["GET", client.keys(reqs[0].purpose(), &first).fence()]);
     assert_eq!(
         counter,
         tokens[15].get().to_string(),
@@ -314,9 +314,9 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
         let mut args = vec!["EVAL".to_owned(), script.clone(), String::new()];
         let mut argv = vec!["9".to_owned()];
         for (head, mine, _) in items {
-            args.push(keys.lease.clone());
+            args.push(keys.lease().to_owned());
             if head.starts_with('A') {
-                args.push(keys.fence.clone());
+                args.push(keys.fence().to_owned());
             }
             argv.extend([head.to_string(), mine.to_string()]);
         }
@@ -342,12 +342,12 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
         "one TIME per call: the second acquisition of the group gets last + 1"
     );
     assert_eq!(
-        server.query::<String>(&["GET", &keys.lease]),
+        server.query::<String>(&["GET", keys.lease()]),
         format!("two op {t2}")
     );
 
     // The same items, one call each, from a clean key: the same outcomes in order.
-    server.cmd(&["DEL", &keys.lease]);
+    server.cmd(&["DEL", keys.lease()]);
     let apart: Vec<String> = items
         .iter()
         .flat_map(|i| call(std::slice::from_ref(i)))
@@ -361,7 +361,7 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
     // A holder is the same owner only by its whole owner token: not a value without
     // spaces, not an owner token that is a prefix of ours.
     for held in ["foreign", "on op 5", "one-more op 5"] {
-        server.cmd(&["SET", &keys.lease, held, "PX", "30000"]);
+        server.cmd(&["SET", keys.lease(), held, "PX", "30000"]);
         let items = [("A30000", "one op ", ""), ("A30000", "one other ", "")];
         let replies = call(&items);
         assert!(
@@ -369,7 +369,7 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
             "{held}: {replies:?}"
         );
     }
-    server.cmd(&["SET", &keys.lease, "one op2 5", "PX", "30000"]);
+    server.cmd(&["SET", keys.lease(), "one op2 5", "PX", "30000"]);
     let replies = call(&[("A30000", "one op ", ""), ("A30000", "two op ", "")]);
     assert!(replies[0].starts_with("CONFLICT ") && replies[1].starts_with("CONTENDED "));
 }

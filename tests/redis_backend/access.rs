@@ -91,9 +91,9 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
         "EVAL",
         &script,
         "3",
-        &keys.lease,
-        &keys.fence,
-        &keys.lease,
+        keys.lease(),
+        keys.fence(),
+        keys.lease(),
         "7",
         "A30000",
         "another-owner op ",
@@ -161,7 +161,7 @@ async fn release_notices_that_arrived_together_wake_the_waiter_once() {
         .await
         .unwrap();
     for _ in 0..3 {
-        server.cmd(&["PUBLISH", &keys.release_channel, "released"]);
+        server.cmd(&["PUBLISH", keys.release_channel(), "released"]);
     }
     // Published before PUBLISH answered: in the socket now, read while this task sleeps.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -170,7 +170,7 @@ async fn release_notices_that_arrived_together_wake_the_waiter_once() {
     let again = tokio::time::timeout(Duration::from_millis(200), notices.next()).await;
     assert!(again.is_err(), "woken again by a release already answered");
 
-    server.cmd(&["PUBLISH", &keys.release_channel, "released"]);
+    server.cmd(&["PUBLISH", keys.release_channel(), "released"]);
     let later = tokio::time::timeout(Duration::from_secs(5), notices.next()).await;
     assert_eq!(later, Ok(true), "a later release wakes it again");
 }

@@ -19,7 +19,7 @@ pub(crate) fn request(client: &LeaseClient, resource: &str) -> LeaseRequest {
 }
 
 pub(crate) fn lease_exists(server: &RedisServer, keys: &LeaseKeys) -> bool {
-    server.query::<i64>(&["EXISTS", &keys.lease]) == 1
+    server.query::<i64>(&["EXISTS", keys.lease()]) == 1
 }
 
 /// The failure class of an acquisition that failed, for a `FAULT` line.

@@ -38,7 +38,7 @@ async fn a_lease_replicated_before_a_failover_renews_on_the_new_primary_and_new_
     let new = topology.failover();
     assert_ne!(new, old);
     let new_primary = topology.node(new);
-    let key = held.keys().lease.clone();
+    let key = held.keys().lease().to_owned();
     shorten(new_primary, &key);
     let renewed = held.renew().await;
     assert!(
@@ -53,7 +53,7 @@ async fn a_lease_replicated_before_a_failover_renews_on_the_new_primary_and_new_
     // A new acquisition, on the same backend, lands on the new primary — not on the old
     // one, which still takes writes until the sentinels demote it.
     let fresh = acquired(&client, &request(&client, "fresh", "op")).await;
-    let fresh_key = fresh.keys().lease.clone();
+    let fresh_key = fresh.keys().lease().to_owned();
     assert!(exists(new_primary, &fresh_key));
     let old_primary = topology.node(old);
     if role(old_primary) == "master" {
@@ -86,13 +86,13 @@ async fn renew_across_a_failover_that_lost_the_lease_is_never_renewed_and_the_ne
     topology.wait_replicated();
     // Whichever replica is promoted has lost the lease and the fence counter.
     for replica in topology.replicas() {
-        lose_on_replica(replica, &[&keys.lease, &keys.fence]);
+        lose_on_replica(replica, &[keys.lease(), keys.fence()]);
     }
     let old = topology.primary_port();
 
     let new = topology.failover();
     let new_primary = topology.node(new);
-    assert!(!exists(new_primary, &keys.lease), "precondition: lost");
+    assert!(!exists(new_primary, keys.lease()), "precondition: lost");
     let old_still_master = role(topology.node(old)) == "master";
 
     let outcome = held.renew().await;
@@ -106,13 +106,13 @@ async fn renew_across_a_failover_that_lost_the_lease_is_never_renewed_and_the_ne
     );
     assert_ne!(held.state(), LeaseState::Active);
     assert!(
-        !exists(new_primary, &keys.lease),
+        !exists(new_primary, keys.lease()),
         "nothing was written on the new primary"
     );
 
     let other = topology.client(redis_settings());
     let next = acquired(&other, &request(&other, "r", "next")).await;
-    assert!(exists(new_primary, &keys.lease));
+    assert!(exists(new_primary, keys.lease()));
     let highest_before = before.iter().max().unwrap();
     assert!(
         next.token() > *highest_before,
@@ -195,7 +195,7 @@ async fn a_failover_during_held_leases_cancels_the_lost_ones_in_time_and_keeps_t
     let lost: Vec<usize> = (0..LEASES).filter(|i| i % 2 == 1).collect();
     for replica in topology.replicas() {
         for &i in &lost {
-            lose_on_replica(replica, &[&keys[i].lease, &keys[i].fence]);
+            lose_on_replica(replica, &[keys[i].lease(), keys[i].fence()]);
         }
     }
 
@@ -248,7 +248,7 @@ async fn a_failover_during_held_leases_cancels_the_lost_ones_in_time_and_keeps_t
         "no kept lease renewed on the new primary"
     );
     for &i in &lost {
-        assert!(!exists(new_primary, &keys[i].lease), "lease {i} came back");
+        assert!(!exists(new_primary, keys[i].lease()), "lease {i} came back");
     }
 
     // Every resource again, by another client: larger tokens than any before the failover.
@@ -266,7 +266,7 @@ async fn a_failover_during_held_leases_cancels_the_lost_ones_in_time_and_keeps_t
         let AcquireOutcome::Acquired(lease) = other.acquire(&req).await.unwrap() else {
             panic!("resource {i} is free again after its holder released it")
         };
-        assert!(exists(new_primary, &key.lease));
+        assert!(exists(new_primary, key.lease()));
         assert!(
             lease.token() > highest_before,
             "resource {i}: token {:?} after the failover, {highest_before:?} before",
@@ -338,7 +338,7 @@ async fn after_the_primary_is_killed_calls_fail_fast_and_honestly_until_a_replic
     assert_ne!(new, old);
 
     let new_primary = topology.node(new);
-    let key = held.keys().lease.clone();
+    let key = held.keys().lease().to_owned();
     shorten(new_primary, &key);
     assert!(matches!(held.renew().await, RenewOutcome::Renewed { .. }));
     assert!(pttl(new_primary, &key) > Duration::from_secs(15));

@@ -16,7 +16,7 @@ async fn acquire_renew_and_release_through_the_sentinels_land_on_the_primary() {
     let client = topology.client(redis_settings());
     let req = request(&client, "r", "op");
     let mut lease = acquired(&client, &req).await;
-    let key = lease.keys().lease.clone();
+    let key = lease.keys().lease().to_owned();
     let primary = topology.primary();
     assert!(exists(primary, &key), "the lease is on the primary");
     topology.wait_replicated();
@@ -106,7 +106,7 @@ async fn an_acquisition_that_waits_for_replicas_reports_how_many_acknowledged_it
     );
     for replica in topology.replicas() {
         assert!(
-            exists(replica, &lease.keys().lease),
+            exists(replica, lease.keys().lease()),
             "acknowledged, so it is there"
         );
     }

@@ -117,7 +117,7 @@ async fn a_silent_sentinel_costs_nothing_when_a_majority_agrees_and_at_most_half
             "{silent_count} silent of {}: {took:?}, expected {expected:?}",
             silent_count + 3
         );
-        assert!(exists(topology.primary(), &lease.keys().lease));
+        assert!(exists(topology.primary(), lease.keys().lease()));
     }
 }
 
@@ -140,7 +140,7 @@ async fn reply_lost_through_the_sentinel_backend_is_indeterminate_and_the_attemp
     );
     topology.proxy().set_mode(common::ProxyMode::Pass);
     let keys = client.keys(req.purpose(), req.resource());
-    assert!(exists(topology.primary(), &keys.lease), "the script ran");
+    assert!(exists(topology.primary(), keys.lease()), "the script ran");
     // The timeout dropped the connection: this finds the primary again, via the sentinels.
     let InspectOutcome::HeldByAttempt { token, .. } = client.inspect(&req).await else {
         panic!("inspect must find the attempt")
@@ -189,5 +189,5 @@ async fn readonly_from_a_demoted_node_is_unavailable_and_the_next_call_reconnect
         before + 1,
         "a new connection after READONLY"
     );
-    assert!(exists(&node, &lease.keys().lease));
+    assert!(exists(&node, lease.keys().lease()));
 }

@@ -53,7 +53,7 @@ pub(crate) fn stalled_trials(server: &RedisServer, dir: &TempDir, trials: usize)
     // Read while paused: no renewal can move them any more.
     let ends: Vec<Option<i64>> = resources
         .iter()
-        .map(|resource| expiry_micros(server, &keys_of(resource).lease))
+        .map(|resource| expiry_micros(server, keys_of(resource).lease()))
         .collect();
     let firsts: Vec<i64> = nexts.into_iter().map(Next::first_write).collect();
     let mut trials_seen = Vec::new();

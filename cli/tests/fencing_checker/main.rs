@@ -224,7 +224,7 @@ fn check(permits: u32, name: &str) {
         &Purpose::new(PURPOSE).expect("valid purpose"),
         &ResourceDigest::of(RESOURCE.as_bytes()),
     );
-    let counter: Option<String> = server.query(&["GET", &keys.fence]);
+    let counter: Option<String> = server.query(&["GET", keys.fence()]);
     let counter: u64 = counter.and_then(|c| c.parse().ok()).unwrap_or(0);
     if let Some(&max) = attempted.iter().max()
         && max > counter

@@ -1,7 +1,15 @@
 //! One script call on a connection: the `EVALSHA` (loading the script on `NOSCRIPT`), its
 //! deadlines, and under Cluster the one redirection (`MOVED`, `ASK`) followed within it.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use super::connection::{Connected, Topology};
+use super::{RedisBackend, batch, classify, parse, scripts};
+use crate::backend::{FailureDetail, FailureKind, SendFailure};
 
 impl RedisBackend {
     /// `send` of one item.

@@ -2,7 +2,14 @@
 //! Sentinel names, or a Redis Cluster — checked without I/O, and the one way a URL becomes
 //! a client.
 
-use super::*;
+use std::fmt;
+use std::time::Duration;
+
+use redis::io::tcp::TcpSettings;
+use redis::{Client, IntoConnectionInfo as _};
+
+use crate::error::LeaseError;
+use crate::protocol::limits::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_QUEUE_LIMIT};
 
 /// Where and how to reach Redis: one standalone node ([`new`](Self::new)), the primary
 /// that Redis Sentinel names ([`sentinel`](Self::sentinel)), or a Redis Cluster
@@ -42,8 +49,8 @@ impl RedisConfig {
     }
 
     /// The primary that the sentinels at `sentinel_urls` monitor as `master_name`, found
-    /// again after every failover (the module docs of [`RedisBackend`] say when, and how
-    /// long each step may take).
+    /// again after every failover ([`RedisBackend`](crate::RedisBackend)'s docs say when,
+    /// and how long each step may take).
     ///
     /// Each sentinel URL is `redis://[user:password@]host:port` — the sentinel's own
     /// credentials, if it has any — or `rediss://…`; it names no database, since sentinels
@@ -52,7 +59,8 @@ impl RedisConfig {
     /// plain `redis://`, no credentials, database 0). The connect timeout (default 1 s)
     /// bounds finding the primary and connecting to it, together.
     ///
-    /// Nothing is checked here: [`RedisBackend::new`] validates everything before any I/O.
+    /// Nothing is checked here: [`RedisBackend::new`](crate::RedisBackend::new) validates
+    /// everything before any I/O.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), leasehold::LeaseError> {
@@ -120,7 +128,8 @@ impl RedisConfig {
     /// address the sentinels report. With TLS the certificate is checked against that
     /// address (an IP, unless the sentinels announce hostnames).
     ///
-    /// [`RedisBackend::new`] rejects it on a standalone configuration.
+    /// [`RedisBackend::new`](crate::RedisBackend::new) rejects it on a standalone
+    /// configuration.
     pub fn sentinel_node_url_template(mut self, url: impl Into<String>) -> Self {
         self.node_url_template = Some(url.into());
         self
@@ -133,8 +142,8 @@ impl RedisConfig {
         self
     }
 
-    /// Most operations the backend keeps waiting to be sent (1 ..= 1,048,576; default
-    /// [`DEFAULT_QUEUE_LIMIT`](crate::protocol::limits::DEFAULT_QUEUE_LIMIT), 16,384).
+    /// Most operations the backend keeps waiting to be sent (1 ..=
+    /// [`MAX_QUEUE_LIMIT`](crate::protocol::limits::MAX_QUEUE_LIMIT); default 16,384).
     ///
     /// Under standalone and Sentinel, operations beyond what the script calls in flight
     /// carry wait in one queue, whatever their number, as long as the connection answers;

@@ -2,7 +2,17 @@
 //! and the node it leads to, the connect gate (one attempt at a time), and what an error
 //! shows to be unusable. Every failure here is `NotSent`: no script was sent.
 
-use super::*;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{RedisBackend, classify, cluster, pubsub, sentinel};
+use crate::backend::{FailureDetail, FailureKind, SendFailure};
 
 /// How a connection to the node that takes writes is obtained: the one thing the
 /// topologies do differently.

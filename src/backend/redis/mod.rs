@@ -17,84 +17,8 @@
 //! Lua; `pubsub` the notices' shared connection per node; `scan` the key scan behind
 //! listing; `sentinel` and `cluster` the two topologies that need more than a URL.
 //!
-//! # Behaviour, and the time bound of every await
-//!
-//! * Construction parses every URL and opens nothing: a bad URL (or an empty sentinel list)
-//!   is an error before any I/O, and a Redis that is down shows up as `NotSent` on the first
-//!   call, not at start-up.
-//! * One multiplexed connection is shared by every call. It is made on first use and made
-//!   again after it is dropped (see the next bullets). *Obtaining* it is bounded as a whole
-//!   by `min(connect_timeout, the call's timeout)`; any failure to obtain it is `NotSent`:
-//!   nothing was written.
-//!   * Standalone: connect (TCP, TLS, `AUTH`, `SELECT`) to the configured URL.
-//!   * Sentinel: (1) ask every sentinel at once `SENTINEL get-master-addr-by-name`; the lookup
-//!     ends when every sentinel has answered or failed, when a majority of the configured
-//!     sentinels named the same address, or — once one has named a primary — at half the
-//!     bound, so sentinels that are down or silent cost at most that;
-//!     (2) connect to the address most sentinels named (then the others), with the data
-//!     nodes' credentials, database and TLS from `sentinel_node_url_template`; (3) keep that
-//!     very connection only if `ROLE` on it answers `master` (a user whose ACL forbids
-//!     `ROLE`, `NOPERM`, is taken at the sentinels' word).
-//! * The shared connection is dropped, so the next call obtains a new one — under Sentinel,
-//!   asks the sentinels again — when a call breaks it (I/O error), when a call times out
-//!   (the socket may be silent) or its reply cannot be trusted, when the node answers
-//!   `READONLY` or `MASTERDOWN` (it is not, or no longer, the primary: after a failover the
-//!   old primary is demoted), and, under Sentinel, when a sentinel announces
-//!   `+switch-master` to another address.
-//! * Sentinel watcher: from the first successful connection on, one pub/sub connection per
-//!   sentinel listens for `+switch-master`. It runs in the background and is on no call's
-//!   path; each (re)subscription is bounded by `connect_timeout`, retried after 100 ms
-//!   doubling to 5 s, and followed by one lookup so a switch announced while it was not
-//!   listening is not missed. It stops when the last clone of the backend is dropped.
-//! * Every operation is one item of a script call (`lua/batch.lua`). Under standalone and
-//!   Sentinel, concurrent operations share calls: at most four calls are in flight, and what
-//!   arrives meanwhile goes out together in the next one (`batch` says how, and what it
-//!   promises). An operation that finds no call in flight is sent at once, with those
-//!   arriving at the same moment. Under Cluster each operation is a call of its own, to the
-//!   owner of its hash slot.
-//! * A burst beyond what the calls in flight carry waits in a bounded queue
-//!   ([`RedisConfig::queue_limit`], default 16,384): renewals and releases first, then
-//!   acquisitions and reads in arrival order. An acquisition or a read that finds the queue
-//!   full is refused at once, nothing sent (`NotSent` of kind `QueueFull`); renewals and
-//!   releases are never refused.
-//! * Each operation's `timeout` bounds its round trip, from the instant just before its
-//!   call is written; time in the queue is not counted — except a renewal's: its timeout
-//!   runs from the call (the queue and obtaining the connection included), since its
-//!   caller's deadline is absolute. A deadline is judged once this process has caught up
-//!   with its queued tasks: a reply that came in time but that the process, busy, had not
-//!   read yet still counts (`batch` says how long it waits for that). An operation that
-//!   times out before its call was written is `NotSent`; after, it is `MaybeSent`. A
-//!   script call whose reply has not come by the earliest deadline of its operations makes
-//!   the next call start on a new connection, whose set-up needs the server's answer: the
-//!   operations waiting are not sent into a server that stopped answering. Every reply
-//!   echoes its call's id: a reply read for another call (a stream that lost bytes) is
-//!   `MaybeSent` for every operation of the call, never decoded as theirs.
-//! * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`…) are `NotSent`, and
-//!   so is `READONLY`: a read-only replica runs none of a script's writes, whatever their
-//!   order. Other errors and unreadable replies are `MaybeSent` (see `classify`).
-//! * An acquisition that waits for replicas (`LeaseRequestBuilder::wait_for_replicas`) runs
-//!   alone on a twin backend with connections of its own — the script, then `WAIT` on the
-//!   same connection — since `WAIT` blocks its connection until the replicas answer.
-//! * Release notices use one pub/sub connection per node, shared by every subscription of
-//!   the backend (`pubsub`), to the node of the shared connection (under Sentinel: the
-//!   current primary, where the release script publishes). Obtaining the shared connection,
-//!   opening the pub/sub one if needed and the server's confirmation are bounded together by
-//!   the subscription's timeout; concurrent subscriptions are confirmed together, by a few
-//!   pipelined `SUBSCRIBE`s. The subscription ends — the caller subscribes again soon — when
-//!   its connection breaks, when the server leaves a round of `SUBSCRIBE`s unconfirmed for
-//!   the connect timeout, when the shared connection is replaced (the pub/sub connection
-//!   opened beside it closes then, so none outlives a fault or a dropped backend), or when
-//!   the primary moves to another node; dropping it unsubscribes.
-//!
-//! # What Sentinel does not promise
-//!
-//! During a failover two nodes can claim to be primary: after `SENTINEL FAILOVER`, the old
-//! primary keeps accepting writes until the sentinels demote it (about ten seconds with
-//! Redis 7.0), and a partitioned primary keeps accepting them until it rejoins. A call
-//! already in flight when `+switch-master` is announced, or one made while this process
-//! cannot hear the sentinels, may land on the old primary and its effect may be lost with
-//! it. Fencing tokens are what protects the resource then (docs/design.md §4);
-//! `min-replicas-to-write` on the server narrows the window.
+//! What a caller may rely on — the behaviour, the time bound of every await, what Sentinel
+//! does not promise — is documented on [`RedisBackend`] itself.
 
 mod batch;
 mod call;
@@ -113,15 +37,12 @@ mod scripts;
 mod sentinel;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use redis::aio::MultiplexedConnection;
-use redis::io::tcp::TcpSettings;
-use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo as _, Value};
-use tokio::sync::watch;
+use redis::Value;
 use tokio::time::Instant;
 
 use super::{
@@ -129,9 +50,7 @@ use super::{
     ReplicatedReply, SendFailure,
 };
 use crate::error::LeaseError;
-use crate::protocol::limits::{
-    self, CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_QUEUE_LIMIT, deadline_after,
-};
+use crate::protocol::limits::{self, CONNECT_TIMEOUT, deadline_after};
 use crate::protocol::{
     AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
     ReplicaWait,
@@ -153,6 +72,85 @@ use connection::{Connected, Shared, Topology, connection_config, not_sent};
 /// let backend = RedisBackend::new(RedisConfig::new("redis://127.0.0.1:6379"))?;
 /// # Ok(()) }
 /// ```
+///
+/// # Behaviour, and the time bound of every await
+///
+/// * Construction parses every URL and opens nothing: a bad URL (or an empty sentinel list)
+///   is an error before any I/O, and a Redis that is down shows up as `NotSent` on the first
+///   call, not at start-up.
+/// * One multiplexed connection is shared by every call. It is made on first use and made
+///   again after it is dropped (see the next bullets). *Obtaining* it is bounded as a whole
+///   by `min(connect_timeout, the call's timeout)`; any failure to obtain it is `NotSent`:
+///   nothing was written.
+///   * Standalone: connect (TCP, TLS, `AUTH`, `SELECT`) to the configured URL.
+///   * Sentinel: (1) ask every sentinel at once `SENTINEL get-master-addr-by-name`; the lookup
+///     ends when every sentinel has answered or failed, when a majority of the configured
+///     sentinels named the same address, or — once one has named a primary — at half the
+///     bound, so sentinels that are down or silent cost at most that;
+///     (2) connect to the address most sentinels named (then the others), with the data
+///     nodes' credentials, database and TLS from `sentinel_node_url_template`; (3) keep that
+///     very connection only if `ROLE` on it answers `master` (a user whose ACL forbids
+///     `ROLE`, `NOPERM`, is taken at the sentinels' word).
+/// * The shared connection is dropped, so the next call obtains a new one — under Sentinel,
+///   asks the sentinels again — when a call breaks it (I/O error), when a call times out
+///   (the socket may be silent) or its reply cannot be trusted, when the node answers
+///   `READONLY` or `MASTERDOWN` (it is not, or no longer, the primary: after a failover the
+///   old primary is demoted), and, under Sentinel, when a sentinel announces
+///   `+switch-master` to another address.
+/// * Sentinel watcher: from the first successful connection on, one pub/sub connection per
+///   sentinel listens for `+switch-master`. It runs in the background and is on no call's
+///   path; each (re)subscription is bounded by `connect_timeout`, retried after 100 ms
+///   doubling to 5 s, and followed by one lookup so a switch announced while it was not
+///   listening is not missed. It stops when the last clone of the backend is dropped.
+/// * Every operation is one item of a script call (`lua/batch.lua`). Under standalone and
+///   Sentinel, concurrent operations share calls: at most four calls are in flight, and what
+///   arrives meanwhile goes out together in the next one (`batch` says how, and what it
+///   promises). An operation that finds no call in flight is sent at once, with those
+///   arriving at the same moment. Under Cluster each operation is a call of its own, to the
+///   owner of its hash slot.
+/// * A burst beyond what the calls in flight carry waits in a bounded queue
+///   ([`RedisConfig::queue_limit`], default 16,384): renewals and releases first, then
+///   acquisitions and reads in arrival order. An acquisition or a read that finds the queue
+///   full is refused at once, nothing sent (`NotSent` of kind `QueueFull`); renewals and
+///   releases are never refused.
+/// * Each operation's `timeout` bounds its round trip, from the instant just before its
+///   call is written; time in the queue is not counted — except a renewal's: its timeout
+///   runs from the call (the queue and obtaining the connection included), since its
+///   caller's deadline is absolute. A deadline is judged once this process has caught up
+///   with its queued tasks: a reply that came in time but that the process, busy, had not
+///   read yet still counts (`batch` says how long it waits for that). An operation that
+///   times out before its call was written is `NotSent`; after, it is `MaybeSent`. A
+///   script call whose reply has not come by the earliest deadline of its operations makes
+///   the next call start on a new connection, whose set-up needs the server's answer: the
+///   operations waiting are not sent into a server that stopped answering. Every reply
+///   echoes its call's id: a reply read for another call (a stream that lost bytes) is
+///   `MaybeSent` for every operation of the call, never decoded as theirs.
+/// * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`…) are `NotSent`, and
+///   so is `READONLY`: a read-only replica runs none of a script's writes, whatever their
+///   order. Other errors and unreadable replies are `MaybeSent` (see `classify`).
+/// * An acquisition that waits for replicas (`LeaseRequestBuilder::wait_for_replicas`) runs
+///   alone on a twin backend with connections of its own — the script, then `WAIT` on the
+///   same connection — since `WAIT` blocks its connection until the replicas answer.
+/// * Release notices use one pub/sub connection per node, shared by every subscription of
+///   the backend (`pubsub`), to the node of the shared connection (under Sentinel: the
+///   current primary, where the release script publishes). Obtaining the shared connection,
+///   opening the pub/sub one if needed and the server's confirmation are bounded together by
+///   the subscription's timeout; concurrent subscriptions are confirmed together, by a few
+///   pipelined `SUBSCRIBE`s. The subscription ends — the caller subscribes again soon — when
+///   its connection breaks, when the server leaves a round of `SUBSCRIBE`s unconfirmed for
+///   the connect timeout, when the shared connection is replaced (the pub/sub connection
+///   opened beside it closes then, so none outlives a fault or a dropped backend), or when
+///   the primary moves to another node; dropping it unsubscribes.
+///
+/// # What Sentinel does not promise
+///
+/// During a failover two nodes can claim to be primary: after `SENTINEL FAILOVER`, the old
+/// primary keeps accepting writes until the sentinels demote it (about ten seconds with
+/// Redis 7.0), and a partitioned primary keeps accepting them until it rejoins. A call
+/// already in flight when `+switch-master` is announced, or one made while this process
+/// cannot hear the sentinels, may land on the old primary and its effect may be lost with
+/// it. Fencing tokens are what protects the resource then (docs/design.md §4);
+/// `min-replicas-to-write` on the server narrows the window.
 #[derive(Clone)]
 pub struct RedisBackend {
     inner: Arc<Inner>,

@@ -1,7 +1,13 @@
 //! Acquisitions that wait for replicas: `WAIT` on the connection that wrote the
 //! acquisition, bounded by the call's deadline.
 
-use super::*;
+use redis::Value;
+use tokio::time::Instant;
+
+use super::connection::Connected;
+use super::{RedisBackend, classify};
+use crate::backend::{FailureDetail, FailureKind};
+use crate::protocol::ReplicaWait;
 
 impl RedisBackend {
     /// `WAIT wait.replicas() wait.timeout()` on `connected`, the connection that just wrote

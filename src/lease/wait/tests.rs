@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{AcquireOutcome, Attempt, BACKOFF_MAX, Patience, RESUBSCRIBE_MAX, Step, WaitPolicy};
+use super::{BACKOFF_MAX, Patience, RESUBSCRIBE_MAX, Step, WaitPolicy};
 use crate::backend::{FailureDetail, FailureKind};
-use crate::protocol::OperationId;
+use crate::lease::outcome::AcquireOutcome;
+use crate::protocol::{Attempt, OperationId};
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -186,7 +186,7 @@ impl Harness {
                 Some(Node::Server(server))
             }
             Backend::Sentinel(topology) => Some(Node::Server(topology.primary())),
-            Backend::Cluster(topology) => Some(Node::Cluster(topology.owner(&keys.lease))),
+            Backend::Cluster(topology) => Some(Node::Cluster(topology.owner(keys.lease()))),
         }
     }
 
@@ -255,7 +255,7 @@ impl Harness {
                 m.delete(keys);
             }
             (_, Some(node)) => {
-                node.cmd(&["DEL", &keys.lease]);
+                node.cmd(&["DEL", keys.lease()]);
             }
             (_, None) => unreachable!("every Redis backend has a node"),
         }
@@ -266,7 +266,7 @@ impl Harness {
         match (&self.backend, self.node(keys)) {
             (Backend::Memory(m), _) => m.delete_fence(keys),
             (_, Some(node)) => {
-                node.cmd(&["DEL", &keys.fence]);
+                node.cmd(&["DEL", keys.fence()]);
             }
             (_, None) => unreachable!("every Redis backend has a node"),
         }
@@ -288,10 +288,10 @@ impl Harness {
         let Some(node) = self.node(keys) else {
             panic!("the memory backend has no server: advance its clock instead")
         };
-        let pttl: i64 = node.query(&["PTTL", &keys.lease]);
+        let pttl: i64 = node.query(&["PTTL", keys.lease()]);
         let left = pttl - i64::try_from(by.as_millis()).expect("small");
         assert!(left > 0, "shortened past expiry");
-        node.cmd(&["PEXPIRE", &keys.lease, &left.to_string()]);
+        node.cmd(&["PEXPIRE", keys.lease(), &left.to_string()]);
     }
 
     /// Redis only: lets the lease key's TTL run out (not a `DEL`), and checks it is gone; no
@@ -300,9 +300,9 @@ impl Harness {
         let Some(node) = self.node(keys) else {
             panic!("the memory backend has no server: advance its clock instead")
         };
-        node.cmd(&["PEXPIRE", &keys.lease, "1"]);
+        node.cmd(&["PEXPIRE", keys.lease(), "1"]);
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let exists: i64 = node.query(&["EXISTS", &keys.lease]);
+        let exists: i64 = node.query(&["EXISTS", keys.lease()]);
         assert_eq!(exists, 0);
     }
 
@@ -310,7 +310,7 @@ impl Harness {
     pub fn held(&self, keys: &LeaseKeys) -> bool {
         match (&self.backend, self.node(keys)) {
             (Backend::Memory(m), _) => m.remaining(keys).is_some(),
-            (_, Some(node)) => node.query::<i64>(&["EXISTS", &keys.lease]) == 1,
+            (_, Some(node)) => node.query::<i64>(&["EXISTS", keys.lease()]) == 1,
             (_, None) => unreachable!("every Redis backend has a node"),
         }
     }
@@ -320,7 +320,7 @@ impl Harness {
         match (&self.backend, self.node(keys)) {
             (Backend::Memory(m), _) => m.remaining(keys),
             (_, Some(node)) => {
-                let ms: i64 = node.query(&["PTTL", &keys.lease]);
+                let ms: i64 = node.query(&["PTTL", keys.lease()]);
                 u64::try_from(ms).ok().map(Duration::from_millis)
             }
             (_, None) => unreachable!("every Redis backend has a node"),

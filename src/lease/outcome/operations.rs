@@ -1,0 +1,337 @@
+//! What each operation achieved — acquire, renew, release, inspect — in the certainty it
+//! has; each is made from a reply only in the parent module.
+
+use std::time::Duration;
+
+use crate::backend::FailureDetail;
+use crate::lease::handle::LeaseHandle;
+use crate::lease::outcome::{LeaseState, LostReason};
+use crate::protocol::{Attempt, FencingToken, HolderLabel};
+
+/// What `try_acquire` or `acquire` achieved.
+#[must_use = "an acquisition may hold a lease until its TTL; inspect the outcome"]
+#[derive(Debug)]
+pub enum AcquireOutcome {
+    /// *When*: the lease was absent and the script stored this attempt (`ACQUIRED`).
+    /// *What to do*: run the work; renew before [`LeaseHandle::remaining_validity`] runs out;
+    /// pass [`LeaseHandle::token`] to every write the lease protects.
+    Acquired(LeaseHandle),
+    /// *When*: this very attempt already held the lease (`REPLAYED`), e.g. a retry after an
+    /// indeterminate reply. The handle's validity comes from the server's remaining PTTL and
+    /// the token is the original one.
+    /// *What to do*: as for `Acquired`.
+    Replayed(LeaseHandle),
+    /// *When*: someone else holds it (`CONTENDED`), and the wait timeout (if any) ran out.
+    /// *What to do*: try later; `retry_after` is the holder's remaining PTTL (or the
+    /// configured fallback when the server reported none).
+    Contended {
+        /// When the current holder's lease would expire if not renewed.
+        retry_after: Duration,
+    },
+    /// *When*: the last holder's lease ended without a release (it expired: a crash, a
+    /// partition, a pause) and its lock-delay
+    /// ([`LeaseRequestBuilder::lock_delay`](crate::protocol::LeaseRequestBuilder::lock_delay))
+    /// refuses every acquisition until it runs out (`DELAYED`); for a counted lease, every
+    /// slot is taken and the earliest to free is in its lock-delay.
+    /// *What to do*: as for `Contended` — `acquire` waits it out within its wait timeout.
+    /// Nobody holds the lease, but the last holder's work may still be running.
+    LockDelayed {
+        /// When the lock-delay ends (or the configured fallback when the server reported
+        /// no time).
+        retry_after: Duration,
+    },
+    /// *When*: the same owner token holds it under another operation id (`CONFLICT`).
+    /// *What to do*: this is a caller bug — one owner token per operation; use a new attempt.
+    OwnerOperationConflict {
+        /// The other operation's remaining time.
+        retry_after: Duration,
+    },
+    /// *When*: the command provably did not run (no connection, refused, `LOADING`, `BUSY`,
+    /// `OOM`…). *What to do*: retry later with the same or a new attempt; nothing is held.
+    Unavailable {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// *When*: refused locally, at once: the backend already had as many operations waiting
+    /// to be sent as it admits
+    /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)) — this process's own
+    /// burst, not the server's failure. Nothing was sent; nothing is held.
+    /// *What to do*: send fewer at once, or retry once some have been answered.
+    QueueFull {
+        /// The refusal (kind [`FailureKind::QueueFull`](crate::FailureKind::QueueFull)).
+        detail: FailureDetail,
+    },
+    /// *When*: the command may have reached Redis (timeout or connection lost after the
+    /// write, unreadable reply). *What to do*: retry with the same `attempt` (a replay
+    /// returns the same token) or `inspect` it; never assume the lease is not yours — it may
+    /// be held until its TTL.
+    Indeterminate {
+        /// The attempt to retry or inspect.
+        attempt: Attempt,
+        /// What failed.
+        detail: FailureDetail,
+    },
+}
+
+impl AcquireOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Acquired(_) => "acquired",
+            Self::Replayed(_) => "replayed",
+            Self::Contended { .. } => "contended",
+            Self::LockDelayed { .. } => "lock_delayed",
+            Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
+            Self::Unavailable { .. } => "unavailable",
+            Self::QueueFull { .. } => "queue_full",
+            Self::Indeterminate { .. } => "indeterminate",
+        }
+    }
+
+    /// The token issued, for `Acquired` and `Replayed`.
+    pub(crate) fn token(&self) -> Option<FencingToken> {
+        match self {
+            Self::Acquired(h) | Self::Replayed(h) => Some(h.token()),
+            _ => None,
+        }
+    }
+
+    /// The handle, for `Acquired` and `Replayed`.
+    pub fn into_handle(self) -> Option<LeaseHandle> {
+        match self {
+            Self::Acquired(h) | Self::Replayed(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// What `renew` achieved.
+#[must_use = "a renewal can lose the lease; inspect the outcome"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenewOutcome {
+    /// *When*: `RENEWED`, and the reply arrived while local validity was left.
+    /// *What to do*: carry on; validity now runs a full TTL − drift from this renewal's send.
+    Renewed {
+        /// Validity left when the reply was read.
+        remaining: Duration,
+    },
+    /// *When*: the lease is gone (`ABSENT`, `NOT_OWNER`) or local validity ran out; the
+    /// handle is LOST. *What to do*: stop the work now; do not write.
+    Lost {
+        /// Why.
+        reason: LostReason,
+    },
+    /// *When*: every attempt within the renew deadline may have reached Redis without a
+    /// readable reply; the handle is UNKNOWN. *What to do*: stop the work; the lease may
+    /// still be held (release it, or let it expire).
+    Indeterminate {
+        /// The last failure.
+        detail: FailureDetail,
+    },
+    /// *When*: no attempt reached Redis; the handle stays ACTIVE with its old budget.
+    /// *What to do*: try again before the budget runs out.
+    Unavailable {
+        /// The last failure.
+        detail: FailureDetail,
+        /// Validity still left on the old budget.
+        remaining: Duration,
+    },
+    /// *When*: the handle is not ACTIVE; nothing was sent. *What to do*: nothing — a lease
+    /// in a terminal state can never be renewed; acquire a new one.
+    Refused {
+        /// The handle's state.
+        state: LeaseState,
+    },
+}
+
+impl RenewOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Renewed { .. } => "renewed",
+            Self::Lost { .. } => "lost",
+            Self::Indeterminate { .. } => "indeterminate",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Refused { .. } => "refused",
+        }
+    }
+}
+
+/// What `release` achieved.
+#[must_use = "a release can fail; inspect the outcome"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// *When*: `RELEASED` — the key was ours and is deleted; waiters were notified. Also
+    /// returned, without a call, by a handle already RELEASED. *What to do*: nothing.
+    Released,
+    /// *When*: `ABSENT` — the key had already expired or been deleted. *What to do*:
+    /// nothing to release; but the lease ended before the release — if work ran until now,
+    /// part of it ran unprotected (its writes are still fenced by the token).
+    AlreadyAbsent,
+    /// *When*: `NOT_OWNER` — someone else holds it now; it was not touched. *What to do*:
+    /// as for `AlreadyAbsent`: the lease had ended, and another holder took over.
+    NotOwner,
+    /// *When*: the release may have reached Redis without a readable reply.
+    /// *What to do*: call `release` again (it is owner-checked) or let the TTL expire it.
+    Indeterminate {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// *When*: the release provably did not run; the lease is still held.
+    /// *What to do*: retry, or let the TTL expire it.
+    Unavailable {
+        /// What failed.
+        detail: FailureDetail,
+    },
+}
+
+impl ReleaseOutcome {
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::AlreadyAbsent => "already_absent",
+            Self::NotOwner => "not_owner",
+            Self::Indeterminate { .. } => "indeterminate",
+            Self::Unavailable { .. } => "unavailable",
+        }
+    }
+}
+
+/// What `inspect` found (read only).
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InspectOutcome {
+    /// *When*: `HELD_BY_ATTEMPT` — the key holds exactly this attempt's ownership (a
+    /// replay of it would succeed). *What to do*: the acquisition landed; acquire again
+    /// with the same attempt to get its handle (a replay: same token, remaining TTL).
+    HeldByAttempt {
+        /// Server's remaining PTTL.
+        remaining: Duration,
+        /// The attempt's fencing token.
+        token: FencingToken,
+        /// The label its acquisition stored ([`LeaseRequestBuilder::holder`]), if any.
+        ///
+        /// [`LeaseRequestBuilder::holder`]: crate::protocol::LeaseRequestBuilder::holder
+        holder: Option<HolderLabel>,
+    },
+    /// *When*: `HELD_BY_OTHER` — someone else holds it. *What to do*: wait at least
+    /// `remaining` before expecting it free (a renewal extends it); `token` is what the
+    /// holder's writes carry.
+    HeldByOther {
+        /// Server's remaining PTTL.
+        remaining: Duration,
+        /// The holder's fencing token (public: it is what effect targets compare).
+        token: FencingToken,
+        /// Who holds it, as its acquisition labelled itself
+        /// ([`LeaseRequestBuilder::holder`]), if it did.
+        ///
+        /// [`LeaseRequestBuilder::holder`]: crate::protocol::LeaseRequestBuilder::holder
+        holder: Option<HolderLabel>,
+    },
+    /// *When*: `DELAYED` — nobody holds it: the last lease ended without a release and its
+    /// lock-delay refuses acquisitions for `remaining` more. *What to do*: expect an
+    /// acquisition to succeed only after `remaining`; the last holder (`token`, `holder`)
+    /// may still be finishing its work.
+    LockDelayed {
+        /// The lock-delay's remaining time.
+        remaining: Duration,
+        /// The ended lease's fencing token.
+        token: FencingToken,
+        /// The ended lease's label, if its acquisition gave one.
+        holder: Option<HolderLabel>,
+    },
+    /// *When*: `ABSENT` — nobody holds it. *What to do*: nothing held it at the read; an
+    /// acquisition may still lose to a faster one.
+    Absent,
+    /// *When*: the read provably did not run (no connection, refused). *What to do*: try
+    /// again later; nothing is known.
+    Unavailable {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// *When*: the read may have run but its reply was lost. *What to do*: try again;
+    /// nothing is known (a read changes nothing).
+    Indeterminate {
+        /// What failed.
+        detail: FailureDetail,
+    },
+    /// *When*: refused locally, at once: the backend already had as many operations
+    /// waiting to be sent as it admits
+    /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)); nothing was sent.
+    /// *What to do*: read fewer at once, or try again once some have been answered.
+    QueueFull {
+        /// The refusal (kind [`FailureKind::QueueFull`](crate::FailureKind::QueueFull)).
+        detail: FailureDetail,
+    },
+}
+
+/// What a read of a held lease says: remaining time, token, holder label.
+pub(crate) type Held = (Duration, FencingToken, Option<HolderLabel>);
+
+impl InspectOutcome {
+    /// The holding, whoever holds it; `None` when absent; the detail when nothing is
+    /// known — what every reader of another's lease (observe, list) wants.
+    pub(crate) fn into_held(self) -> Result<Option<Held>, FailureDetail> {
+        match self {
+            Self::HeldByAttempt {
+                remaining,
+                token,
+                holder,
+            }
+            | Self::HeldByOther {
+                remaining,
+                token,
+                holder,
+            } => Ok(Some((remaining, token, holder))),
+            // Held by nobody: what an observer or a listing reports of it.
+            Self::LockDelayed { .. } | Self::Absent => Ok(None),
+            Self::Unavailable { detail }
+            | Self::Indeterminate { detail }
+            | Self::QueueFull { detail } => Err(detail),
+        }
+    }
+
+    /// A counted lease's reading from its slots' (in slot order), as
+    /// [`LeaseClient::inspect`](crate::LeaseClient::inspect) documents it: the attempt's
+    /// slot; else a failed read; else `Absent` (a slot is free); else the slot that frees
+    /// first. A plain lease's one outcome is itself.
+    pub(crate) fn of_slots(slots: Vec<InspectOutcome>) -> InspectOutcome {
+        let rank = |slot: &InspectOutcome| match slot {
+            Self::HeldByAttempt { .. } => (0, Duration::ZERO),
+            Self::Indeterminate { .. } => (1, Duration::ZERO),
+            // Nothing was read: neither says anything of the slot.
+            Self::Unavailable { .. } | Self::QueueFull { .. } => (2, Duration::ZERO),
+            Self::Absent => (3, Duration::ZERO),
+            Self::HeldByOther { remaining, .. } | Self::LockDelayed { remaining, .. } => {
+                (4, *remaining)
+            }
+        };
+        // The first of equals: a slot's order breaks ties, as the acquire script's does.
+        let mut best: Option<InspectOutcome> = None;
+        for slot in slots {
+            if best.as_ref().is_none_or(|b| rank(&slot) < rank(b)) {
+                best = Some(slot);
+            }
+        }
+        best.unwrap_or(Self::Absent)
+    }
+
+    /// Whether someone (this attempt or another) held the lease at the read.
+    pub fn is_held(&self) -> bool {
+        matches!(self, Self::HeldByAttempt { .. } | Self::HeldByOther { .. })
+    }
+
+    /// snake_case name for logs, metrics and the CLI.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::HeldByAttempt { .. } => "held_by_attempt",
+            Self::HeldByOther { .. } => "held_by_other",
+            Self::LockDelayed { .. } => "lock_delayed",
+            Self::Absent => "absent",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Indeterminate { .. } => "indeterminate",
+            Self::QueueFull { .. } => "queue_full",
+        }
+    }
+}
