@@ -61,8 +61,10 @@ pub(crate) fn rss_above_actor(flavor: &str, r_line: &str, floor_line: &str) {
     let actor = value(floor_line, "rss_bytes_per_actor");
     println!(
         "RESULT workload={workload}-vs-floor-actor flavor={flavor} rss_bytes_per_lease={lease:.0} \
-         rss_bytes_per_actor={actor:.0} rss_above_actor_bytes={:.0} rss_ratio_to_actor={:.3}",
+         rss_bytes_per_actor={actor:.0} rss_above_actor_bytes={:.0} rss_ratio_to_actor={:.3} \
+         server={}",
         lease - actor,
-        lease / actor
+        lease / actor,
+        server_label()
     );
 }

@@ -141,9 +141,11 @@ pub(crate) struct Parts {
 
 impl Parts {
     /// `ratio_to_rslock` and `ratio_to_async_redis_lock` of leasehold's row: its rate over
-    /// each peer's (> 1: leasehold does more per second).
-    fn peer_ratios(&self) -> [(&'static str, String); 2] {
+    /// each peer's (> 1: leasehold does more per second); `srv_cpu_ratio_to_…`: Redis CPU per
+    /// operation over each peer's (> 1: leasehold costs Redis more).
+    fn peer_ratios(&self) -> [(&'static str, String); 4] {
         let lease = self.lease.ops_per_s();
+        let srv = |part: &Part| part.used.per(part.ops).1;
         let text = |r: Option<f64>| r.map_or("na".to_owned(), |r| format!("{r:.3}"));
         [
             (
@@ -153,6 +155,14 @@ impl Parts {
             (
                 "ratio_to_async_redis_lock",
                 text(ratio(lease, self.arl.ops_per_s())),
+            ),
+            (
+                "srv_cpu_ratio_to_rslock",
+                text(ratio(srv(&self.lease), srv(&self.rslock))),
+            ),
+            (
+                "srv_cpu_ratio_to_async_redis_lock",
+                text(ratio(srv(&self.lease), srv(&self.arl))),
             ),
         ]
     }

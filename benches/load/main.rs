@@ -25,7 +25,7 @@
 //!
 //! ```text
 //! RESULT workload=<W1|W2|W3|H|R10k|R100k|A|floor-…|floor-actor> flavor=<current_thread|multi_thread>
-//!        ops_per_s=… p50_us=… p99_us=… ratio_to_floor=… <extra>=…
+//!        ops_per_s=… p50_us=… p99_us=… ratio_to_floor=… <extra>=… server=<kind>-<version>
 //! ```
 //!
 //! The floor is `SET key token NX PX ttl`, then an owner-checked `DEL` (a Lua script by
@@ -98,7 +98,7 @@ use std::io::{BufRead as _, BufReader, Write as _};
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt as _;
@@ -167,6 +167,8 @@ fn main() {
     let started = Instant::now();
     let server = RedisServer::start();
     let url = server.url();
+    let info: String = server.query(&["INFO", "server"]);
+    let _ = SERVER.set(server_kind_version(&info));
     println!(
         "# leasehold load bench: redis-server pid {} at {url}, quick={quick}, {} cores",
         server.pid(),
@@ -286,11 +288,35 @@ fn mem_available_bytes() -> f64 {
 
 /// Runs this binary as a child, forwarding and returning its stdout lines. Panics when the
 /// child fails (its panic message is on stderr).
+/// The server every row was measured on, `<kind>-<version>` (`server=` of each RESULT line):
+/// set by the parent from `INFO server`, handed to each child in [`SERVER_ENV`].
+static SERVER: OnceLock<String> = OnceLock::new();
+const SERVER_ENV: &str = "LEASEHOLD_BENCH_SERVER";
+
+pub(crate) fn server_label() -> &'static str {
+    SERVER.get_or_init(|| std::env::var(SERVER_ENV).unwrap_or_else(|_| "unknown".to_owned()))
+}
+
+/// `valkey-9.1.2` or `redis-7.0.15`, from `INFO server` (Valkey names itself in
+/// `server_name` and reports its own version beside the Redis version it is compatible with).
+fn server_kind_version(info: &str) -> String {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    match (field("server_name"), field("valkey_version")) {
+        (Some("valkey"), Some(version)) => format!("valkey-{version}"),
+        _ => format!("redis-{}", field("redis_version").unwrap_or("unknown")),
+    }
+}
+
 fn run_child(args: &[&str]) -> Vec<String> {
     let exe = std::env::current_exe().expect("current_exe");
     let child = Command::new(exe)
         .arg("__child")
         .args(args)
+        .env(SERVER_ENV, server_label())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

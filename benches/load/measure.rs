@@ -309,6 +309,7 @@ impl Row {
         for (k, v) in &self.extra {
             line.push_str(&format!(" {k}={v}"));
         }
+        line.push_str(&format!(" server={}", server_label()));
         println!("{line}");
         let _ = std::io::stdout().flush();
     }

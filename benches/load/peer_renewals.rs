@@ -177,5 +177,5 @@ pub(crate) fn r_peer_ratios(flavor: &str, leasehold: &str, peers: &[(&str, Strin
             line.push_str(&format!(" {short}_ratio_to_{peer}={ratio:.3}"));
         }
     }
-    println!("{line}");
+    println!("{line} server={}", server_label());
 }
