@@ -267,8 +267,7 @@ async fn fencing_tokens_increase_across_release_expiry_and_a_deleted_counter(h: 
     let _ = lease.release().await;
     h.delete_fence(lease.keys());
     if h.is_redis() {
-        // Redis falls back on server time, which survives the counter; MemoryBackend's
-        // counter cannot be evicted in production, so only Redis is held to this row.
+        // Only Redis can lose its counter (eviction); server time keeps its tokens rising.
         let lease = acquired(
             &h.client,
             &request_for(&h.client, "r", Duration::from_secs(30)),
@@ -378,8 +377,9 @@ async fn reply_lost_after_the_script_ran_is_indeterminate_and_the_attempt_finds_
     let keys = client.keys(req.purpose(), req.resource());
     let held = h.held(&keys);
     assert!(held, "the script ran");
-    let InspectOutcome::HeldByAttempt { token, .. } = h.client.inspect(&req).await else {
-        panic!("inspect must find the attempt")
+    let inspected = h.client.inspect(&req).await;
+    let InspectOutcome::HeldByAttempt { token, .. } = inspected else {
+        panic!("inspect must find the attempt, got {inspected:?}")
     };
     let AcquireOutcome::Replayed(lease) = h.client.try_acquire(&req).await.unwrap() else {
         panic!("retry with the same attempt must replay")

@@ -245,8 +245,9 @@ async fn an_indeterminate_counted_acquisition_is_settled_by_inspect_and_release_
     );
     let slot = req_keys(&h, &req).for_slot(1);
     assert!(h.held(&slot), "the script ran and took slot 1");
-    let InspectOutcome::HeldByAttempt { token, .. } = client.inspect(&req).await else {
-        panic!("inspect must find the attempt's slot")
+    let inspected = client.inspect(&req).await;
+    let InspectOutcome::HeldByAttempt { token, .. } = inspected else {
+        panic!("inspect must find the attempt's slot, got {inspected:?}")
     };
     assert!(token > other.token());
     assert_eq!(client.release_attempt(&req).await, ReleaseOutcome::Released);

@@ -142,8 +142,9 @@ async fn reply_lost_through_the_sentinel_backend_is_indeterminate_and_the_attemp
     let keys = client.keys(req.purpose(), req.resource());
     assert!(exists(topology.primary(), keys.lease()), "the script ran");
     // The timeout dropped the connection: this finds the primary again, via the sentinels.
-    let InspectOutcome::HeldByAttempt { token, .. } = client.inspect(&req).await else {
-        panic!("inspect must find the attempt")
+    let inspected = client.inspect(&req).await;
+    let InspectOutcome::HeldByAttempt { token, .. } = inspected else {
+        panic!("inspect must find the attempt, got {inspected:?}")
     };
     let AcquireOutcome::Replayed(lease) = client.try_acquire(&req).await.unwrap() else {
         panic!("retry with the same attempt must replay")
