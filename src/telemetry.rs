@@ -136,8 +136,13 @@ pub(crate) fn renew_margin(purpose: &Purpose, margin: Duration) {
         .record(margin.as_secs_f64());
 }
 
-pub(crate) fn wait_retry(purpose: &Purpose, cause: &'static str) {
+/// An acquisition of `purpose` is waiting: its first retry is due (once per wait, not per
+/// retry, so the set of purposes seen is consulted once).
+pub(crate) fn waiting(purpose: &Purpose) {
     start_at_zero("waiting", AT_ZERO_WAITING, purpose);
+}
+
+pub(crate) fn wait_retry(purpose: &Purpose, cause: &'static str) {
     counter!(names::WAIT_RETRIES_TOTAL, "purpose" => purpose_label(purpose), "cause" => cause)
         .increment(1);
 }

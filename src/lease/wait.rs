@@ -228,24 +228,26 @@ pub(crate) async fn acquire_with_wait(
     let mut policy = WaitPolicy::new(Instant::now(), patience);
     let mut notices: Option<ReleaseNotices> = None;
     let mut jitter = random_jitter;
+    let mut waiting = false;
     loop {
         if notices.is_none() && policy.poll_subscribe(Instant::now()) {
             notices = subscribe(session, request).await;
             policy.handle_subscribed(notices.is_some(), Instant::now());
         }
         let outcome = acquire::try_acquire(session, request).await;
-        let wake_at = match policy.handle_outcome(outcome, Instant::now(), &mut jitter) {
+        let (wake_at, why) = match policy.handle_outcome(outcome, Instant::now(), &mut jitter) {
             Step::Done(outcome) => return outcome,
-            Step::Subscribe => {
-                telemetry::wait_retry(request.purpose(), "contended");
-                continue;
-            }
-            Step::Retry { wake_at, why } => {
-                telemetry::wait_retry(request.purpose(), why);
-                wake_at
-            }
+            Step::Subscribe => (None, "contended"),
+            Step::Retry { wake_at, why } => (Some(wake_at), why),
         };
-        sleep(&mut notices, &mut policy, wake_at, request).await;
+        if !waiting {
+            telemetry::waiting(request.purpose());
+            waiting = true;
+        }
+        telemetry::wait_retry(request.purpose(), why);
+        if let Some(wake_at) = wake_at {
+            sleep(&mut notices, &mut policy, wake_at, request).await;
+        }
     }
 }
 

@@ -18,10 +18,12 @@ pub type Series = (String, Vec<(String, String)>);
 
 /// The series `name` with `labels`, in the order `Recorded` keeps them.
 pub fn series(name: &str, labels: &[(&str, &str)]) -> Series {
-    let mut labels: Vec<(String, String)> = labels
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+    sorted(name, labels.iter().map(|&(k, v)| (k, v)))
+}
+
+fn sorted<'a>(name: &str, labels: impl Iterator<Item = (&'a str, &'a str)>) -> Series {
+    let mut labels: Vec<(String, String)> =
+        labels.map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
     labels.sort();
     (name.to_owned(), labels)
 }
@@ -85,13 +87,8 @@ impl Recorded {
     }
 
     fn handle(&self, key: &Key) -> Arc<Handle> {
-        let mut labels: Vec<(String, String)> = key
-            .labels()
-            .map(|l| (l.key().to_owned(), l.value().to_owned()))
-            .collect();
-        labels.sort();
         Arc::new(Handle {
-            id: (key.name().to_owned(), labels),
+            id: sorted(key.name(), key.labels().map(|l| (l.key(), l.value()))),
             recorded: self.clone(),
         })
     }
