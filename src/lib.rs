@@ -159,7 +159,7 @@ pub mod telemetry;
 pub use backend::fuzzing;
 pub use backend::{
     BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, MemoryBackend, MemoryFault,
-    RedisBackend, RedisConfig, ReleaseNotices, ReplicatedReply, SendFailure,
+    RedisBackend, RedisConfig, ReleaseNotices, ReplicatedReply, SendFailure, ServerCapabilities,
 };
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
@@ -172,6 +172,7 @@ pub use protocol::attempt::{Attempt, OperationId, OwnerToken};
 pub use protocol::digest::ResourceDigest;
 pub use protocol::fencing::FencingToken;
 pub use protocol::holder::HolderLabel;
+pub use protocol::holding::Holding;
 pub use protocol::keys::LeaseKeys;
 pub use protocol::names::{Namespace, Purpose};
 pub use protocol::request::LeaseRequest;

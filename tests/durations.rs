@@ -189,7 +189,9 @@ async fn deadlines_saturate(a: Duration, b: Duration) -> Result<(), TestCaseErro
     }
     let keys = lease.keys().clone();
     let attempt = client.new_attempt("stranger").unwrap();
-    let renewed = backend.renew(&keys, &attempt, a, b).await;
+    let renewed = backend
+        .renew(&keys, &Holding::of_attempt(attempt.clone()), a, b)
+        .await;
     prop_assert_eq!(renewed, Ok(RenewReply::NotOwner));
     let read = backend.inspect(&keys, &attempt, b).await;
     prop_assert!(

@@ -14,8 +14,8 @@ use super::{
 };
 use crate::protocol::limits::deadline_after;
 use crate::protocol::{
-    AcquireReply, Attempt, FencingToken, HolderLabel, InspectReply, LeaseKeys, LeaseRequest,
-    ReleaseReply, RenewReply, ReplicaWait,
+    AcquireReply, Attempt, FencingToken, HolderLabel, Holding, InspectReply, LeaseKeys,
+    LeaseRequest, ReleaseReply, RenewReply, ReplicaWait,
 };
 
 /// An in-process lease store with the same semantics as the Redis scripts.
@@ -340,10 +340,11 @@ impl LeaseBackend for MemoryBackend {
     fn renew<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
+        holding: &'a Holding,
         ttl: Duration,
         timeout: Duration,
     ) -> BackendFuture<'a, RenewReply> {
+        let attempt = holding.attempt();
         self.run(timeout, move |store, now| {
             match store.live(&keys.lease, now) {
                 None => RenewReply::Absent,
@@ -361,9 +362,10 @@ impl LeaseBackend for MemoryBackend {
     fn release<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
+        holding: &'a Holding,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseReply> {
+        let attempt = holding.attempt();
         self.run(timeout, move |store, now| {
             match store.live(&keys.lease, now) {
                 None => ReleaseReply::Absent,

@@ -16,8 +16,8 @@ use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
 
 use crate::protocol::{
-    AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
-    ReplicaWait,
+    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply,
+    RenewReply, ReplicaWait,
 };
 
 mod memory;
@@ -26,7 +26,7 @@ mod redis;
 pub use memory::{MemoryBackend, MemoryFault};
 #[cfg(feature = "fuzzing")]
 pub use redis::fuzzing;
-pub use redis::{RedisBackend, RedisConfig};
+pub use redis::{RedisBackend, RedisConfig, ServerCapabilities};
 
 /// The future every backend call returns.
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailure>> + Send + 'a>>;
@@ -58,7 +58,7 @@ pub type KeyPages<'a> = Pin<Box<dyn Stream<Item = Result<Vec<String>, SendFailur
 /// #
 /// # use leasehold::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply, ReplicaWait};
 /// # use leasehold::{
-/// #     Attempt, BackendFuture, KeyPages, LeaseBackend, LeaseKeys, LeaseRequest, MemoryBackend,
+/// #     Attempt, BackendFuture, Holding, KeyPages, LeaseBackend, LeaseKeys, LeaseRequest, MemoryBackend,
 /// #     ReleaseNotices, ReplicatedReply,
 /// # };
 /// #
@@ -88,19 +88,19 @@ pub type KeyPages<'a> = Pin<Box<dyn Stream<Item = Result<Vec<String>, SendFailur
 /// #     fn renew<'a>(
 /// #         &'a self,
 /// #         keys: &'a LeaseKeys,
-/// #         attempt: &'a Attempt,
+/// #         holding: &'a Holding,
 /// #         ttl: Duration,
 /// #         timeout: Duration,
 /// #     ) -> BackendFuture<'a, RenewReply> {
-/// #         self.0.renew(keys, attempt, ttl, timeout)
+/// #         self.0.renew(keys, holding, ttl, timeout)
 /// #     }
 /// #     fn release<'a>(
 /// #         &'a self,
 /// #         keys: &'a LeaseKeys,
-/// #         attempt: &'a Attempt,
+/// #         holding: &'a Holding,
 /// #         timeout: Duration,
 /// #     ) -> BackendFuture<'a, ReleaseReply> {
-/// #         self.0.release(keys, attempt, timeout)
+/// #         self.0.release(keys, holding, timeout)
 /// #     }
 /// #     fn inspect<'a>(
 /// #         &'a self,
@@ -153,24 +153,27 @@ pub trait LeaseBackend: sealed::Sealed + Send + Sync + fmt::Debug + 'static {
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply>;
 
-    /// Runs the renew script: reset the expiry to `ttl` if this attempt holds the lease.
+    /// Renews: resets the expiry to `ttl` if `holding`'s attempt holds the lease. The renew
+    /// script does it — or, on a server with compare-and-set (`SET … IFEQ`, see
+    /// [`RedisBackend`]), one `SET` of the value `holding` knows, with the same replies.
     /// `timeout` runs from the call, any local wait included: the caller's deadline is
     /// absolute (a renewal's reply is worth something only while local validity lasts).
     /// Never refused for want of room.
     fn renew<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
+        holding: &'a Holding,
         ttl: Duration,
         timeout: Duration,
     ) -> BackendFuture<'a, RenewReply>;
 
-    /// Runs the release script: delete and announce if this attempt holds the lease.
-    /// Never refused for want of room.
+    /// Releases: deletes and announces if `holding`'s attempt holds the lease — by the
+    /// release script, or on a server with `DELIFEQ` by that command and a `PUBLISH`, with
+    /// the same replies. Never refused for want of room.
     fn release<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
+        holding: &'a Holding,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseReply>;
 

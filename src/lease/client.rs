@@ -16,7 +16,8 @@ use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
 use crate::lease::wait;
 use crate::protocol::{
-    Attempt, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose, ResourceDigest,
+    Attempt, Holding, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose,
+    ResourceDigest,
 };
 use crate::telemetry::{self, Operation};
 
@@ -364,8 +365,7 @@ impl LeaseClient {
             keys: &keys,
             purpose: request.purpose(),
             resource: request.resource(),
-            attempt: request.attempt(),
-            token: None,
+            holding: &Holding::of_attempt(request.attempt().clone()),
         };
         release::release(&self.session, release).await
     }

@@ -38,7 +38,9 @@ use crate::lease::state::{HandleState, RenewParams};
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
 use crate::protocol::limits::{RENEW_ATTEMPTS, deadline_after};
-use crate::protocol::{Attempt, FencingToken, LeaseKeys, Purpose, RenewReply, ResourceDigest};
+use crate::protocol::{
+    Attempt, FencingToken, Holding, LeaseKeys, Purpose, RenewReply, ResourceDigest,
+};
 use crate::telemetry::{self, HeldLease, Operation};
 
 /// One acquired lease: its attempt, fencing token, local validity and state.
@@ -52,7 +54,8 @@ pub struct LeaseHandle {
     keys: LeaseKeys,
     purpose: Purpose,
     resource: ResourceDigest,
-    attempt: Attempt,
+    /// The attempt, and the exact value its lease key holds.
+    holding: Holding,
     ttl: Duration,
     token: FencingToken,
     /// The last budget the server confirmed; kept in every state for diagnostics.
@@ -78,7 +81,7 @@ impl LeaseHandle {
             keys,
             purpose: request.purpose().clone(),
             resource: *request.resource(),
-            attempt: request.attempt().clone(),
+            holding: Holding::acquired(request, token),
             ttl: request.ttl(),
             token,
             confirmed: budget,
@@ -105,7 +108,7 @@ impl LeaseHandle {
 
     /// The attempt that holds the lease.
     pub fn attempt(&self) -> &Attempt {
-        &self.attempt
+        self.holding.attempt()
     }
 
     /// The Redis keys of this lease.
@@ -201,7 +204,7 @@ impl LeaseHandle {
     }
 
     async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {
-        let span = trace::span!("lease.renew", &self.purpose, &self.resource, &self.attempt);
+        let span = trace::span!("lease.renew", &self.purpose, &self.resource, self.attempt());
         span.record("token", self.token.get());
         let started = Instant::now();
         let outcome = self.renew_inner(limit).instrument(span.clone()).await;
@@ -236,7 +239,7 @@ impl LeaseHandle {
             let result = self
                 .session
                 .backend()
-                .renew(&self.keys, &self.attempt, self.ttl, timeout)
+                .renew(&self.keys, &self.holding, self.ttl, timeout)
                 .await;
             let now = Instant::now();
             match result {
@@ -296,8 +299,7 @@ impl LeaseHandle {
                 keys: &self.keys,
                 purpose: &self.purpose,
                 resource: &self.resource,
-                attempt: &self.attempt,
-                token: Some(self.token),
+                holding: &self.holding,
             },
         )
         .await;
@@ -315,7 +317,7 @@ impl LeaseHandle {
             keys: self.keys.clone(),
             purpose: self.purpose.clone(),
             resource: self.resource,
-            attempt: self.attempt.clone(),
+            holding: self.holding.clone(),
             ttl: self.ttl,
             token: self.token,
             confirmed: self.confirmed,
@@ -352,7 +354,7 @@ impl LeaseHandle {
         tracing::debug!(
             purpose = %self.purpose,
             digest = %self.resource.short(),
-            op_id = %self.attempt.operation(),
+            op_id = %self.attempt().operation(),
             from = self.state.public().as_str(),
             to = next.public().as_str(),
             "lease state changed"
@@ -373,7 +375,7 @@ impl fmt::Debug for LeaseHandle {
         f.debug_struct("LeaseHandle")
             .field("purpose", &self.purpose)
             .field("resource", &self.resource)
-            .field("attempt", &self.attempt)
+            .field("attempt", self.attempt())
             .field("token", &self.token)
             .field("state", &self.state.public())
             .field("replication", &self.replication)
@@ -399,15 +401,14 @@ impl Drop for LeaseHandle {
         };
         let session = Arc::clone(&self.session);
         let keys = self.keys.clone();
-        let attempt = self.attempt.clone();
-        let (purpose, resource, token) = (self.purpose.clone(), self.resource, self.token);
+        let holding = self.holding.clone();
+        let (purpose, resource) = (self.purpose.clone(), self.resource);
         runtime.spawn(async move {
             let release = Release {
                 keys: &keys,
                 purpose: &purpose,
                 resource: &resource,
-                attempt: &attempt,
-                token: Some(token),
+                holding: &holding,
             };
             let outcome = release::release(&session, release).await;
             tracing::info!(

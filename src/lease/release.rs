@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 use crate::lease::outcome::ReleaseOutcome;
 use crate::lease::session::Session;
 use crate::lease::trace;
-use crate::protocol::{Attempt, FencingToken, LeaseKeys, Purpose, ResourceDigest};
+use crate::protocol::{Holding, LeaseKeys, Purpose, ResourceDigest};
 use crate::telemetry::Operation;
 
 /// Which lease to release, and what its span says of it.
@@ -16,12 +16,11 @@ pub(crate) struct Release<'a> {
     pub(crate) keys: &'a LeaseKeys,
     pub(crate) purpose: &'a Purpose,
     pub(crate) resource: &'a ResourceDigest,
-    pub(crate) attempt: &'a Attempt,
-    /// The lease's fencing token, when known (a handle's).
-    pub(crate) token: Option<FencingToken>,
+    /// The attempt, and (a handle's) its token and the lease key's value.
+    pub(crate) holding: &'a Holding,
 }
 
-/// Releases the lease if `release.attempt` holds it, owner-checked. Keys that name a
+/// Releases the lease if `release.holding`'s attempt holds it, owner-checked. Keys that name a
 /// counted lease but no slot (an attempt whose acquisition was given up or went
 /// unanswered: which slot it took, if any, is not known) release each slot the attempt
 /// holds — at most one — one item per slot, sent together; another holder's slot answers
@@ -31,9 +30,9 @@ pub(crate) async fn release(session: &Session, release: Release<'_>) -> ReleaseO
         "lease.release",
         release.purpose,
         release.resource,
-        release.attempt
+        release.holding.attempt()
     );
-    if let Some(token) = release.token {
+    if let Some(token) = release.holding.token() {
         span.record("token", token.get());
     }
     let started = Instant::now();
@@ -42,7 +41,7 @@ pub(crate) async fn release(session: &Session, release: Release<'_>) -> ReleaseO
     let results = futures_util::future::join_all(
         slots
             .iter()
-            .map(|keys| session.backend().release(keys, release.attempt, timeout)),
+            .map(|keys| session.backend().release(keys, release.holding, timeout)),
     )
     .instrument(span.clone())
     .await;

@@ -109,11 +109,14 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
 }
 
 /// What the script reads: a renewal and a release only the lease's value (the remaining
-/// time answers nothing they report); a refusal also the remaining time it reports.
+/// time answers nothing they report); a refusal also the remaining time it reports. (On the
+/// script path whatever the server: `native` covers the server's own commands.)
 #[tokio::test]
 async fn renewals_and_releases_read_the_lease_value_only() {
     let server = RedisServer::start();
-    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let scripts_only = RedisConfig::new(server.url()).native_commands(false);
+    let backend = RedisBackend::new(scripts_only).unwrap();
+    let client = LeaseClient::new(backend, redis_settings()).unwrap();
     let other = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
     let mut lease = acquired(&client, &request(&client, "reads")).await;
     server.reset_stats();

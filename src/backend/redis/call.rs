@@ -1,5 +1,6 @@
-//! One script call on a connection: the `EVALSHA` (loading the script on `NOSCRIPT`), its
-//! deadlines, and under Cluster the one redirection (`MOVED`, `ASK`) followed within it.
+//! One call on a connection: the `EVALSHA` (loading the script on `NOSCRIPT`) and the
+//! pipeline of the node's own commands beside it, their deadlines, and under Cluster the one
+//! redirection (`MOVED`, `ASK`) followed within it.
 
 use std::sync::atomic::Ordering;
 
@@ -7,8 +8,9 @@ use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use super::batch::NativeReply;
 use super::connection::{Connected, Topology};
-use super::{RedisBackend, batch, classify, parse, scripts};
+use super::{RedisBackend, ServerCapabilities, batch, classify, parse, scripts};
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
 
 impl RedisBackend {
@@ -30,9 +32,9 @@ impl RedisBackend {
         })
     }
 
-    /// Sends `items` as one script call on `connected`, waiting for its reply until
-    /// `deadlines.last`. One result per item, in order: its reply, its own error, or the
-    /// failure of the whole call.
+    /// Sends `items` on `connected`, waiting for the replies until `deadlines.last`. One
+    /// result per item, in order: its reply, its own error, or the failure of the whole
+    /// call.
     ///
     /// A reply not in by `deadlines.first` makes the next call start on a new connection
     /// (the socket may be silent, or lead to a node that is gone), as the earliest item's
@@ -44,16 +46,89 @@ impl RedisBackend {
         items: &[batch::Item],
         deadlines: batch::Deadlines,
     ) -> Vec<batch::ItemResult> {
-        self.send_via(generation, connected, items, deadlines, None)
+        let items: Vec<&batch::Item> = items.iter().collect();
+        self.send_via(generation, connected, &items, deadlines, None)
             .await
     }
 
-    /// `send`, on the node a redirection named when `via` says which.
+    /// `send`, on the node a redirection named when `via` says which. The items the node
+    /// runs by its own commands (`batch::Item::native`) go as one pipeline of them, the
+    /// others as one script call, both at once.
     pub(super) async fn send_via(
         &self,
         generation: u64,
         connected: &Connected,
-        items: &[batch::Item],
+        items: &[&batch::Item],
+        deadlines: batch::Deadlines,
+        via: Option<Redirection>,
+    ) -> Vec<batch::ItemResult> {
+        let capabilities = self.capabilities(connected);
+        let native = |item: &batch::Item| item.native(capabilities);
+        if !items.iter().any(|item| native(item)) {
+            return self
+                .send_script(generation, connected, items, deadlines, via)
+                .await;
+        }
+        let (natively, scripted): (Vec<&batch::Item>, Vec<&batch::Item>) =
+            items.iter().partition(|item| native(item));
+        let script = async {
+            if scripted.is_empty() {
+                return Vec::new();
+            }
+            Box::pin(self.send_script(generation, connected, &scripted, deadlines, via)).await
+        };
+        let own = self.send_native(generation, connected, &natively, deadlines, via);
+        let (scripted, natively) = futures_util::future::join(script, own).await;
+        let (mut scripted, mut natively) = (scripted.into_iter(), natively.into_iter());
+        let missing = || Err(malformed("no result for the item".to_owned()));
+        items
+            .iter()
+            .map(|item| {
+                let next = if native(item) {
+                    natively.next()
+                } else {
+                    scripted.next()
+                };
+                next.unwrap_or_else(missing)
+            })
+            .collect()
+    }
+
+    /// What `connected`'s node may run by its own commands: nothing if the configuration
+    /// keeps every operation on the script.
+    fn capabilities(&self, connected: &Connected) -> ServerCapabilities {
+        if self.inner.native_commands {
+            connected.node.capabilities
+        } else {
+            ServerCapabilities::SCRIPTS_ONLY
+        }
+    }
+
+    /// Waits for `reply` until `deadlines.last`; a reply not in by `deadlines.first`
+    /// forgets the connection (see `send`). `None`: no reply in time.
+    async fn within<T>(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        deadlines: batch::Deadlines,
+        reply: impl Future<Output = T>,
+    ) -> Option<T> {
+        tokio::pin!(reply);
+        match deadlines.first.wait(reply.as_mut()).await {
+            Some(reply) => Some(reply),
+            None => {
+                self.discard(generation, connected);
+                deadlines.last.wait(reply.as_mut()).await
+            }
+        }
+    }
+
+    /// Sends `items` as one script call.
+    async fn send_script(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        items: &[&batch::Item],
         deadlines: batch::Deadlines,
         via: Option<Redirection>,
     ) -> Vec<batch::ItemResult> {
@@ -63,27 +138,13 @@ impl RedisBackend {
         let command = batch::command(id, items);
         let mut connection = connected.connection.clone();
         let reply = eval(&mut connection, &command, asking);
-        tokio::pin!(reply);
-        let reply = match deadlines.first.wait(reply.as_mut()).await {
-            Some(reply) => Some(reply),
-            None => {
-                self.discard(generation, connected);
-                deadlines.last.wait(reply.as_mut()).await
-            }
-        };
+        let reply = self.within(generation, connected, deadlines, reply).await;
         let failure = match reply {
             Some(Ok(value)) => match parse::batch(value, id, items.len()) {
                 Ok(replies) => {
                     return replies
                         .into_iter()
-                        .map(|reply| match reply {
-                            Value::ServerError(e) => {
-                                let e = redis::RedisError::from(e);
-                                self.forget_on(generation, connected, &e);
-                                Err(classify::command_failure(&e))
-                            }
-                            reply => Ok(reply),
-                        })
+                        .map(|reply| self.item_reply(generation, connected, reply))
                         .collect();
                 }
                 Err(m) => {
@@ -93,16 +154,7 @@ impl RedisBackend {
                     SendFailure::MaybeSent(FailureDetail::new(FailureKind::MalformedReply, m))
                 }
             },
-            None => {
-                self.discard(generation, connected);
-                SendFailure::MaybeSent(FailureDetail::new(
-                    FailureKind::Timeout,
-                    format!(
-                        "no reply within {:?}",
-                        deadlines.last.at.saturating_duration_since(started)
-                    ),
-                ))
-            }
+            None => self.no_reply(generation, connected, deadlines, started),
             Some(Err(e)) => {
                 self.forget_on(generation, connected, &e);
                 if via.is_none()
@@ -114,7 +166,7 @@ impl RedisBackend {
                     // Refused before running (invariant 4 of `batch`): each item alone.
                     let alone = items.iter().map(|item| {
                         let one = std::slice::from_ref(item);
-                        Box::pin(self.send(generation, connected, one, deadlines))
+                        Box::pin(self.send_script(generation, connected, one, deadlines, None))
                     });
                     return futures_util::future::join_all(alone)
                         .await
@@ -128,6 +180,127 @@ impl RedisBackend {
         vec![Err(failure); items.len()]
     }
 
+    /// Sends `items` (each one `native` accepted) as one pipeline of the node's own
+    /// commands, ended by an `ECHO` of the call's id: a reply read for another call is
+    /// `MaybeSent` for every item, never decoded as theirs. An item whose command found the
+    /// key holding its attempt's lease under another value (`NativeReply::Script`) runs
+    /// again by the script, at once.
+    async fn send_native(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        items: &[&batch::Item],
+        deadlines: batch::Deadlines,
+        via: Option<Redirection>,
+    ) -> Vec<batch::ItemResult> {
+        let asking = via == Some(Redirection::Ask);
+        let started = Instant::now();
+        let id = self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let pipe = batch::native_pipeline(id, items, asking);
+        let mut connection = connected.connection.clone();
+        let reply = connection.send_packed_commands(&pipe, 0, pipe.len());
+        let reply = self.within(generation, connected, deadlines, reply).await;
+        let failure = match reply {
+            Some(Ok(values)) => match parse::native(values, id, items.len(), asking) {
+                Ok(replies) => {
+                    return self
+                        .native_results(generation, connected, items, replies, deadlines, via)
+                        .await;
+                }
+                Err(m) => {
+                    self.discard(generation, connected);
+                    malformed(m)
+                }
+            },
+            None => self.no_reply(generation, connected, deadlines, started),
+            Some(Err(e)) => {
+                self.forget_on(generation, connected, &e);
+                classify::command_failure(&e)
+            }
+        };
+        vec![Err(failure); items.len()]
+    }
+
+    /// Each native item's result from its command's reply: the script's words for it, its
+    /// own error (a redirection followed once), or the script's answer where only the
+    /// script can tell.
+    async fn native_results(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        items: &[&batch::Item],
+        replies: Vec<Value>,
+        deadlines: batch::Deadlines,
+        via: Option<Redirection>,
+    ) -> Vec<batch::ItemResult> {
+        let mut results = Vec::with_capacity(items.len());
+        for (item, reply) in items.iter().zip(replies) {
+            let result = match reply {
+                Value::ServerError(e) => {
+                    let e = redis::RedisError::from(e);
+                    self.forget_on(generation, connected, &e);
+                    let one = std::slice::from_ref(item);
+                    match via {
+                        None => Box::pin(self.follow(&e, one, deadlines)).await,
+                        Some(_) => None,
+                    }
+                    .and_then(|mut followed| followed.pop())
+                    .unwrap_or_else(|| Err(classify::command_failure(&e)))
+                }
+                reply => match item.native_reply(reply) {
+                    NativeReply::Reply(reply) => Ok(reply),
+                    NativeReply::Script => {
+                        let scripted = item.scripted();
+                        let one = [&scripted];
+                        let again = self.send_script(generation, connected, &one, deadlines, via);
+                        Box::pin(again)
+                            .await
+                            .pop()
+                            .unwrap_or_else(|| Err(malformed("no result for the item".to_owned())))
+                    }
+                },
+            };
+            results.push(result);
+        }
+        results
+    }
+
+    /// An item's own reply in a script call's: an error reply is the item's failure.
+    fn item_reply(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        reply: Value,
+    ) -> batch::ItemResult {
+        match reply {
+            Value::ServerError(e) => {
+                let e = redis::RedisError::from(e);
+                self.forget_on(generation, connected, &e);
+                Err(classify::command_failure(&e))
+            }
+            reply => Ok(reply),
+        }
+    }
+
+    /// The failure of a call whose reply did not come by `deadlines.last`: its connection
+    /// is forgotten (the socket may be silent).
+    fn no_reply(
+        &self,
+        generation: u64,
+        connected: &Connected,
+        deadlines: batch::Deadlines,
+        started: Instant,
+    ) -> SendFailure {
+        self.discard(generation, connected);
+        SendFailure::MaybeSent(FailureDetail::new(
+            FailureKind::Timeout,
+            format!(
+                "no reply within {:?}",
+                deadlines.last.at.saturating_duration_since(started)
+            ),
+        ))
+    }
+
     /// The call again on the Cluster node a redirection names — once: a call refused by a
     /// redirection did not run. After `MOVED` (the slot has a new owner; the map was
     /// forgotten) plainly; after `ASK` (the slot is migrating and the source no longer has
@@ -136,7 +309,7 @@ impl RedisBackend {
     pub(super) async fn follow(
         &self,
         e: &redis::RedisError,
-        items: &[batch::Item],
+        items: &[&batch::Item],
         deadlines: batch::Deadlines,
     ) -> Option<Vec<batch::ItemResult>> {
         let Topology::Cluster(cluster) = &self.inner.topology else {

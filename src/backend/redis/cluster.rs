@@ -198,7 +198,9 @@ impl Cluster {
         .map_err(|_| not_sent(format!("connect to {host}:{port} timed out")))
         .and_then(|r| r.map_err(|e| classify::connect_failure(&e)))
         .inspect_err(|_| self.forget_map())?;
-        let connected = Connected::new(connection, client);
+        let connected = Connected::open(connection, client, bound)
+            .await
+            .inspect_err(|_| self.forget_map())?;
         let mut state = self.state();
         state.generation += 1;
         let generation = state.generation;

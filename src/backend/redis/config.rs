@@ -20,6 +20,7 @@ pub struct RedisConfig {
     pub(super) node_url_template: Option<String>,
     pub(super) connect_timeout: Duration,
     pub(super) queue_limit: usize,
+    pub(super) native_commands: bool,
 }
 
 #[derive(Clone)]
@@ -45,6 +46,7 @@ impl RedisConfig {
             node_url_template: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             queue_limit: DEFAULT_QUEUE_LIMIT,
+            native_commands: true,
         }
     }
 
@@ -87,6 +89,7 @@ impl RedisConfig {
             node_url_template: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             queue_limit: DEFAULT_QUEUE_LIMIT,
+            native_commands: true,
         }
     }
 
@@ -119,6 +122,7 @@ impl RedisConfig {
             node_url_template: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             queue_limit: DEFAULT_QUEUE_LIMIT,
+            native_commands: true,
         }
     }
 
@@ -159,6 +163,15 @@ impl RedisConfig {
         self.queue_limit = queue_limit;
         self
     }
+
+    /// Whether renewals and releases use the server's own compare-and-set commands where
+    /// it has them ([`ServerCapabilities`](crate::ServerCapabilities): Valkey 8.1 and 9.0
+    /// on), default `true`. `false` keeps every operation on the script, whatever the
+    /// server — the path of every other server, with the same replies and guarantees.
+    pub fn native_commands(mut self, native_commands: bool) -> Self {
+        self.native_commands = native_commands;
+        self
+    }
 }
 
 impl fmt::Debug for RedisConfig {
@@ -180,6 +193,7 @@ impl fmt::Debug for RedisConfig {
         }
         d.field("connect_timeout", &self.connect_timeout)
             .field("queue_limit", &self.queue_limit)
+            .field("native_commands", &self.native_commands)
             .finish()
     }
 }

@@ -11,7 +11,7 @@ use redis::{AsyncConnectionConfig, Client};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{RedisBackend, classify, cluster, pubsub, sentinel};
+use super::{RedisBackend, ServerCapabilities, classify, cluster, pubsub, sentinel};
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
 
 /// How a connection to the node that takes writes is obtained: the one thing the
@@ -36,7 +36,7 @@ impl Topology {
                 .await
                 .map_err(|_| not_sent("connect timed out"))?
                 .map_err(|e| classify::connect_failure(&e))?;
-                Ok(Connected::new(connection, client.clone()))
+                Connected::open(connection, client.clone(), bound).await
             }
             Self::Sentinel(sentinels) => sentinels.connect(bound).await,
             // `RedisBackend::connection` asks the cluster for the hash slot's node instead.
@@ -71,19 +71,29 @@ pub(super) struct Node {
     pub(super) endpoint: String,
     /// The node's pub/sub connection, shared by every subscription of the backend.
     pub(super) notices: pubsub::Hub,
+    /// What the node's server can do beyond the scripts, read when connecting.
+    pub(super) capabilities: ServerCapabilities,
 }
 
 impl Connected {
-    pub(super) fn new(connection: MultiplexedConnection, client: Client) -> Self {
+    /// A new connection to the node `client` names, once its capabilities are read (by
+    /// `bound`; a failure is `NotSent`).
+    pub(super) async fn open(
+        mut connection: MultiplexedConnection,
+        client: Client,
+        bound: Instant,
+    ) -> Result<Self, SendFailure> {
+        let capabilities = ServerCapabilities::read(&mut connection, bound).await?;
         let endpoint = client.get_connection_info().addr().to_string();
-        Self {
+        Ok(Self {
             connection,
             node: Arc::new(Node {
                 client,
                 endpoint,
                 notices: pubsub::Hub::default(),
+                capabilities,
             }),
-        }
+        })
     }
 
     pub(super) fn endpoint(&self) -> &str {

@@ -22,6 +22,7 @@
 
 mod batch;
 mod call;
+mod capabilities;
 mod classify;
 mod cluster;
 mod config;
@@ -52,11 +53,12 @@ use super::{
 use crate::error::LeaseError;
 use crate::protocol::limits::{self, CONNECT_TIMEOUT, deadline_after};
 use crate::protocol::{
-    AcquireReply, Attempt, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply, RenewReply,
-    ReplicaWait,
+    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply,
+    RenewReply, ReplicaWait,
 };
 
 use call::malformed;
+pub use capabilities::ServerCapabilities;
 pub use config::RedisConfig;
 use config::{Target, invalid_url, open_client};
 use connection::{Connected, Shared, Topology, connection_config, not_sent};
@@ -169,6 +171,9 @@ struct Inner {
     batcher: batch::Batcher,
     /// Ids of script calls, echoed in their replies.
     calls: AtomicU64,
+    /// Whether renewals and releases may use a node's compare-and-set commands
+    /// (`RedisConfig::native_commands`).
+    native_commands: bool,
     /// A twin on the same configuration with connections of its own, for acquisitions that
     /// wait for replicas: `WAIT` blocks its connection, so it must not be the one every
     /// other operation shares. `None` in the twin itself.
@@ -253,6 +258,7 @@ impl RedisBackend {
                 obtaining: AtomicUsize::new(0),
                 batcher: batch::Batcher::new(queue_limit),
                 calls: AtomicU64::new(0),
+                native_commands: config.native_commands,
                 replicated,
             }),
         })
@@ -340,21 +346,21 @@ impl LeaseBackend for RedisBackend {
     fn renew<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
+        holding: &'a Holding,
         ttl: Duration,
         timeout: Duration,
     ) -> BackendFuture<'a, RenewReply> {
-        let item = batch::Item::renew(keys, attempt, ttl);
+        let item = batch::Item::renew(keys, holding, ttl);
         self.operation(item, timeout, parse::renew)
     }
 
     fn release<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
+        holding: &'a Holding,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseReply> {
-        let item = batch::Item::release(keys, attempt);
+        let item = batch::Item::release(keys, holding);
         self.operation(item, timeout, parse::release)
     }
 

@@ -197,12 +197,73 @@ pub(super) fn batch(value: Value, id: u64, n: usize) -> Parsed<Vec<Value>> {
     Ok(items)
 }
 
+/// The replies of native call `id` with `n` items, each command after `ASKING` when
+/// `asking` (`batch::native_pipeline`): one value per item, in order — an error reply
+/// (`Value::ServerError`) being the item's. A pipeline whose last reply is not the `ECHO`
+/// of `id` was answered by replies of another call: an error.
+pub(super) fn native(
+    mut values: Vec<Value>,
+    id: u64,
+    n: usize,
+    asking: bool,
+) -> Parsed<Vec<Value>> {
+    let per_item = 1 + usize::from(asking);
+    if values.len() != n * per_item + 1 {
+        return Err(format!(
+            "native call reply has {} elements for {n} items",
+            values.len()
+        ));
+    }
+    let echo = values.pop().ok_or("no reply")?;
+    let echo = word(&echo)?;
+    if echo != id.to_string().as_bytes() {
+        return Err(format!(
+            "native call reply echoes call id {:?}, not {id}: another call's reply",
+            String::from_utf8_lossy(echo)
+        ));
+    }
+    Ok(values
+        .into_iter()
+        .skip(per_item - 1)
+        .step_by(per_item)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_native_call_answers_one_value_per_item_and_ends_with_its_id() {
+        let ok = || Value::Okay;
+        let (a, b) = (bulk("a"), Value::Nil);
+        assert_eq!(
+            native(vec![a.clone(), b.clone(), bulk("41")], 41, 2, false),
+            Ok(vec![a.clone(), b.clone()])
+        );
+        // After ASKING, each command's reply follows that of its ASKING.
+        assert_eq!(
+            native(
+                vec![ok(), a.clone(), ok(), b.clone(), bulk("7")],
+                7,
+                2,
+                true
+            ),
+            Ok(vec![a.clone(), b.clone()])
+        );
+        let rows = [
+            vec![a.clone(), b.clone(), bulk("40")],
+            vec![a.clone(), bulk("41")],
+            vec![a.clone(), b.clone(), Value::Int(41)],
+            vec![],
+        ];
+        for values in rows {
+            assert!(native(values.clone(), 41, 2, false).is_err(), "{values:?}");
+        }
     }
 
     #[test]

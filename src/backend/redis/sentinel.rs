@@ -249,7 +249,9 @@ impl Sentinels {
             Err(e) if e.code() == Some("NOPERM") => {}
             Err(e) => return Err(e.to_string()),
         }
-        Ok(Connected::new(connection, node))
+        Connected::open(connection, node, bound)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Starts the watcher, once: one task per sentinel that forgets the shared connection

@@ -52,7 +52,11 @@ pub struct ClusterTopology {
 
 impl ClusterTopology {
     pub fn start() -> Self {
-        let server = find_binary("redis-server", SERVER_NOT_FOUND);
+        // The server the harness runs (`LEASEHOLD_REDIS_SERVER`: CI's matrix runs Valkey's
+        // too); Debian's redis-cli creates the cluster for either.
+        let server = std::env::var_os("LEASEHOLD_REDIS_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| find_binary("redis-server", SERVER_NOT_FOUND));
         let cli = find_binary("redis-cli", CLI_NOT_FOUND);
         let nodes: Vec<ClusterNode> = (0..PRIMARIES).map(|_| start_node(&server)).collect();
         let mut create = Command::new(&cli);

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use redis::Cmd;
+use redis::{Cmd, Pipeline, Value};
 
-use super::super::scripts;
-use crate::protocol::{Attempt, LeaseKeys, LeaseRequest};
+use super::super::{ServerCapabilities, scripts};
+use crate::protocol::{Attempt, Holding, LeaseKeys, LeaseRequest};
 
 /// What an item does, as far as the queue cares (see `Item::urgent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +21,7 @@ enum Kind {
 /// the two arguments `lua/batch.lua` takes per item, ready to send.
 ///
 /// No `Debug`: it holds the owner token, a bearer secret.
+#[derive(Clone)]
 pub(in super::super) struct Item {
     kind: Kind,
     lease: String,
@@ -36,6 +37,20 @@ pub(in super::super) struct Item {
     head: String,
     /// `"<owner> <op> "`: the lease value's prefix while this attempt holds it.
     mine: String,
+    /// The lease key's exact value, for an operation a node's compare-and-set command can
+    /// run (`Item::native`): a renewal of a lease without lock-delay, a release — when the
+    /// holding knows it. `None`: the script only.
+    value: Option<String>,
+}
+
+/// What a node's own command answered for an item, in the script's words.
+pub(in super::super) enum NativeReply {
+    /// The reply the script would have given (a status word), or the item's error.
+    Reply(Value),
+    /// The key holds this attempt's lease under another value than the one the item
+    /// compared with (a replay that kept another holder label, say): only the script,
+    /// which checks the `"<owner> <op> "` prefix, can answer.
+    Script,
 }
 
 impl Item {
@@ -52,6 +67,7 @@ impl Item {
             fence: (kind == Kind::Acquire).then(|| keys.fence.clone()),
             head,
             mine,
+            value: None,
         }
     }
 
@@ -82,14 +98,20 @@ impl Item {
         item
     }
 
-    pub(in super::super) fn renew(keys: &LeaseKeys, attempt: &Attempt, ttl: Duration) -> Self {
-        Self::new(Kind::Renew, keys, attempt, format!("N{}", ttl.as_millis()))
+    pub(in super::super) fn renew(keys: &LeaseKeys, holding: &Holding, ttl: Duration) -> Self {
+        let head = format!("N{}", ttl.as_millis());
+        let mut item = Self::new(Kind::Renew, keys, holding.attempt(), head);
+        // A lock-delay's renewal must also find the lease not ended: the script's test.
+        if !holding.has_lock_delay() {
+            item.value = holding.value().map(str::to_owned);
+        }
+        item
     }
 
     /// The script publishes the release notice on `keys.release_channel`, which it derives
     /// from the lease key by the same rule ([`LeaseKeys`]).
-    pub(in super::super) fn release(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        Self::new(Kind::Release, keys, attempt, "R".to_owned())
+    pub(in super::super) fn release(keys: &LeaseKeys, holding: &Holding) -> Self {
+        Self::new(Kind::Release, keys, holding.attempt(), "R".to_owned())
     }
 
     pub(in super::super) fn inspect(keys: &LeaseKeys, attempt: &Attempt) -> Self {
@@ -113,11 +135,63 @@ impl Item {
     pub(super) fn urgent(&self) -> bool {
         matches!(self.kind, Kind::Renew | Kind::Release)
     }
+
+    /// Whether a node with `capabilities` runs this item by its own command rather than
+    /// by the script.
+    pub(in super::super) fn native(&self, capabilities: ServerCapabilities) -> bool {
+        self.value.is_some() && self.kind == Kind::Renew && capabilities.renews_natively()
+    }
+
+    /// The item as the script runs it, whatever the node can do.
+    pub(in super::super) fn scripted(&self) -> Self {
+        Self {
+            value: None,
+            ..self.clone()
+        }
+    }
+
+    /// Adds this item's own command to `pipe` (an item `native` accepted): for a renewal
+    /// `SET lease value IFEQ value GET PX ttl`, which resets the expiry only if the key
+    /// holds exactly this lease, and answers what it held.
+    pub(in super::super) fn add_native(&self, pipe: &mut Pipeline) {
+        let value = self.value.as_deref().unwrap_or_default();
+        let ttl = self.head.get(1..).unwrap_or_default();
+        pipe.cmd("SET")
+            .arg(&self.lease)
+            .arg(value)
+            .arg("IFEQ")
+            .arg(value)
+            .arg("GET")
+            .arg("PX")
+            .arg(ttl);
+    }
+
+    /// What the renew script would have answered, from what `SET … IFEQ … GET` answered
+    /// (`reply`): the value it held — exactly this lease's: renewed; none: absent; another
+    /// attempt's: not the owner.
+    pub(in super::super) fn native_reply(&self, reply: Value) -> NativeReply {
+        let status = |word: &str| NativeReply::Reply(Value::SimpleString(word.to_owned()));
+        let held = match &reply {
+            Value::Nil => return status("ABSENT"),
+            Value::BulkString(held) => held.as_slice(),
+            Value::SimpleString(held) => held.as_bytes(),
+            // An error (WRONGTYPE…) is the item's; anything else is malformed, for the
+            // parser to say so.
+            _ => return NativeReply::Reply(reply),
+        };
+        if Some(held) == self.value.as_deref().map(str::as_bytes) {
+            status("RENEWED")
+        } else if held.starts_with(self.mine.as_bytes()) {
+            NativeReply::Script
+        } else {
+            status("NOT_OWNER")
+        }
+    }
 }
 
 /// The `EVALSHA` of `lua/batch.lua` for `items` under call id `id`: their keys, then the
 /// id and their arguments.
-pub(in super::super) fn command(id: u64, items: &[Item]) -> Cmd {
+pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
     let keys: usize = items
         .iter()
         .map(|i| i.slots.len().max(1) + usize::from(i.fence.is_some()))
@@ -140,4 +214,84 @@ pub(in super::super) fn command(id: u64, items: &[Item]) -> Cmd {
         cmd.arg(&item.head).arg(&item.mine);
     }
     cmd
+}
+
+/// The pipeline of `items`' own commands (each one `Item::native` accepted), each after
+/// `ASKING` when `asking` (a Cluster node named by an `ASK` redirection: `ASKING` applies
+/// to the next command only), then `ECHO id`: the last reply proves the others are this
+/// call's (`parse::native`).
+pub(in super::super) fn native_pipeline(id: u64, items: &[&Item], asking: bool) -> Pipeline {
+    let mut pipe = Pipeline::with_capacity(items.len() * (1 + usize::from(asking)) + 1);
+    for item in items {
+        if asking {
+            pipe.cmd("ASKING");
+        }
+        item.add_native(&mut pipe);
+    }
+    pipe.cmd("ECHO").arg(id);
+    pipe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{FencingToken, Namespace, Purpose, ResourceDigest};
+    use crate::{Attempt, OperationId, OwnerToken};
+
+    fn renewal() -> (Item, String) {
+        let owner = OwnerToken::parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        let attempt = Attempt::from_parts(owner, OperationId::new("op-1").unwrap());
+        let request =
+            LeaseRequest::builder(Purpose::new("p").unwrap(), ResourceDigest::of("r"), attempt)
+                .build()
+                .unwrap();
+        let keys = LeaseKeys::new(&Namespace::default(), request.purpose(), request.resource());
+        let holding = Holding::acquired(&request, FencingToken::new(42));
+        let value = holding.value().unwrap().to_owned();
+        (Item::renew(&keys, &holding, Duration::from_secs(30)), value)
+    }
+
+    fn status(reply: NativeReply) -> Option<Value> {
+        match reply {
+            NativeReply::Reply(value) => Some(value),
+            NativeReply::Script => None,
+        }
+    }
+
+    #[test]
+    fn a_native_renewal_answers_in_the_scripts_words() {
+        let (item, value) = renewal();
+        let word = |w: &str| Some(Value::SimpleString(w.to_owned()));
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let mine = format!("{} ", value.rsplit_once(' ').unwrap().0);
+        let error = redis::parse_redis_value(b"-WRONGTYPE not a string\r\n").unwrap();
+        let rows = [
+            (bulk(&value), word("RENEWED")),
+            (Value::Nil, word("ABSENT")),
+            (bulk("someone else 7"), word("NOT_OWNER")),
+            (bulk(&format!("{value} d1000")), None),
+            (bulk(&format!("{mine}web-1 42")), None),
+            (Value::Int(1), Some(Value::Int(1))),
+        ];
+        for (reply, expected) in rows {
+            assert_eq!(
+                status(item.native_reply(reply.clone())),
+                expected,
+                "{reply:?}"
+            );
+        }
+        assert!(matches!(
+            item.native_reply(error),
+            NativeReply::Reply(Value::ServerError(_))
+        ));
+    }
+
+    #[test]
+    fn only_a_renewal_whose_value_is_known_goes_native_and_only_where_the_server_can() {
+        let (item, _) = renewal();
+        let valkey = ServerCapabilities::from_info("server_name:valkey\nvalkey_version:9.1.2");
+        assert!(item.native(valkey));
+        assert!(!item.native(ServerCapabilities::SCRIPTS_ONLY));
+        assert!(!item.scripted().native(valkey));
+    }
 }

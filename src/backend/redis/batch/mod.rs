@@ -78,7 +78,7 @@ use super::{Connected, RedisBackend};
 use crate::backend::{FailureDetail, FailureKind, SendFailure};
 
 pub(super) use deadline::{Bound, Deadline, Deadlines};
-pub(super) use item::{Item, command};
+pub(super) use item::{Item, NativeReply, command, native_pipeline};
 pub(super) use queue::Batcher;
 use queue::Reply;
 

@@ -1,0 +1,150 @@
+//! The server's own commands in place of the script, where it has them (`ServerCapabilities`):
+//! which path each operation takes on the server the harness runs (Redis 7: the script;
+//! Valkey 9, in CI's server matrix: `SET … IFEQ`), and that both give the same outcomes —
+//! also where only the script can answer (a lock-delay, a replay under another label) and
+//! where the configuration keeps the script.
+
+use std::time::Duration;
+
+use leasehold::*;
+
+use crate::common::RedisServer;
+use crate::common::backends::redis_settings;
+use crate::common::leases::acquired;
+use crate::request;
+
+/// What the harness's server can do, by the same reading the backend makes.
+fn capabilities(server: &RedisServer) -> ServerCapabilities {
+    ServerCapabilities::from_info(&server.query::<String>(&["INFO", "server"]))
+}
+
+fn client_on(server: &RedisServer, native_commands: bool) -> LeaseClient {
+    let config = RedisConfig::new(server.url()).native_commands(native_commands);
+    LeaseClient::new(RedisBackend::new(config).unwrap(), redis_settings()).unwrap()
+}
+
+/// The `SET`s and the script calls the server ran for `renew`.
+async fn renew_counting(server: &RedisServer, lease: &mut LeaseHandle) -> (u64, u64) {
+    server.reset_stats();
+    let outcome = lease.renew().await;
+    assert!(
+        matches!(outcome, RenewOutcome::Renewed { .. }),
+        "{outcome:?}"
+    );
+    (server.calls_of("set"), server.calls_of("evalsha"))
+}
+
+#[tokio::test]
+async fn a_renewal_is_one_set_ifeq_where_the_server_has_it_and_the_script_elsewhere() {
+    let server = RedisServer::start();
+    let native = capabilities(&server).renews_natively();
+    let client = client_on(&server, true);
+    let mut lease = acquired(&client, &request(&client, "r")).await;
+    server.cmd(&["PEXPIRE", lease.keys().lease(), "5000"]);
+    let calls = renew_counting(&server, &mut lease).await;
+    assert_eq!(
+        calls,
+        if native { (1, 0) } else { (0, 1) },
+        "native: {native}"
+    );
+    let pttl: i64 = server.query(&["PTTL", lease.keys().lease()]);
+    assert!(pttl > 20_000, "the renewal reset the expiry: {pttl}");
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+#[tokio::test]
+async fn native_commands_off_keeps_every_renewal_on_the_script() {
+    let server = RedisServer::start();
+    let client = client_on(&server, false);
+    let mut lease = acquired(&client, &request(&client, "r")).await;
+    assert_eq!(renew_counting(&server, &mut lease).await, (0, 1));
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+/// A lease with a lock-delay is renewed only while it has not ended: a test only the
+/// script makes, so it never takes the server's `SET`.
+#[tokio::test]
+async fn a_lease_with_a_lock_delay_is_renewed_by_the_script() {
+    let server = RedisServer::start();
+    let client = client_on(&server, true);
+    let req = LeaseRequest::builder(
+        Purpose::new("redis").unwrap(),
+        ResourceDigest::of("r"),
+        client.new_attempt("op").unwrap(),
+    )
+    .ttl(Duration::from_secs(30))
+    .lock_delay(Duration::from_secs(1))
+    .build()
+    .unwrap();
+    let mut lease = acquired(&client, &req).await;
+    assert_eq!(renew_counting(&server, &mut lease).await, (0, 1));
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+}
+
+/// A replay keeps the value stored first: a handle whose request named another holder
+/// label compares against a value the key does not hold. The server's `SET` then finds
+/// the attempt's own lease under another value, and the script renews it.
+#[tokio::test]
+async fn a_replay_under_another_label_is_renewed_and_never_reported_lost() {
+    let server = RedisServer::start();
+    let native = capabilities(&server).renews_natively();
+    let client = client_on(&server, true);
+    let attempt = client.new_attempt("op").unwrap();
+    let labelled = |label: &str| {
+        LeaseRequest::builder(
+            Purpose::new("redis").unwrap(),
+            ResourceDigest::of("r"),
+            attempt.clone(),
+        )
+        .ttl(Duration::from_secs(30))
+        .holder(HolderLabel::new(label).unwrap())
+        .build()
+        .unwrap()
+    };
+    let first = acquired(&client, &labelled("web-1")).await;
+    let AcquireOutcome::Replayed(mut replay) =
+        client.try_acquire(&labelled("web-2")).await.unwrap()
+    else {
+        panic!("expected a replay");
+    };
+    let calls = renew_counting(&server, &mut replay).await;
+    assert_eq!(
+        calls,
+        if native { (1, 1) } else { (0, 1) },
+        "native: {native}"
+    );
+    let value: String = server.query(&["GET", replay.keys().lease()]);
+    assert!(value.contains(" web-1 "), "the stored label stays");
+    assert_eq!(replay.release().await, ReleaseOutcome::Released);
+    std::mem::forget(first);
+}
+
+/// Someone else's lease, and no lease: the same outcomes by either path.
+#[tokio::test]
+async fn not_the_owner_and_absent_are_lost_on_either_path() {
+    let server = RedisServer::start();
+    for native_commands in [true, false] {
+        let client = client_on(&server, native_commands);
+        let resource = format!("r-{native_commands}");
+        let mut lease = acquired(&client, &request(&client, &resource)).await;
+        let key = lease.keys().lease().to_owned();
+        server.cmd(&["SET", &key, "someone else 1", "PX", "30000"]);
+        assert_eq!(
+            lease.renew().await,
+            RenewOutcome::Lost {
+                reason: LostReason::NotOwner
+            },
+            "native commands: {native_commands}"
+        );
+        let mut lease = acquired(&client, &request(&client, &format!("{resource}-2"))).await;
+        server.cmd(&["DEL", lease.keys().lease()]);
+        assert_eq!(
+            lease.renew().await,
+            RenewOutcome::Lost {
+                reason: LostReason::Absent
+            },
+            "native commands: {native_commands}"
+        );
+        server.cmd(&["DEL", &key]);
+    }
+}
