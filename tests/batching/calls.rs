@@ -152,8 +152,10 @@ async fn with_companions_running_each_operation_shares_its_script_call() {
             }
         }
     }
+    // 20 acquisitions and 20 releases; on a server that releases by its own commands only
+    // the acquisitions take the script.
     assert!(
-        ours >= 40,
+        ours >= 20,
         "40 operations, {ours} script calls carrying them"
     );
     assert!(

@@ -7,7 +7,9 @@ use std::time::Duration;
 use crate::common::backends::redis_settings;
 use crate::common::leases::acquired;
 use crate::common::{Proxy, ProxyMode, RedisServer};
-use crate::{exists, replies_dropped, request, script_calls, spawn_acquire, until_script_calls};
+use crate::{
+    calls, exists, replies_dropped, request, script_calls, spawn_acquire, until_script_calls,
+};
 use futures_util::future::join_all;
 use leasehold::*;
 
@@ -139,10 +141,10 @@ async fn an_operation_dropped_while_it_waits_is_never_sent() {
     }
     proxy.set_mode(ProxyMode::Pass);
     // The queue is empty again: a new call goes out alone, and nothing else ran.
-    let before = script_calls(&server);
+    let before = calls(&server);
     let mut after = acquired(&client, &request(&client, "after", "op")).await;
     let _ = after.release().await;
-    assert_eq!(script_calls(&server) - before, 2);
+    assert_eq!(calls(&server) - before, 2);
     let keys = client.keys(dropped.purpose(), dropped.resource());
     assert!(!exists(&server, &keys), "the dropped operation ran");
 }

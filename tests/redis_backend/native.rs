@@ -148,3 +148,38 @@ async fn not_the_owner_and_absent_are_lost_on_either_path() {
         server.cmd(&["DEL", &key]);
     }
 }
+
+/// A release is `DELIFEQ` and its notice where the server has it; a release that finds no
+/// lease, or another's, is answered by the script — the same outcomes on either path.
+#[tokio::test]
+async fn a_release_is_delifeq_where_the_server_has_it_and_answers_alike_on_either_path() {
+    let server = RedisServer::start();
+    let native = capabilities(&server).releases_natively();
+    for native_commands in [true, false] {
+        let client = client_on(&server, native_commands);
+        let by_server = native && native_commands;
+        let resource = format!("r-{native_commands}");
+        let mut lease = acquired(&client, &request(&client, &resource)).await;
+        server.reset_stats();
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+        let calls = (
+            server.calls_of("delifeq"),
+            server.calls_of("publish"),
+            server.calls_of("evalsha"),
+        );
+        let expected = if by_server { (1, 1, 0) } else { (0, 1, 1) };
+        assert_eq!(calls, expected, "native commands: {native_commands}");
+        assert!(!crate::lease_exists(&server, lease.keys()));
+
+        let mut gone = acquired(&client, &request(&client, &format!("{resource}-gone"))).await;
+        server.cmd(&["DEL", gone.keys().lease()]);
+        assert_eq!(gone.release().await, ReleaseOutcome::AlreadyAbsent);
+
+        let mut taken = acquired(&client, &request(&client, &format!("{resource}-taken"))).await;
+        let key = taken.keys().lease().to_owned();
+        server.cmd(&["SET", &key, "someone else 1", "PX", "30000"]);
+        assert_eq!(taken.release().await, ReleaseOutcome::NotOwner);
+        let value: String = server.query(&["GET", &key]);
+        assert_eq!(value, "someone else 1", "another's lease is never touched");
+    }
+}

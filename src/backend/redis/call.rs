@@ -197,11 +197,12 @@ impl RedisBackend {
         let started = Instant::now();
         let id = self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let pipe = batch::native_pipeline(id, items, asking);
+        let widths: Vec<usize> = items.iter().map(|i| i.native_commands()).collect();
         let mut connection = connected.connection.clone();
         let reply = connection.send_packed_commands(&pipe, 0, pipe.len());
         let reply = self.within(generation, connected, deadlines, reply).await;
         let failure = match reply {
-            Some(Ok(values)) => match parse::native(values, id, items.len(), asking) {
+            Some(Ok(values)) => match parse::native(values, id, &widths, asking) {
                 Ok(replies) => {
                     return self
                         .native_results(generation, connected, items, replies, deadlines, via)
@@ -222,8 +223,8 @@ impl RedisBackend {
     }
 
     /// Each native item's result from its command's reply: the script's words for it, its
-    /// own error (a redirection followed once), or the script's answer where only the
-    /// script can tell.
+    /// own error (a redirection followed once), or — for the items only the script can
+    /// answer — the script's answer, all of them in one script call.
     async fn native_results(
         &self,
         generation: u64,
@@ -234,7 +235,8 @@ impl RedisBackend {
         via: Option<Redirection>,
     ) -> Vec<batch::ItemResult> {
         let mut results = Vec::with_capacity(items.len());
-        for (item, reply) in items.iter().zip(replies) {
+        let mut scripted = Vec::new();
+        for (at, (item, reply)) in items.iter().zip(replies).enumerate() {
             let result = match reply {
                 Value::ServerError(e) => {
                     let e = redis::RedisError::from(e);
@@ -250,19 +252,21 @@ impl RedisBackend {
                 reply => match item.native_reply(reply) {
                     NativeReply::Reply(reply) => Ok(reply),
                     NativeReply::Script => {
-                        let scripted = item.scripted();
-                        let one = [&scripted];
-                        let again = self.send_script(generation, connected, &one, deadlines, via);
-                        Box::pin(again)
-                            .await
-                            .pop()
-                            .unwrap_or_else(|| Err(malformed("no result for the item".to_owned())))
+                        scripted.push((at, item.scripted()));
+                        continue;
                     }
                 },
             };
-            results.push(result);
+            results.push((at, result));
         }
-        results
+        if !scripted.is_empty() {
+            let again: Vec<&batch::Item> = scripted.iter().map(|(_, item)| item).collect();
+            let answers =
+                Box::pin(self.send_script(generation, connected, &again, deadlines, via)).await;
+            results.extend(scripted.iter().map(|(at, _)| *at).zip(answers));
+            results.sort_by_key(|(at, _)| *at);
+        }
+        results.into_iter().map(|(_, result)| result).collect()
     }
 
     /// An item's own reply in a script call's: an error reply is the item's failure.

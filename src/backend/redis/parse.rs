@@ -197,20 +197,24 @@ pub(super) fn batch(value: Value, id: u64, n: usize) -> Parsed<Vec<Value>> {
     Ok(items)
 }
 
-/// The replies of native call `id` with `n` items, each command after `ASKING` when
-/// `asking` (`batch::native_pipeline`): one value per item, in order — an error reply
-/// (`Value::ServerError`) being the item's. A pipeline whose last reply is not the `ECHO`
-/// of `id` was answered by replies of another call: an error.
+/// The replies of native call `id` whose items sent `widths` commands each, after `ASKING`
+/// when `asking` (`batch::native_pipeline`): each item's first command's reply, in order —
+/// an error reply (`Value::ServerError`) being the item's. A pipeline whose last reply is
+/// not the `ECHO` of `id` was answered by replies of another call: an error.
 pub(super) fn native(
     mut values: Vec<Value>,
     id: u64,
-    n: usize,
+    widths: &[usize],
     asking: bool,
 ) -> Parsed<Vec<Value>> {
-    let per_item = 1 + usize::from(asking);
-    if values.len() != n * per_item + 1 {
+    let expected: usize = widths
+        .iter()
+        .map(|w| w + usize::from(asking))
+        .sum::<usize>()
+        + 1;
+    if values.len() != expected {
         return Err(format!(
-            "native call reply has {} elements for {n} items",
+            "native call reply has {} elements for {expected} commands",
             values.len()
         ));
     }
@@ -222,11 +226,14 @@ pub(super) fn native(
             String::from_utf8_lossy(echo)
         ));
     }
-    Ok(values
-        .into_iter()
-        .skip(per_item - 1)
-        .step_by(per_item)
-        .collect())
+    let mut values = values.into_iter();
+    let mut replies = Vec::with_capacity(widths.len());
+    for width in widths {
+        let mut group = values.by_ref().take(width + usize::from(asking));
+        replies.extend(group.nth(usize::from(asking)));
+        group.for_each(drop);
+    }
+    Ok(replies)
 }
 
 #[cfg(test)]
@@ -238,31 +245,39 @@ mod tests {
     }
 
     #[test]
-    fn a_native_call_answers_one_value_per_item_and_ends_with_its_id() {
+    fn a_native_call_answers_each_items_first_reply_and_ends_with_its_id() {
         let ok = || Value::Okay;
-        let (a, b) = (bulk("a"), Value::Nil);
+        let (a, b, published) = (bulk("a"), Value::Int(1), Value::Int(0));
+        let replies = vec![a.clone(), b.clone(), published.clone(), bulk("41")];
         assert_eq!(
-            native(vec![a.clone(), b.clone(), bulk("41")], 41, 2, false),
+            native(replies, 41, &[1, 2], false),
             Ok(vec![a.clone(), b.clone()])
         );
-        // After ASKING, each command's reply follows that of its ASKING.
+        // After ASKING, each item's replies follow that of its ASKING.
+        let replies = vec![
+            ok(),
+            a.clone(),
+            ok(),
+            b.clone(),
+            published.clone(),
+            bulk("7"),
+        ];
         assert_eq!(
-            native(
-                vec![ok(), a.clone(), ok(), b.clone(), bulk("7")],
-                7,
-                2,
-                true
-            ),
+            native(replies, 7, &[1, 2], true),
             Ok(vec![a.clone(), b.clone()])
         );
         let rows = [
             vec![a.clone(), b.clone(), bulk("40")],
             vec![a.clone(), bulk("41")],
             vec![a.clone(), b.clone(), Value::Int(41)],
+            vec![a.clone(), b.clone(), published.clone(), bulk("41")],
             vec![],
         ];
         for values in rows {
-            assert!(native(values.clone(), 41, 2, false).is_err(), "{values:?}");
+            assert!(
+                native(values.clone(), 41, &[1, 1], false).is_err(),
+                "{values:?}"
+            );
         }
     }
 

@@ -41,6 +41,9 @@ pub(in super::super) struct Item {
     /// run (`Item::native`): a renewal of a lease without lock-delay, a release — when the
     /// holding knows it. `None`: the script only.
     value: Option<String>,
+    /// A release's notice channel (`LeaseKeys::release_channel`), which its native form
+    /// publishes on itself; `None` for every other item.
+    channel: Option<String>,
 }
 
 /// What a node's own command answered for an item, in the script's words.
@@ -68,6 +71,7 @@ impl Item {
             head,
             mine,
             value: None,
+            channel: None,
         }
     }
 
@@ -111,7 +115,12 @@ impl Item {
     /// The script publishes the release notice on `keys.release_channel`, which it derives
     /// from the lease key by the same rule ([`LeaseKeys`]).
     pub(in super::super) fn release(keys: &LeaseKeys, holding: &Holding) -> Self {
-        Self::new(Kind::Release, keys, holding.attempt(), "R".to_owned())
+        let mut item = Self::new(Kind::Release, keys, holding.attempt(), "R".to_owned());
+        if let Some(value) = holding.value() {
+            item.value = Some(value.to_owned());
+            item.channel = Some(keys.release_channel().to_owned());
+        }
+        item
     }
 
     pub(in super::super) fn inspect(keys: &LeaseKeys, attempt: &Attempt) -> Self {
@@ -139,7 +148,17 @@ impl Item {
     /// Whether a node with `capabilities` runs this item by its own command rather than
     /// by the script.
     pub(in super::super) fn native(&self, capabilities: ServerCapabilities) -> bool {
-        self.value.is_some() && self.kind == Kind::Renew && capabilities.renews_natively()
+        self.value.is_some()
+            && match self.kind {
+                Kind::Renew => capabilities.renews_natively(),
+                Kind::Release => capabilities.releases_natively(),
+                Kind::Acquire | Kind::Inspect => false,
+            }
+    }
+
+    /// How many commands `add_native` adds.
+    pub(in super::super) fn native_commands(&self) -> usize {
+        if self.kind == Kind::Release { 2 } else { 1 }
     }
 
     /// The item as the script runs it, whatever the node can do.
@@ -150,11 +169,24 @@ impl Item {
         }
     }
 
-    /// Adds this item's own command to `pipe` (an item `native` accepted): for a renewal
-    /// `SET lease value IFEQ value GET PX ttl`, which resets the expiry only if the key
-    /// holds exactly this lease, and answers what it held.
+    /// Adds this item's own commands to `pipe` (an item `native` accepted), its reply's
+    /// first:
+    /// * a renewal: `SET lease value IFEQ value GET PX ttl`, which resets the expiry only if
+    ///   the key holds exactly this lease, and answers what it held;
+    /// * a release: `DELIFEQ lease value`, which deletes the key only if it holds exactly
+    ///   this lease, then the notice's `PUBLISH` — sent whatever `DELIFEQ` finds, since
+    ///   nothing can make it depend on that but a script. A notice after a release that
+    ///   deleted nothing (the lease was gone already: rare) wakes waiters for one try that
+    ///   finds what they would have found at their next; a refused `PUBLISH` (an ACL) is
+    ///   ignored, as the script ignores it.
     pub(in super::super) fn add_native(&self, pipe: &mut Pipeline) {
         let value = self.value.as_deref().unwrap_or_default();
+        if self.kind == Kind::Release {
+            let channel = self.channel.as_deref().unwrap_or_default();
+            pipe.cmd("DELIFEQ").arg(&self.lease).arg(value);
+            pipe.cmd("PUBLISH").arg(channel).arg("released");
+            return;
+        }
         let ttl = self.head.get(1..).unwrap_or_default();
         pipe.cmd("SET")
             .arg(&self.lease)
@@ -166,11 +198,23 @@ impl Item {
             .arg(ttl);
     }
 
-    /// What the renew script would have answered, from what `SET … IFEQ … GET` answered
-    /// (`reply`): the value it held — exactly this lease's: renewed; none: absent; another
-    /// attempt's: not the owner.
+    /// What the script would have answered, from what the item's first command answered
+    /// (`reply`):
+    /// * a renewal, from the value `SET … IFEQ … GET` found: exactly this lease's: renewed;
+    ///   none: absent; another attempt's: not the owner; this attempt's under another value:
+    ///   only the script can tell.
+    /// * a release, from what `DELIFEQ` deleted: the lease: released; nothing: only the
+    ///   script can tell absent from not the owner (and release this attempt's lease held
+    ///   under another value).
     pub(in super::super) fn native_reply(&self, reply: Value) -> NativeReply {
         let status = |word: &str| NativeReply::Reply(Value::SimpleString(word.to_owned()));
+        if self.kind == Kind::Release {
+            return match reply {
+                Value::Int(1) => status("RELEASED"),
+                Value::Int(0) => NativeReply::Script,
+                reply => NativeReply::Reply(reply),
+            };
+        }
         let held = match &reply {
             Value::Nil => return status("ABSENT"),
             Value::BulkString(held) => held.as_slice(),
@@ -216,12 +260,13 @@ pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
     cmd
 }
 
-/// The pipeline of `items`' own commands (each one `Item::native` accepted), each after
-/// `ASKING` when `asking` (a Cluster node named by an `ASK` redirection: `ASKING` applies
-/// to the next command only), then `ECHO id`: the last reply proves the others are this
-/// call's (`parse::native`).
+/// The pipeline of `items`' own commands (each one `Item::native` accepted), each item's
+/// after `ASKING` when `asking` (a Cluster node named by an `ASK` redirection: `ASKING`
+/// applies to the next command only, the item's key's), then `ECHO id`: the last reply
+/// proves the others are this call's (`parse::native`).
 pub(in super::super) fn native_pipeline(id: u64, items: &[&Item], asking: bool) -> Pipeline {
-    let mut pipe = Pipeline::with_capacity(items.len() * (1 + usize::from(asking)) + 1);
+    let commands: usize = items.iter().map(|i| i.native_commands()).sum();
+    let mut pipe = Pipeline::with_capacity(commands + items.len() * usize::from(asking) + 1);
     for item in items {
         if asking {
             pipe.cmd("ASKING");
@@ -287,11 +332,45 @@ mod tests {
     }
 
     #[test]
-    fn only_a_renewal_whose_value_is_known_goes_native_and_only_where_the_server_can() {
-        let (item, _) = renewal();
-        let valkey = ServerCapabilities::from_info("server_name:valkey\nvalkey_version:9.1.2");
-        assert!(item.native(valkey));
-        assert!(!item.native(ServerCapabilities::SCRIPTS_ONLY));
-        assert!(!item.scripted().native(valkey));
+    fn a_native_release_is_released_or_left_to_the_script() {
+        let (renewal, _) = renewal();
+        let release = Item {
+            kind: Kind::Release,
+            ..renewal
+        };
+        assert!(matches!(
+            release.native_reply(Value::Int(1)),
+            NativeReply::Reply(Value::SimpleString(w)) if w == "RELEASED"
+        ));
+        assert!(matches!(
+            release.native_reply(Value::Int(0)),
+            NativeReply::Script
+        ));
+        assert!(matches!(
+            release.native_reply(Value::Nil),
+            NativeReply::Reply(Value::Nil)
+        ));
+    }
+
+    #[test]
+    fn only_an_operation_whose_value_is_known_goes_native_and_only_where_the_server_can() {
+        let (renewal, _) = renewal();
+        let release = Item {
+            kind: Kind::Release,
+            ..renewal.clone()
+        };
+        let info = |v: &str| format!("server_name:valkey\nvalkey_version:{v}");
+        let valkey_9 = ServerCapabilities::from_info(&info("9.1.2"));
+        let valkey_8_1 = ServerCapabilities::from_info(&info("8.1.0"));
+        assert!(renewal.native(valkey_9) && renewal.native(valkey_8_1));
+        assert!(release.native(valkey_9) && !release.native(valkey_8_1));
+        for item in [&renewal, &release] {
+            assert!(!item.native(ServerCapabilities::SCRIPTS_ONLY));
+            assert!(!item.scripted().native(valkey_9));
+        }
+        assert_eq!(
+            (renewal.native_commands(), release.native_commands()),
+            (1, 2)
+        );
     }
 }
