@@ -35,9 +35,9 @@ fn script_calls(server: &RedisServer) -> u64 {
 }
 
 /// Calls the server ran: script calls, and pipelines of its own commands (on a server that
-/// renews and releases by them: each ends with one `ECHO`).
+/// renews and releases by them: each ends with one `PING`).
 fn calls(server: &RedisServer) -> u64 {
-    script_calls(server) + server.calls_of("echo")
+    script_calls(server) + server.calls_of("ping")
 }
 
 /// Waits until the server has run `calls` script calls in all.

@@ -80,7 +80,7 @@ async fn every_operation_gets_its_own_outcome(native_commands: bool) {
         read(ResourceDigest::of("theirs")),
         read(ResourceDigest::of("nobody")),
     );
-    let (before, pipelines_before) = (script_calls(&server), server.calls_of("echo"));
+    let (before, pipelines_before) = (script_calls(&server), server.calls_of("ping"));
 
     // All polled in one go on this (current-thread) runtime: queued before a flusher runs.
     let (acquires, (replay, conflict, contended), renews, releases, inspects) = tokio::join!(
@@ -110,7 +110,7 @@ async fn every_operation_gets_its_own_outcome(native_commands: bool) {
     );
 
     let calls = script_calls(&server) - before;
-    let pipelines = server.calls_of("echo") - pipelines_before;
+    let pipelines = server.calls_of("ping") - pipelines_before;
     let expected = if native { (2, 1) } else { (1, 0) };
     assert_eq!(
         (calls, pipelines),

@@ -183,3 +183,51 @@ async fn a_release_is_delifeq_where_the_server_has_it_and_answers_alike_on_eithe
         assert_eq!(value, "someone else 1", "another's lease is never touched");
     }
 }
+
+/// An ACL written for the script (README's, which has no `DELIFEQ`): a release the server
+/// refuses to run by its own command is released by the script, and the connection keeps
+/// to the script from then on.
+#[tokio::test]
+async fn a_user_refused_the_servers_own_release_still_releases_by_the_script() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "scripted",
+        "on",
+        ">pw",
+        "~leasehold:lease:v2:*",
+        "&leasehold:lease:v2:*",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+get",
+        "+set",
+        "+pexpire",
+        "+del",
+        "+pttl",
+        "+time",
+        "+publish",
+        "+subscribe",
+        "+unsubscribe",
+        "+wait",
+        "+ping",
+        "+info",
+    ]);
+    let url = format!("redis://scripted:pw@127.0.0.1:{}", server.port());
+    let client = LeaseClient::redis(&url, redis_settings()).unwrap();
+    let renews = capabilities(&server).renews_natively();
+    for round in 0..2 {
+        let mut lease = acquired(&client, &request(&client, &format!("r-{round}"))).await;
+        server.reset_stats();
+        assert!(matches!(lease.renew().await, RenewOutcome::Renewed { .. }));
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+        assert!(!crate::lease_exists(&server, lease.keys()));
+        // The first round's release was refused once, then released by the script; from
+        // then on the connection sends the script alone.
+        let (sets, refused) = (server.calls_of("set"), server.calls_of("delifeq"));
+        let expected_sets = u64::from(renews && round == 0);
+        assert_eq!(sets, expected_sets, "round {round}");
+        assert_eq!(refused, 0, "a refused command is not counted as run");
+    }
+}

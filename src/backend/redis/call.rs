@@ -95,9 +95,9 @@ impl RedisBackend {
     }
 
     /// What `connected`'s node may run by its own commands: nothing if the configuration
-    /// keeps every operation on the script.
+    /// keeps every operation on the script, or once the user was refused one of them.
     fn capabilities(&self, connected: &Connected) -> ServerCapabilities {
-        if self.inner.native_commands {
+        if self.inner.native_commands && !connected.node.native_refused() {
             connected.node.capabilities
         } else {
             ServerCapabilities::SCRIPTS_ONLY
@@ -181,10 +181,10 @@ impl RedisBackend {
     }
 
     /// Sends `items` (each one `native` accepted) as one pipeline of the node's own
-    /// commands, ended by an `ECHO` of the call's id: a reply read for another call is
+    /// commands, ended by a `PING` of the call's id: a reply read for another call is
     /// `MaybeSent` for every item, never decoded as theirs. An item whose command found the
-    /// key holding its attempt's lease under another value (`NativeReply::Script`) runs
-    /// again by the script, at once.
+    /// key holding its attempt's lease under another value (`NativeReply::Script`), or
+    /// whose command the user may not run, runs again by the script, at once.
     async fn send_native(
         &self,
         generation: u64,
@@ -240,6 +240,13 @@ impl RedisBackend {
             let result = match reply {
                 Value::ServerError(e) => {
                     let e = redis::RedisError::from(e);
+                    if classify::command_refused(&e) {
+                        // Not run: an ACL written for the script (before the server's own
+                        // commands were used). The script, from now on on this connection.
+                        connected.node.refuse_native();
+                        scripted.push((at, item.scripted()));
+                        continue;
+                    }
                     self.forget_on(generation, connected, &e);
                     let one = std::slice::from_ref(item);
                     match via {

@@ -77,3 +77,10 @@ pub(super) fn needs_new_connection(err: &RedisError) -> bool {
 pub(super) fn may_concern_some_keys(err: &RedisError) -> bool {
     err.code() == Some("NOPERM")
 }
+
+/// Whether `err` refuses a command itself to the user (`NOPERM … no permissions to run the
+/// '<command>' command`), as opposed to one of its keys or channels: the command did not
+/// run, and none of its kind will on this connection.
+pub(super) fn command_refused(err: &RedisError) -> bool {
+    err.code() == Some("NOPERM") && err.detail().is_some_and(|d| d.contains("to run the"))
+}

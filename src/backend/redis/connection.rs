@@ -3,7 +3,7 @@
 //! shows to be unusable. Every failure here is `NotSent`: no script was sent.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use redis::aio::MultiplexedConnection;
@@ -73,6 +73,19 @@ pub(super) struct Node {
     pub(super) notices: pubsub::Hub,
     /// What the node's server can do beyond the scripts, read when connecting.
     pub(super) capabilities: ServerCapabilities,
+    /// Set once the user was refused one of those commands (an ACL written for the
+    /// script): the script does everything on this connection from then on.
+    native_refused: AtomicBool,
+}
+
+impl Node {
+    pub(super) fn native_refused(&self) -> bool {
+        self.native_refused.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn refuse_native(&self) {
+        self.native_refused.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Connected {
@@ -92,6 +105,7 @@ impl Connected {
                 endpoint,
                 notices: pubsub::Hub::default(),
                 capabilities,
+                native_refused: AtomicBool::new(false),
             }),
         })
     }

@@ -200,7 +200,7 @@ pub(super) fn batch(value: Value, id: u64, n: usize) -> Parsed<Vec<Value>> {
 /// The replies of native call `id` whose items sent `widths` commands each, after `ASKING`
 /// when `asking` (`batch::native_pipeline`): each item's first command's reply, in order —
 /// an error reply (`Value::ServerError`) being the item's. A pipeline whose last reply is
-/// not the `ECHO` of `id` was answered by replies of another call: an error.
+/// not the `PING` of `id` was answered by replies of another call: an error.
 pub(super) fn native(
     mut values: Vec<Value>,
     id: u64,

@@ -262,8 +262,9 @@ pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
 
 /// The pipeline of `items`' own commands (each one `Item::native` accepted), each item's
 /// after `ASKING` when `asking` (a Cluster node named by an `ASK` redirection: `ASKING`
-/// applies to the next command only, the item's key's), then `ECHO id`: the last reply
-/// proves the others are this call's (`parse::native`).
+/// applies to the next command only, the item's key's), then `PING id`: the last reply
+/// proves the others are this call's (`parse::native`). (`PING`, which every leasehold user
+/// may run, rather than `ECHO`, which an ACL written for the script may not grant.)
 pub(in super::super) fn native_pipeline(id: u64, items: &[&Item], asking: bool) -> Pipeline {
     let commands: usize = items.iter().map(|i| i.native_commands()).sum();
     let mut pipe = Pipeline::with_capacity(commands + items.len() * usize::from(asking) + 1);
@@ -273,7 +274,7 @@ pub(in super::super) fn native_pipeline(id: u64, items: &[&Item], asking: bool) 
         }
         item.add_native(&mut pipe);
     }
-    pipe.cmd("ECHO").arg(id);
+    pipe.cmd("PING").arg(id);
     pipe
 }
 
