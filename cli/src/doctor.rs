@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::{
     AcquireOutcome, LeaseBackend as _, LeaseClient, LeaseRequest, Purpose, RedisBackend,
-    RedisConfig, ReleaseOutcome, RenewOutcome, ResourceDigest,
+    RedisConfig, ReleaseOutcome, RenewOutcome, ResourceDigest, ServerCapabilities,
 };
 
 use crate::config::Common;
@@ -256,6 +256,7 @@ fn info_findings(info: &str) -> Vec<Finding> {
             .map(str::trim)
     };
     let mut findings: Vec<Finding> = server_version(&field).into_iter().collect();
+    findings.push(Finding::Ok(operations(ServerCapabilities::from_info(info))));
     let maxmemory = field("maxmemory")
         .and_then(|m| m.parse::<u64>().ok())
         .unwrap_or(0);
@@ -297,6 +298,21 @@ fn info_findings(info: &str) -> Vec<Finding> {
         )));
     }
     findings
+}
+
+/// How leasehold runs its operations on this server: by its own compare-and-set commands
+/// where it has them (design.md §4), else by the script.
+fn operations(capabilities: ServerCapabilities) -> String {
+    if capabilities == ServerCapabilities::SCRIPTS_ONLY {
+        "operations by script (the server's own compare-and-set is used on Valkey 8.1 and \
+         later)"
+            .to_owned()
+    } else {
+        format!(
+            "{capabilities}, acquisitions by script (a user refused one of these commands \
+             gets the script)"
+        )
+    }
 }
 
 /// `INFO everything`, or the finding that says why the settings it shows were not checked.
@@ -386,5 +402,32 @@ mod tests {
         for (info, expected) in cases {
             assert_eq!(version_of(info), expected, "{info}");
         }
+    }
+
+    #[test]
+    fn the_report_says_how_operations_run() {
+        let valkey = "redis_version:7.2.4\nserver_name:valkey\nvalkey_version:9.1.2";
+        let lines = |info: &str| -> Vec<String> {
+            info_findings(info)
+                .iter()
+                .map(|f| f.text().to_owned())
+                .collect()
+        };
+        assert!(
+            lines(valkey).contains(
+                &"renewals by SET … IFEQ, releases by DELIFEQ, acquisitions by script (a user \
+                  refused one of these commands gets the script)"
+                    .to_owned()
+            ),
+            "{:?}",
+            lines(valkey)
+        );
+        assert!(
+            lines("redis_version:7.0.15")
+                .iter()
+                .any(|l| l.starts_with("operations by script")),
+            "{:?}",
+            lines("redis_version:7.0.15")
+        );
     }
 }
