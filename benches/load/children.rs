@@ -104,9 +104,14 @@ impl Env {
         }
     }
 
+    /// leasehold's client; with `LEASEHOLD_BENCH_SCRIPTS` set, on the script alone whatever
+    /// the server can do (`RedisConfig::native_commands(false)`), for an A/B of the two
+    /// paths on one server.
     pub(crate) fn client(&self) -> LeaseClient {
         let settings = LeaseSettings::default().with_command_timeout(Duration::from_secs(2));
-        LeaseClient::redis(&self.url, settings).expect("LeaseClient::redis")
+        let config = RedisConfig::new(self.url.as_str()).native_commands(!crate::scripts_only());
+        let backend = RedisBackend::new(config).expect("RedisBackend::new");
+        LeaseClient::new(backend, settings).expect("LeaseClient::new")
     }
 
     pub(crate) async fn connection(&self) -> MultiplexedConnection {

@@ -106,7 +106,8 @@ use leasehold::runtime::{CancelPolicy, JobEnd, LeaseCancelled, LeaseRuntime, Run
 use leasehold::runtime::{CancelReason, LeaseJob, SpawnOutcome};
 use leasehold::telemetry::names;
 use leasehold::{
-    AcquireOutcome, LeaseClient, LeaseRequest, LeaseSettings, LeaseState, Purpose, ReleaseOutcome,
+    AcquireOutcome, LeaseClient, LeaseRequest, LeaseSettings, LeaseState, Purpose, RedisBackend,
+    RedisConfig, ReleaseOutcome,
 };
 use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -168,7 +169,8 @@ fn main() {
     let server = RedisServer::start();
     let url = server.url();
     let info: String = server.query(&["INFO", "server"]);
-    let _ = SERVER.set(server_kind_version(&info));
+    let path = if scripts_only() { "/scripts" } else { "" };
+    let _ = SERVER.set(format!("{}{path}", server_kind_version(&info)));
     println!(
         "# leasehold load bench: redis-server pid {} at {url}, quick={quick}, {} cores",
         server.pid(),
@@ -295,6 +297,14 @@ const SERVER_ENV: &str = "LEASEHOLD_BENCH_SERVER";
 
 pub(crate) fn server_label() -> &'static str {
     SERVER.get_or_init(|| std::env::var(SERVER_ENV).unwrap_or_else(|_| "unknown".to_owned()))
+}
+
+/// Set (to anything): leasehold's rows run on the script alone, and every row's server
+/// label ends `/scripts`.
+const SCRIPTS_ENV: &str = "LEASEHOLD_BENCH_SCRIPTS";
+
+pub(crate) fn scripts_only() -> bool {
+    std::env::var_os(SCRIPTS_ENV).is_some()
 }
 
 /// `valkey-9.1.2` or `redis-7.0.15`, from `INFO server` (Valkey names itself in

@@ -163,3 +163,45 @@ async fn with_companions_running_each_operation_shares_its_script_call() {
         "only {shared} of the {ours} calls carrying this test's operations carried a companion's"
     );
 }
+
+/// Renewals due together leave together: on a server that renews by its own command, in
+/// pipelines of up to 256 (a grid instant's renewals in a few writes); elsewhere in script
+/// calls of up to 32.
+#[tokio::test]
+async fn renewals_due_together_leave_in_as_few_calls_as_their_path_allows() {
+    const LEASES: usize = 300;
+    let server = common::RedisServer::start();
+    let info: String = server.query(&["INFO", "server"]);
+    let native = ServerCapabilities::from_info(&info).renews_natively();
+    let client = LeaseClient::redis(&server.url(), common::backends::redis_settings()).unwrap();
+    let mut leases = Vec::new();
+    for i in 0..LEASES {
+        leases.push(acquired(&client, &request(&client, &format!("due-{i}"), "op")).await);
+    }
+    server.reset_stats();
+    let renewed = futures_util::future::join_all(leases.iter_mut().map(|l| l.renew())).await;
+    assert!(
+        renewed
+            .iter()
+            .all(|r| matches!(r, RenewOutcome::Renewed { .. })),
+        "{renewed:?}"
+    );
+    let (pipelines, sets, scripts) = (
+        server.calls_of("ping"),
+        server.calls_of("set"),
+        script_calls(&server),
+    );
+    if native {
+        assert_eq!((sets, scripts), (LEASES as u64, 0));
+        assert!(pipelines <= 3, "{LEASES} renewals in {pipelines} pipelines");
+    } else {
+        assert_eq!((pipelines, sets), (0, 0));
+        assert!(
+            (10..=20).contains(&scripts),
+            "{LEASES} renewals in {scripts} script calls of up to 32"
+        );
+    }
+    for mut lease in leases {
+        assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    }
+}

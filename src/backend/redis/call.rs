@@ -96,7 +96,7 @@ impl RedisBackend {
 
     /// What `connected`'s node may run by its own commands: nothing if the configuration
     /// keeps every operation on the script, or once the user was refused one of them.
-    fn capabilities(&self, connected: &Connected) -> ServerCapabilities {
+    pub(super) fn capabilities(&self, connected: &Connected) -> ServerCapabilities {
         if self.inner.native_commands && !connected.node.native_refused() {
             connected.node.capabilities
         } else {

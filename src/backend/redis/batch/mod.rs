@@ -1,10 +1,12 @@
 //! Coalescing: the operations of concurrent callers travel as one `EVALSHA` of
-//! `lua/batch.lua` per round trip, each with its own reply; the operations beyond what the
-//! calls in flight carry wait in a bounded queue.
+//! `lua/batch.lua` per round trip — beside it, on a server that renews and releases by its
+//! own commands, one pipeline of those (`call`) — each with its own reply; the operations
+//! beyond what the calls in flight carry wait in a bounded queue.
 //!
 //! A caller submits one [`Item`] and waits for its own result. At most [`MAX_IN_FLIGHT`]
-//! flushers bound the script calls in flight; each is a task that takes what waits, up to
-//! [`MAX_ITEMS`] at a time, sends it as one script call and hands every item its reply. A
+//! flushers bound the calls in flight; each is a task that takes what waits, up to
+//! [`MAX_ITEMS`] script items and [`MAX_NATIVE_ITEMS`] of the server's own commands at a
+//! time, sends them as one call and hands every item its reply. A
 //! caller that finds no flusher running becomes one and lets the tasks woken with it queue
 //! their items first (one turn of the scheduler), so operations that arrive together leave
 //! together: if others queued, it hands its place to a flusher task; if its item is still
@@ -90,6 +92,12 @@ pub(super) const MAX_IN_FLIGHT: usize = 4;
 /// the same time (one call of everything waiting would have each wait for the other), and
 /// bound how long one call keeps Redis busy.
 pub(super) const MAX_ITEMS: usize = 32;
+/// Items of the server's own commands per call, at most, beside its [`MAX_ITEMS`] script
+/// items: renewals and releases on a server that runs them without the script
+/// (`Item::native`). A command costs the server about what a script item does without the
+/// script's own cost per call, so a larger pipeline keeps the server as busy as a script
+/// call does — and the renewals of one grid instant leave in a few writes, not one per 32.
+pub(super) const MAX_NATIVE_ITEMS: usize = 256;
 /// Items waiting that make a busy batcher start another call beside those in flight. Fewer
 /// wait for a running flusher's next call: one round trip at most, and each call carries
 /// enough operations to be worth its fixed cost to Redis (docs/performance.md, "What
@@ -205,7 +213,8 @@ async fn flush(backend: RedisBackend) {
         let arrived_later = batcher.next_id();
         match connection(&backend).await {
             Ok((generation, connected)) => {
-                let taken = batcher.take(Instant::now());
+                let capabilities = backend.capabilities(&connected);
+                let taken = batcher.take(Instant::now(), capabilities);
                 if taken.items.is_empty() {
                     continue;
                 }

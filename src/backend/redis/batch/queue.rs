@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::super::ServerCapabilities;
 use super::deadline::{Bound, Deadline, Deadlines};
 use super::item::Item;
 use super::{ANOTHER_CALL, ItemResult, MAX_IN_FLIGHT};
@@ -205,10 +206,11 @@ impl Batcher {
         now + longest.min(connect_timeout)
     }
 
-    /// Takes up to `MAX_ITEMS` waiting items, renewals and releases first, for a call
-    /// written now. Items whose deadline has passed are answered `NotSent` instead: their
+    /// Takes up to `MAX_ITEMS` waiting items the script runs, and up to `MAX_NATIVE_ITEMS`
+    /// a node with `capabilities` runs by its own commands, renewals and releases first, for
+    /// a call written now. Items whose deadline has passed are answered `NotSent` instead: their
     /// callers have given up, and they were never written.
-    pub(super) fn take(&self, now: Instant) -> Taken {
+    pub(super) fn take(&self, now: Instant, capabilities: ServerCapabilities) -> Taken {
         let mut queue = self.lock();
         let mut taken = Taken {
             sent: now,
@@ -217,7 +219,8 @@ impl Batcher {
             deadlines: Deadlines::one(Deadline::at(now)),
         };
         let mut deadlines: Option<Deadlines> = None;
-        while taken.items.len() < super::MAX_ITEMS {
+        let (mut scripted, mut native) = (0, 0);
+        while scripted < super::MAX_ITEMS && native < super::MAX_NATIVE_ITEMS {
             let Some(waiting) = queue
                 .urgent
                 .pop_front()
@@ -228,6 +231,11 @@ impl Batcher {
             if waiting.bound.send_by().is_some_and(|by| by <= now) {
                 let _ = waiting.reply.send(Err(expired()));
                 continue;
+            }
+            if waiting.item.native(capabilities) {
+                native += 1;
+            } else {
+                scripted += 1;
             }
             let by = waiting.bound.deadline(now);
             let one = Deadlines::one(by);
