@@ -82,9 +82,10 @@ impl Holding {
         self.acquired.as_ref().map(|a| a.token)
     }
 
-    /// The exact value of the lease key, when known. A bearer secret: never log it.
-    pub(crate) fn value(&self) -> Option<&str> {
-        self.acquired.as_ref().map(|a| &*a.value)
+    /// The exact value of the lease key, when known (shared, not copied, by each
+    /// operation that sends it). A bearer secret: never log it.
+    pub(crate) fn value(&self) -> Option<&Arc<str>> {
+        self.acquired.as_ref().map(|a| &a.value)
     }
 
     /// Whether the lease was acquired with a lock-delay (its renewal must also check that it
@@ -158,7 +159,7 @@ mod tests {
         ];
         for (holder, delay, value, lock_delay) in rows {
             let holding = Holding::acquired(&request(holder, delay), token);
-            assert_eq!(holding.value(), Some(value.as_str()));
+            assert_eq!(holding.value().map(|v| &**v), Some(value.as_str()));
             assert_eq!(holding.has_lock_delay(), lock_delay);
             assert_eq!(holding.token(), Some(token));
         }

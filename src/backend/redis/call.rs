@@ -151,7 +151,7 @@ impl RedisBackend {
                     // Possibly another call's reply: this connection's stream cannot be
                     // trusted any more.
                     self.discard(generation, connected);
-                    SendFailure::MaybeSent(FailureDetail::new(FailureKind::MalformedReply, m))
+                    malformed(m)
                 }
             },
             None => self.no_reply(generation, connected, deadlines, started),

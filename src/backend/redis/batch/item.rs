@@ -1,6 +1,7 @@
 //! One operation as it waits in the queue and travels in a script call: its keys and the two
 //! arguments `lua/batch.lua` takes per item, and the `EVALSHA` of a batch of them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
@@ -40,7 +41,7 @@ pub(in super::super) struct Item {
     /// The lease key's exact value, for an operation a node's compare-and-set command can
     /// run (`Item::native`): a renewal of a lease without lock-delay, a release — when the
     /// holding knows it. `None`: the script only.
-    value: Option<String>,
+    value: Option<Arc<str>>,
     /// A release's notice channel (`LeaseKeys::release_channel`), which its native form
     /// publishes on itself; `None` for every other item.
     channel: Option<String>,
@@ -107,7 +108,7 @@ impl Item {
         let mut item = Self::new(Kind::Renew, keys, holding.attempt(), head);
         // A lock-delay's renewal must also find the lease not ended: the script's test.
         if !holding.has_lock_delay() {
-            item.value = holding.value().map(str::to_owned);
+            item.value = holding.value().cloned();
         }
         item
     }
@@ -117,7 +118,7 @@ impl Item {
     pub(in super::super) fn release(keys: &LeaseKeys, holding: &Holding) -> Self {
         let mut item = Self::new(Kind::Release, keys, holding.attempt(), "R".to_owned());
         if let Some(value) = holding.value() {
-            item.value = Some(value.to_owned());
+            item.value = Some(Arc::clone(value));
             item.channel = Some(keys.release_channel().to_owned());
         }
         item
@@ -180,7 +181,7 @@ impl Item {
     ///   finds what they would have found at their next; a refused `PUBLISH` (an ACL) is
     ///   ignored, as the script ignores it.
     pub(in super::super) fn add_native(&self, pipe: &mut Pipeline) {
-        let value = self.value.as_deref().unwrap_or_default();
+        let value = self.value.as_deref().unwrap_or_default().as_bytes();
         if self.kind == Kind::Release {
             let channel = self.channel.as_deref().unwrap_or_default();
             pipe.cmd("DELIFEQ").arg(&self.lease).arg(value);
@@ -293,7 +294,7 @@ mod tests {
                 .unwrap();
         let keys = LeaseKeys::new(&Namespace::default(), request.purpose(), request.resource());
         let holding = Holding::acquired(&request, FencingToken::new(42));
-        let value = holding.value().unwrap().to_owned();
+        let value = holding.value().unwrap().to_string();
         (Item::renew(&keys, &holding, Duration::from_secs(30)), value)
     }
 
