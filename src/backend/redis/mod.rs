@@ -104,12 +104,16 @@ use connection::{Connected, Shared, Topology, connection_config, not_sent};
 ///   path; each (re)subscription is bounded by `connect_timeout`, retried after 100 ms
 ///   doubling to 5 s, and followed by one lookup so a switch announced while it was not
 ///   listening is not missed. It stops when the last clone of the backend is dropped.
-/// * Every operation is one item of a script call (`lua/batch.lua`). Under standalone and
-///   Sentinel, concurrent operations share calls: at most four calls are in flight, and what
-///   arrives meanwhile goes out together in the next one (`batch` says how, and what it
-///   promises). An operation that finds no call in flight is sent at once, with those
-///   arriving at the same moment. Under Cluster each operation is a call of its own, to the
-///   owner of its hash slot.
+/// * Every operation is one item of a script call (`lua/batch.lua`) — except, on a server
+///   with compare-and-set commands ([`ServerCapabilities`], read from `INFO server` when
+///   connecting), a renewal (`SET … IFEQ … GET PX`) and a release (`DELIFEQ` and the
+///   notice's `PUBLISH`), which go as one pipeline of those commands beside the script call,
+///   with the same replies ([`RedisConfig::native_commands`] turns this off). Under
+///   standalone and Sentinel, concurrent operations share calls: at most four calls are in
+///   flight, and what arrives meanwhile goes out together in the next one (`batch` says
+///   how, and what it promises). An operation that finds no call in flight is sent at once,
+///   with those arriving at the same moment. Under Cluster each operation is a call of its
+///   own, to the owner of its hash slot.
 /// * A burst beyond what the calls in flight carry waits in a bounded queue
 ///   ([`RedisConfig::queue_limit`], default 16,384): renewals and releases first, then
 ///   acquisitions and reads in arrival order. An acquisition or a read that finds the queue
@@ -125,8 +129,9 @@ use connection::{Connected, Shared, Topology, connection_config, not_sent};
 ///   script call whose reply has not come by the earliest deadline of its operations makes
 ///   the next call start on a new connection, whose set-up needs the server's answer: the
 ///   operations waiting are not sent into a server that stopped answering. Every reply
-///   echoes its call's id: a reply read for another call (a stream that lost bytes) is
-///   `MaybeSent` for every operation of the call, never decoded as theirs.
+///   echoes its call's id (a pipeline of the server's own commands ends with `PING <id>`):
+///   a reply read for another call (a stream that lost bytes) is `MaybeSent` for every
+///   operation of the call, never decoded as theirs.
 /// * Server errors Redis raises before running (`LOADING`, `BUSY`, `OOM`…) are `NotSent`, and
 ///   so is `READONLY`: a read-only replica runs none of a script's writes, whatever their
 ///   order. Other errors and unreadable replies are `MaybeSent` (see `classify`).
