@@ -62,15 +62,23 @@ impl RedisBackend {
         deadlines: batch::Deadlines,
         via: Option<Redirection>,
     ) -> Vec<batch::ItemResult> {
+        // Decided once per call: the node's capabilities may change while the call is out
+        // (`Node::refuse_native`), and each result must go back to the item it answers.
         let capabilities = self.capabilities(connected);
-        let native = |item: &batch::Item| item.native(capabilities);
-        if !items.iter().any(|item| native(item)) {
+        let native: Vec<bool> = items.iter().map(|item| item.native(capabilities)).collect();
+        if !native.contains(&true) {
             return self
                 .send_script(generation, connected, items, deadlines, via)
                 .await;
         }
-        let (natively, scripted): (Vec<&batch::Item>, Vec<&batch::Item>) =
-            items.iter().partition(|item| native(item));
+        let (mut natively, mut scripted) = (Vec::new(), Vec::new());
+        for (item, &native) in items.iter().zip(&native) {
+            if native {
+                natively.push(*item);
+            } else {
+                scripted.push(*item);
+            }
+        }
         let script = async {
             if scripted.is_empty() {
                 return Vec::new();
@@ -81,10 +89,10 @@ impl RedisBackend {
         let (scripted, natively) = futures_util::future::join(script, own).await;
         let (mut scripted, mut natively) = (scripted.into_iter(), natively.into_iter());
         let missing = || Err(malformed("no result for the item".to_owned()));
-        items
+        native
             .iter()
-            .map(|item| {
-                let next = if native(item) {
+            .map(|&native| {
+                let next = if native {
                     natively.next()
                 } else {
                     scripted.next()
