@@ -457,6 +457,13 @@ mod tests {
                 if let Ok(items) = batch(v.clone(), 7, 2) {
                     prop_assert_eq!(items.len(), 2);
                 }
+                if let Value::Array(values) = &v {
+                    for (widths, asking) in [(&[1, 2][..], false), (&[1][..], true)] {
+                        if let Ok(items) = native(values.clone(), 7, widths, asking) {
+                            prop_assert_eq!(items.len(), widths.len());
+                        }
+                    }
+                }
                 if let Ok(InspectReply::HeldByAttempt { token, .. } | InspectReply::HeldByOther { token, .. }) = inspect(v) {
                     prop_assert!(token.get() > 0);
                 }
