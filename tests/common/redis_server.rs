@@ -33,7 +33,8 @@ mod tls;
 
 use commands::{HARNESS_COMMANDS, command, parse_command_calls};
 use process::{free_port, log_tail, make_temp_dir, signal, wait_exit};
-use spawn::{SpawnError, find_binary, spawn_and_wait};
+pub use spawn::find_binary;
+use spawn::{SpawnError, spawn_and_wait};
 use tls::{TLS_DIR, make_self_signed_cert};
 
 /// How long to wait for a freshly started server to answer `PING`.

@@ -38,8 +38,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(20);
 const START_ATTEMPTS: usize = 5;
 const CONN_TIMEOUT: Duration = Duration::from_secs(2);
-const SERVER_NOT_FOUND: &str = "redis-server not found: install the Debian package \
-                                redis-server; cluster tests never skip";
 const CLI_NOT_FOUND: &str = "redis-cli not found: install the Debian package redis-tools; \
                              cluster tests never skip";
 
@@ -54,9 +52,7 @@ impl ClusterTopology {
     pub fn start() -> Self {
         // The server the harness runs (`LEASEHOLD_REDIS_SERVER`: CI's matrix runs Valkey's
         // too); Debian's redis-cli creates the cluster for either.
-        let server = std::env::var_os("LEASEHOLD_REDIS_SERVER")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| find_binary("redis-server", SERVER_NOT_FOUND));
+        let server = super::redis_server::find_binary();
         let cli = find_binary("redis-cli", CLI_NOT_FOUND);
         let nodes: Vec<ClusterNode> = (0..PRIMARIES).map(|_| start_node(&server)).collect();
         let mut create = Command::new(&cli);
