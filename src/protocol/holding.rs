@@ -95,12 +95,6 @@ impl Holding {
     }
 }
 
-impl From<Attempt> for Holding {
-    fn from(attempt: Attempt) -> Self {
-        Self::of_attempt(attempt)
-    }
-}
-
 impl fmt::Debug for Holding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Holding")

@@ -291,11 +291,25 @@ impl RedisServer {
     /// How many times the server ran `command` (lower case, as `INFO commandstats` names
     /// it: `evalsha`, `pttl`), scripts' `redis.call`s included.
     pub fn calls_of(&self, command: &str) -> u64 {
+        self.command_stat(command, "calls")
+    }
+
+    /// How many times the server refused to run `command` before running it (an ACL, say:
+    /// `rejected_calls` of `INFO commandstats`).
+    pub fn rejected_calls_of(&self, command: &str) -> u64 {
+        self.command_stat(command, "rejected_calls")
+    }
+
+    /// Field `field` of `command`'s line in `INFO commandstats`; 0 if it has none.
+    fn command_stat(&self, command: &str, field: &str) -> u64 {
         let info: String = self.query(&["INFO", "commandstats"]);
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split(',').next())
+        let prefix = format!("cmdstat_{command}:");
+        let Some(line) = info.lines().find_map(|l| l.strip_prefix(prefix.as_str())) else {
+            return 0;
+        };
+        line.trim()
+            .split(',')
+            .find_map(|pair| pair.strip_prefix(field)?.strip_prefix('='))
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     }

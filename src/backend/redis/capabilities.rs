@@ -31,7 +31,7 @@ use super::connection::not_sent;
 /// let redis = ServerCapabilities::from_info("redis_version:7.0.15\r\n");
 /// assert!(!redis.renews_natively());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerCapabilities {
     set_ifeq: bool,
     delifeq: bool,
