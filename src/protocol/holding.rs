@@ -2,7 +2,7 @@
 //! known — the exact value its lease key holds, which a server's own compare-and-set
 //! commands compare against.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
 use crate::protocol::{Attempt, FencingToken, LeaseRequest};
@@ -46,28 +46,23 @@ impl Holding {
     pub(crate) fn acquired(request: &LeaseRequest, token: FencingToken) -> Self {
         let attempt = request.attempt().clone();
         let (owner, operation) = (attempt.owner().expose(), attempt.operation().as_str());
-        let token_text = token.get().to_string();
-        let holder = request.holder().map(|h| h.as_str());
-        let delay = request.lock_delay().map(|d| d.as_millis().to_string());
+        let lock_delay = request.lock_delay();
+        // Writing into a String cannot fail: the results are ignored.
         let mut value = String::with_capacity(owner.len() + operation.len() + 48);
-        for part in [owner, " ", operation, " "] {
-            value.push_str(part);
+        let _ = write!(value, "{owner} {operation} ");
+        if let Some(holder) = request.holder() {
+            let _ = write!(value, "{} ", holder.as_str());
         }
-        if let Some(holder) = holder {
-            value.push_str(holder);
-            value.push(' ');
-        }
-        value.push_str(&token_text);
-        if let Some(delay) = &delay {
-            value.push_str(" d");
-            value.push_str(delay);
+        let _ = write!(value, "{}", token.get());
+        if let Some(delay) = lock_delay {
+            let _ = write!(value, " d{}", delay.as_millis());
         }
         Self {
             attempt,
             acquired: Some(Acquired {
                 token,
                 value: value.into(),
-                lock_delay: delay.is_some(),
+                lock_delay: lock_delay.is_some(),
             }),
         }
     }
