@@ -1,7 +1,7 @@
 //! The floor of a held lease's memory: `n` bare ractor actors, idle, built with the ractor
-//! features leasehold builds with (row `floor-actor`, `rss_bytes_per_actor`). A held lease
-//! is a lease actor (and, in R, its worker actor), so what R's `rss_bytes_per_lease` costs
-//! above this row is leasehold's own.
+//! features leasehold builds with (row `floor-actor`, `rss_bytes_per_actor`). A lease R
+//! holds is a lease actor and the task of its work (`run_under_lease`), so what R's
+//! `rss_bytes_per_lease` costs above this row is leasehold's own.
 
 use super::*;
 

@@ -56,7 +56,8 @@
 //!   handoffs per second of handoff time.
 //! * `R<n>` n = 10k (quick: 1k) and 100k (not in quick; skipped, with the reason printed, if
 //!   it would not fit in memory or in the ~5.5 minute budget) leases held by
-//!   `LeaseRuntime::spawn_under_lease` (an idle worker actor), 30 s TTL (quick: 4 s, so
+//!   `LeaseRuntime::run_under_lease` (work that waits to be told to end: one lease actor and
+//!   one task, the cheapest way to hold a lease), 30 s TTL (quick: 4 s, so
 //!   renewals happen), for 2 renewal periods (`cadence_s`: ttl/3, or half-way to the
 //!   cancellation deadline if sooner — with the quick TTL and the 2 s command timeout as
 //!   safety margin, ~1 s). `ops_per_s` = confirmed renewals/s in the window (from
@@ -103,7 +104,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt as _;
 use leasehold::runtime::{CancelPolicy, JobEnd, LeaseCancelled, LeaseRuntime, RunOutcome};
-use leasehold::runtime::{CancelReason, LeaseJob, SpawnOutcome};
+use leasehold::runtime::{LeaseContext, RuntimeError, SpawnOutcome};
 use leasehold::telemetry::names;
 use leasehold::{
     AcquireOutcome, LeaseClient, LeaseRequest, LeaseSettings, LeaseState, Purpose, RedisBackend,

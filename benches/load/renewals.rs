@@ -41,9 +41,7 @@ pub(crate) async fn renewals(env: Env, n: usize) {
             ttl,
             Duration::ZERO,
         );
-        let job = start_idle(&runtime, &req).await;
-        job.shutdown();
-        let _ = job.wait().await;
+        hold(&runtime, req).await.release().await;
     }
     // What Redis burns with nothing to do (its timers, this measurement's INFO calls), per
     // second: subtracted from the window, whose renewals come in bursts with idle time
@@ -66,7 +64,7 @@ pub(crate) async fn renewals(env: Env, n: usize) {
         }
         let runtime = runtime.clone();
         let req = request(&client, &format!("{}:r:{i}", env.run), ttl, Duration::ZERO);
-        starting.spawn(async move { start_idle(&runtime, &req).await });
+        starting.spawn(async move { hold(&runtime, req).await });
     }
     while let Some(done) = starting.join_next().await {
         jobs.push(done.expect("R: start task"));
@@ -75,7 +73,7 @@ pub(crate) async fn renewals(env: Env, n: usize) {
     assert_eq!(runtime.held(), n, "R: leases held");
     let rss_after = rss_kb();
 
-    let renewals_before: Vec<u64> = jobs.iter().map(|j| j.context().status().renewals).collect();
+    let renewals_before: Vec<u64> = jobs.iter().map(|j| j.context.status().renewals).collect();
     let cpu = CpuMeter::start(&mut info).await;
     let window_start = Instant::now();
     PROBES.in_window.store(true, Ordering::SeqCst);
@@ -85,7 +83,7 @@ pub(crate) async fn renewals(env: Env, n: usize) {
     let per_lease: Vec<u64> = jobs
         .iter()
         .zip(&renewals_before)
-        .map(|(j, before)| j.context().status().renewals - before)
+        .map(|(j, before)| j.context.status().renewals - before)
         .collect();
     let renewals: u64 = per_lease.iter().sum();
     let fewest = per_lease.iter().copied().min().unwrap_or(0);
@@ -96,7 +94,7 @@ pub(crate) async fn renewals(env: Env, n: usize) {
     let not_active = jobs
         .iter()
         .filter(|j| {
-            let status = j.context().status();
+            let status = j.context.status();
             status.state != LeaseState::Active || status.cancelled.is_some()
         })
         .count();
@@ -111,18 +109,8 @@ pub(crate) async fn renewals(env: Env, n: usize) {
         if batch.is_empty() {
             break;
         }
-        for job in &batch {
-            job.shutdown();
-        }
-        for job in batch {
-            let report = job.wait().await;
-            let shut_down = JobEnd::Cancelled {
-                reason: CancelReason::Shutdown,
-                killed: false,
-            };
-            assert_eq!(report.end, shut_down, "R: job end");
-            assert_eq!(report.release, ReleaseOutcome::Released, "R: release");
-        }
+        let releases: Vec<_> = batch.into_iter().map(Held::release).collect();
+        futures_util::future::join_all(releases).await;
     }
     let release_s = releasing.elapsed().as_secs_f64();
 
@@ -275,19 +263,51 @@ pub(crate) async fn unbatched_renew_us(
     used.per(count as u64).1
 }
 
-pub(crate) async fn start_idle(runtime: &LeaseRuntime, req: &LeaseRequest) -> LeaseJob<WorkerMsg> {
-    let worker = Worker {
-        stop_at_once: false,
-    };
-    match runtime
-        .spawn_under_lease(req, worker, |_ctx| (), CancelPolicy::Kill)
-        .await
-        .expect("R: spawn_under_lease")
-    {
-        SpawnOutcome::Started(job) => job,
-        SpawnOutcome::NotAcquired(other) => {
-            panic!("R: spawn_under_lease was {} ({other:?})", other.as_str())
+/// One lease R holds, the cheapest way to hold one: `run_under_lease` (its lease actor and
+/// one task) with work that waits until it is told to end, or cancelled.
+pub(crate) struct Held {
+    context: LeaseContext,
+    end: tokio::sync::oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<Result<RunOutcome<bool>, RuntimeError>>,
+}
+
+impl Held {
+    /// Ends the work, so the lease is released at once; checks that it was.
+    pub(crate) async fn release(self) {
+        let _ = self.end.send(());
+        match self.run.await.expect("R: run task") {
+            Ok(RunOutcome::Ran { output, report }) => {
+                assert_eq!(output, Some(true), "R: work ended as told ({report:?})");
+                assert_eq!(report.end, JobEnd::Completed, "R: job end");
+                assert_eq!(report.release, ReleaseOutcome::Released, "R: release");
+            }
+            other => panic!("R: run_under_lease ended {other:?}"),
         }
-        _ => panic!("R: spawn_under_lease: an outcome this bench does not know"),
+    }
+}
+
+pub(crate) async fn hold(runtime: &LeaseRuntime, req: LeaseRequest) -> Held {
+    let (context_tx, context_rx) = tokio::sync::oneshot::channel();
+    let (end, ended) = tokio::sync::oneshot::channel::<()>();
+    let runtime = runtime.clone();
+    let run = tokio::spawn(async move {
+        runtime
+            .run_under_lease(&req, CancelPolicy::Kill, move |ctx| {
+                let _ = context_tx.send(ctx.clone());
+                async move {
+                    tokio::select! {
+                        () = ctx.cancelled() => false,
+                        _ = ended => true,
+                    }
+                }
+            })
+            .await
+    });
+    match context_rx.await {
+        Ok(context) => Held { context, end, run },
+        Err(_) => panic!(
+            "R: run_under_lease did not start: {:?}",
+            run.await.expect("R: run task")
+        ),
     }
 }

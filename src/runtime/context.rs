@@ -3,13 +3,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{LeaseState, Replication};
 use crate::protocol::{FencingToken, Purpose, ResourceDigest};
 use crate::runtime::CancelReason;
+use crate::runtime::published::Subscriber;
 
 /// The lease as the LeaseActor last confirmed it; published on every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub struct LeaseContext {
     purpose: Purpose,
     resource: ResourceDigest,
     cancel: CancellationToken,
-    status: watch::Receiver<LeaseStatus>,
+    status: Subscriber,
     replication: Replication,
     slot: Option<u16>,
 }
@@ -62,7 +62,7 @@ impl LeaseContext {
         purpose: Purpose,
         resource: ResourceDigest,
         cancel: CancellationToken,
-        status: watch::Receiver<LeaseStatus>,
+        status: Subscriber,
         replication: Replication,
         slot: Option<u16>,
     ) -> Self {
@@ -126,7 +126,7 @@ impl LeaseContext {
     /// Why the lease was cancelled, once it was (`None` also after the lease actor ended
     /// without a cancellation, e.g. when the work completed).
     pub fn cancel_reason(&self) -> Option<CancelReason> {
-        self.status.borrow().cancelled
+        self.status.get().cancelled
     }
 
     /// The cancellation token itself, e.g. to make child tokens for sub-tasks (a child of a
@@ -137,18 +137,18 @@ impl LeaseContext {
 
     /// Local validity left now; zero once cancelled.
     pub fn remaining(&self) -> Duration {
-        self.status.borrow().remaining_at(Instant::now())
+        self.status.get().remaining_at(Instant::now())
     }
 
     /// The instant by which the work must have stopped: the local validity end of the last
     /// confirmation, also after a cancellation (see [`LeaseStatus::stop_by`]).
     pub fn stop_by(&self) -> Instant {
-        self.status.borrow().stop_by
+        self.status.get().stop_by
     }
 
     /// The latest published status.
     pub fn status(&self) -> LeaseStatus {
-        *self.status.borrow()
+        self.status.get()
     }
 
     /// Waits until the status changes — a renewal moved [`stop_by`](Self::stop_by), the
@@ -163,6 +163,6 @@ impl LeaseContext {
     /// # Cancel safety
     /// Cancel safe: a change not yet waited for stays pending for the next call.
     pub async fn changed(&mut self) -> bool {
-        self.status.changed().await.is_ok()
+        self.status.changed().await
     }
 }

@@ -2,6 +2,7 @@
 //! worker that already runs, and the report either ends with.
 
 use std::fmt;
+use std::future::Future;
 
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::oneshot;
@@ -44,8 +45,10 @@ pub(crate) struct Started {
 }
 
 impl Started {
-    pub(crate) async fn wait(self) -> LeaseReport {
-        wait_report(self.report, self.context.token()).await
+    /// The report, once the lease ended. Not an `async fn`: the future keeps the report's
+    /// receiver and the token only, not the context, for as long as the lease is held.
+    pub(crate) fn wait(self) -> impl Future<Output = LeaseReport> + use<> {
+        wait_report(self.report, self.context.token())
     }
 
     pub(crate) fn into_job<M>(self, worker: ActorRef<M>) -> LeaseJob<M> {

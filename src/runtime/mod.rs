@@ -19,11 +19,13 @@ mod drain;
 mod job;
 mod lease_actor;
 mod message;
+mod published;
 mod registry;
 mod report;
 mod run;
 mod spawn;
 mod supervisor;
+mod timers;
 mod watchdog;
 mod worker;
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorCell, ActorRef, Message};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LeaseError;
@@ -12,7 +12,9 @@ use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patienc
 use crate::protocol::LeaseRequest;
 use crate::runtime::job::Started;
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
+use crate::runtime::published;
 use crate::runtime::registry::{Admission, Registry};
+use crate::runtime::timers::Timers;
 use crate::runtime::worker::Worker;
 use crate::runtime::{
     AttachedLease, CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseStatus, SpawnOutcome,
@@ -78,6 +80,8 @@ pub enum RuntimeError {
 pub struct LeaseRuntime {
     client: LeaseClient,
     pub(crate) registry: Arc<Registry>,
+    /// Where its lease actors arm their deadlines.
+    timers: Timers,
 }
 
 impl fmt::Debug for LeaseRuntime {
@@ -98,6 +102,7 @@ impl LeaseRuntime {
         Self {
             client,
             registry: Registry::new(Self::DEFAULT_MAX_LEASES),
+            timers: Timers::default(),
         }
     }
 
@@ -304,7 +309,7 @@ impl LeaseRuntime {
         let admission_id = admission.id();
         let settings = self.client.settings();
         let cancel = CancellationToken::new();
-        let (status_tx, status_rx) = watch::channel(LeaseStatus {
+        let (status_tx, status_rx) = published::channel(LeaseStatus {
             state: LeaseState::Active,
             valid_until: handle.valid_until(),
             stop_by: handle
@@ -334,6 +339,7 @@ impl LeaseRuntime {
             status: status_tx,
             report: Some(report_tx),
             admission: Some(admission),
+            timers: self.timers.clone(),
         };
         let spawned = match supervisor {
             Some(sup) => Actor::spawn_linked(None, LeaseActor::<M>::new(), args, sup).await,

@@ -11,7 +11,7 @@ use super::state::LeaseActorState;
 use super::{KILL_WAIT, LEASE_END};
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::{LeaseHandle, ReleaseOutcome};
-use crate::runtime::message::{Command, LeaseActorMsg};
+use crate::runtime::message::LeaseActorMsg;
 use crate::runtime::watchdog::{Action, Cancellation};
 use crate::runtime::worker::WorkerState;
 use crate::runtime::{JobEnd, LeaseCancelled, LeaseReport};
@@ -45,17 +45,21 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         }
     }
 
-    /// Arms the one timer the watchdog asks for, replacing the one armed before.
+    /// Arms the one timer the watchdog asks for, replacing the one armed before; a
+    /// deadline armed already is left as it is (its tick carries the current generation).
     pub(super) fn arm(&mut self, myself: &ActorRef<LeaseActorMsg>) {
-        self.timer += 1;
         let Some(deadline) = self.watchdog.poll_timeout(self.worker.view()) else {
+            // Nothing to wait for: a tick already on its way is stale too.
+            self.timer += 1;
+            self.armed.disarm();
             return;
         };
-        let generation = self.timer;
-        let delay = deadline.at().saturating_duration_since(Instant::now());
-        tracing::trace!(?deadline, ?delay, "lease actor timer armed");
-        let task = myself.send_after(delay, move || LeaseActorMsg(Command::Tick(generation)));
-        self.armed.replace(Some(task));
+        if self.armed.armed() == Some(deadline.at()) {
+            return;
+        }
+        self.timer += 1;
+        tracing::trace!(?deadline, "lease actor timer armed");
+        self.armed.arm(myself, deadline.at(), self.timer);
     }
 
     /// One renewal, giving up at `until`; what its outcome calls for.
@@ -122,7 +126,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     pub(super) async fn finish(&mut self, end: JobEnd) -> LeaseReport {
         self.watchdog.finish();
         self.timer += 1;
-        self.armed.replace(None);
+        self.armed.disarm();
         let release = release_retrying(&mut self.handle).await;
         self.publish();
         let report = LeaseReport {

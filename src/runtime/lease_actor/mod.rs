@@ -36,12 +36,12 @@ use tracing::Instrument as _;
 
 use crate::lease::LeaseState;
 use crate::runtime::message::{Command, LeaseActorMsg};
+use crate::runtime::timers::ArmedTimer;
 use crate::runtime::watchdog::{Action, Watchdog};
 use crate::runtime::worker::Worker;
 use crate::runtime::worker::WorkerState;
 use crate::runtime::{CancelReason, JobEnd, LeaseCancelled};
 pub(crate) use effects::release_time;
-use state::ArmedTimer;
 pub(crate) use state::{LeaseActorArgs, LeaseActorState};
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must
@@ -131,7 +131,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let LeaseActorArgs {
@@ -144,6 +144,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             admission,
             renew_every,
             safety_margin,
+            timers,
         } = args;
         let now = Instant::now();
         let valid_until = handle.valid_until().unwrap_or(now);
@@ -176,7 +177,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             ),
             cancelled: None,
             timer: 0,
-            armed: ArmedTimer::default(),
+            armed: ArmedTimer::new(timers, myself.get_id().pid()),
             span,
         };
         state.publish();
@@ -278,6 +279,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         match message.0 {
             Command::Tick(generation) if generation != state.timer || state.finishing() => {}
             Command::Tick(_) => {
+                state.armed.ticked();
                 let actions = state
                     .watchdog
                     .handle_timeout(Instant::now(), state.worker.view());
@@ -297,7 +299,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             }
             Command::Status(reply) => {
                 state.publish();
-                let _ = reply.send(*state.status.borrow());
+                let _ = reply.send(state.status.get());
             }
             Command::TaskEnded(failure) => {
                 let WorkerState::Task { task, alive } = &mut state.worker else {

@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{LeaseHandle, LeaseState};
-use crate::runtime::message::LeaseActorMsg;
+use crate::runtime::published::Publisher;
 use crate::runtime::registry::Admission;
+use crate::runtime::timers::{ArmedTimer, Timers};
 use crate::runtime::watchdog::{Action, Phase, Watchdog};
 use crate::runtime::worker::{Worker, WorkerState};
 use crate::runtime::{CancelPolicy, CancelReason, LeaseCancelled, LeaseReport, LeaseStatus};
@@ -20,11 +21,13 @@ pub(crate) struct LeaseActorArgs<M> {
     pub(crate) worker: Worker<M>,
     pub(crate) policy: CancelPolicy,
     pub(crate) cancel: CancellationToken,
-    pub(crate) status: watch::Sender<LeaseStatus>,
+    pub(crate) status: Publisher,
     pub(crate) report: Option<oneshot::Sender<LeaseReport>>,
     pub(crate) admission: Option<Admission>,
     pub(crate) renew_every: Duration,
     pub(crate) safety_margin: Duration,
+    /// The runtime's timers, where the actor arms its one deadline.
+    pub(crate) timers: Timers,
 }
 
 /// The actor's private state.
@@ -32,7 +35,7 @@ pub(crate) struct LeaseActorState<M> {
     pub(super) handle: LeaseHandle,
     pub(super) worker: WorkerState<M>,
     pub(super) cancel: CancellationToken,
-    pub(super) status: watch::Sender<LeaseStatus>,
+    pub(super) status: Publisher,
     pub(super) report: Option<oneshot::Sender<LeaseReport>>,
     /// This lease's admission to its runtime; given back before the report is sent.
     pub(super) admission: Option<Admission>,
@@ -42,7 +45,7 @@ pub(crate) struct LeaseActorState<M> {
     pub(super) cancelled: Option<LeaseCancelled>,
     /// Generation of the one armed timer: a `Tick` of an older one is stale.
     pub(super) timer: u64,
-    /// The armed timer's task, stopped when another is armed and when the actor ends.
+    /// The deadline armed with the runtime's timers; disarmed when the actor ends.
     pub(super) armed: ArmedTimer,
     /// One span for the lease's whole life in this actor.
     pub(super) span: tracing::Span,
@@ -71,29 +74,6 @@ impl<M> LeaseActorState<M> {
             renewals: self.watchdog.renewals(),
             cancelled: self.cancelled.as_ref().map(|c| c.reason),
         };
-        self.status.send_replace(status);
-    }
-}
-
-/// The task of the one armed timer (ractor's `send_after` sleeps in a task of its own until
-/// the deadline, which can be a whole TTL away): a timer no longer wanted is stopped, so an
-/// ended lease leaves no task behind.
-#[derive(Default)]
-pub(super) struct ArmedTimer(Option<TimerTask>);
-
-type TimerTask = ractor::concurrency::JoinHandle<Result<(), ractor::MessagingErr<LeaseActorMsg>>>;
-
-impl ArmedTimer {
-    /// Arms `task` (or nothing), stopping the one armed before.
-    pub(super) fn replace(&mut self, task: Option<TimerTask>) {
-        if let Some(previous) = std::mem::replace(&mut self.0, task) {
-            previous.abort();
-        }
-    }
-}
-
-impl Drop for ArmedTimer {
-    fn drop(&mut self) {
-        self.replace(None);
+        self.status.publish(status);
     }
 }
