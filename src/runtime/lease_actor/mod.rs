@@ -7,9 +7,10 @@
 //!    worker's [`LeaseContext`](crate::runtime::LeaseContext).
 //! 2. [`LeaseCancelled`] is sent at most once per lease, never after the worker stopped, and
 //!    the context's cancellation token is cancelled at the same moment.
-//! 3. One timer is armed at a time, for the earliest pending [`Deadline`]; a timer message
-//!    carries a generation, and a stale one is ignored. A timer is re-armed per event, never
-//!    an interval (an interval catches up in bursts after a stall).
+//! 3. One timer is armed at a time, for the earliest pending [`Deadline`], with the
+//!    runtime's timer task (`runtime/timers.rs`); a timer message carries a generation, and
+//!    a stale one is ignored. After every event the deadline is asked for again and re-armed
+//!    if it moved, never an interval (an interval catches up in bursts after a stall).
 //! 4. Every renewal is bounded by `min(command timeout, remaining validity − safety margin)`,
 //!    so a renewal that fails leaves the actor at the cancellation deadline, not past it.
 //! 5. The lease is released (owner-checked) only after the worker stopped, so a new holder
