@@ -110,7 +110,7 @@ impl ArmedTimer {
 
     /// Arms `at`, replacing the deadline armed before: `actor` is sent `Tick(generation)`.
     pub(crate) fn arm(&mut self, actor: &ActorRef<LeaseActorMsg>, at: Instant, generation: u64) {
-        let mut request = Request::Arm {
+        let request = Request::Arm {
             lease: self.lease,
             at,
             previous: self.at.replace(at),
@@ -119,20 +119,17 @@ impl ArmedTimer {
                 generation,
             },
         };
-        loop {
-            let inbox = match self.inbox.take() {
-                Some(inbox) => inbox,
-                None => self.timers.here(),
-            };
-            match inbox.send(request) {
-                Ok(()) => {
-                    self.inbox = Some(inbox);
-                    return;
-                }
-                // That task ended (with its runtime): it ticked what it held; the next
-                // `here` starts another.
-                Err(mpsc::error::SendError(unsent)) => request = unsent,
-            }
+        // The inbox kept is that of this actor's own runtime (it arms from its handlers);
+        // closed, that task ended with its runtime, and `here` starts another.
+        let inbox = match self.inbox.take() {
+            Some(inbox) if !inbox.is_closed() => inbox,
+            _ => self.timers.here(),
+        };
+        // A send fails only if even a task just started is gone: the runtime is shutting
+        // down, its actors with it, and no deadline can be kept. Never retried, so a
+        // handler caught in a shutdown does not spin.
+        if inbox.send(request).is_ok() {
+            self.inbox = Some(inbox);
         }
     }
 

@@ -298,3 +298,40 @@ fn each_tokio_runtime_has_its_own_timer_task() {
     });
     on_first.disarm();
 }
+
+/// Arming while the actor's runtime shuts down (a handler caught in it) gives up instead
+/// of spinning: the task it starts is gone at once, and no deadline can be kept there.
+#[test]
+fn arming_during_a_runtime_shutdown_returns() {
+    struct ArmsWhenDropped(Option<(ArmedTimer, ActorRef<LeaseActorMsg>)>);
+    impl Drop for ArmsWhenDropped {
+        fn drop(&mut self) {
+            if let Some((mut timer, actor)) = self.0.take() {
+                timer.arm(&actor, Instant::now() + ms(10), 1);
+            }
+        }
+    }
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (actor, _ticks) = recorder().await;
+            let mut timer = ArmedTimer::new(Timers::default(), 1);
+            timer.arm(&actor, Instant::now() + Duration::from_secs(3600), 0);
+            let guard = ArmsWhenDropped(Some((timer, actor)));
+            tokio::spawn(async move {
+                let _guard = guard;
+                std::future::pending::<()>().await;
+            });
+            tokio::task::yield_now().await;
+        });
+        drop(runtime); // Drops the task above, whose guard arms.
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the runtime's shutdown finished");
+}
