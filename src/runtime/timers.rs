@@ -91,6 +91,8 @@ pub(crate) struct ArmedTimer {
     lease: LeaseKey,
     /// The deadline armed and not yet ticked.
     at: Option<Instant>,
+    /// Bumped at every arming and disarming: a `Tick` carrying an older one is stale.
+    generation: u64,
 }
 
 impl ArmedTimer {
@@ -100,23 +102,36 @@ impl ArmedTimer {
             inbox: None,
             lease,
             at: None,
+            generation: 0,
         }
     }
 
     /// The deadline armed and not yet ticked.
+    #[cfg(test)]
     pub(crate) fn armed(&self) -> Option<Instant> {
         self.at
     }
 
-    /// Arms `at`, replacing the deadline armed before: `actor` is sent `Tick(generation)`.
-    pub(crate) fn arm(&mut self, actor: &ActorRef<LeaseActorMsg>, at: Instant, generation: u64) {
+    /// Whether a `Tick(generation)` answers the deadline armed now, not an older one.
+    pub(crate) fn is_current(&self, generation: u64) -> bool {
+        generation == self.generation
+    }
+
+    /// Arms `at`, replacing the deadline armed before: `actor` is sent a `Tick` of the
+    /// current generation. A deadline armed already is left as it is.
+    pub(crate) fn arm(&mut self, actor: &ActorRef<LeaseActorMsg>, at: Instant) {
+        if self.at == Some(at) {
+            return;
+        }
+        self.generation += 1;
+        tracing::trace!(?at, "lease actor timer armed");
         let request = Request::Arm {
             lease: self.lease,
             at,
             previous: self.at.replace(at),
             tick: Tick {
                 actor: actor.clone(),
-                generation,
+                generation: self.generation,
             },
         };
         // The inbox kept is that of this actor's own runtime (it arms from its handlers);
@@ -138,9 +153,10 @@ impl ArmedTimer {
         self.at = None;
     }
 
-    /// Disarms the deadline armed, if any. Needs no runtime (it may run in a drop): a task
-    /// that ended holds no deadline to disarm.
+    /// Disarms the deadline armed, if any; a tick already on its way is stale from now on.
+    /// Needs no runtime (it may run in a drop): a task that ended holds no deadline.
     pub(crate) fn disarm(&mut self) {
+        self.generation += 1;
         if let (Some(at), Some(inbox)) = (self.at.take(), &self.inbox) {
             let _ = inbox.send(Request::Disarm {
                 lease: self.lease,

@@ -45,21 +45,13 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         }
     }
 
-    /// Arms the one timer the watchdog asks for, replacing the one armed before; a
-    /// deadline armed already is left as it is (its tick carries the current generation).
+    /// Arms the one timer the watchdog asks for, replacing the one armed before; with
+    /// nothing to wait for, disarms.
     pub(super) fn arm(&mut self, myself: &ActorRef<LeaseActorMsg>) {
-        let Some(deadline) = self.watchdog.poll_timeout(self.worker.view()) else {
-            // Nothing to wait for: a tick already on its way is stale too.
-            self.timer += 1;
-            self.armed.disarm();
-            return;
-        };
-        if self.armed.armed() == Some(deadline.at()) {
-            return;
+        match self.watchdog.poll_timeout(self.worker.view()) {
+            Some(deadline) => self.armed.arm(myself, deadline.at()),
+            None => self.armed.disarm(),
         }
-        self.timer += 1;
-        tracing::trace!(?deadline, "lease actor timer armed");
-        self.armed.arm(myself, deadline.at(), self.timer);
     }
 
     /// One renewal, giving up at `until`; what its outcome calls for.
@@ -125,7 +117,6 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     /// attached and asked for it).
     pub(super) async fn finish(&mut self, end: JobEnd) -> LeaseReport {
         self.watchdog.finish();
-        self.timer += 1;
         self.armed.disarm();
         let release = release_retrying(&mut self.handle).await;
         self.publish();

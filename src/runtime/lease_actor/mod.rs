@@ -177,7 +177,6 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
                 renewal_grid_origin(),
             ),
             cancelled: None,
-            timer: 0,
             armed: ArmedTimer::new(timers, myself.get_id().pid()),
             span,
         };
@@ -278,7 +277,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
         match message.0 {
-            Command::Tick(generation) if generation != state.timer || state.finishing() => {}
+            Command::Tick(generation)
+                if !state.armed.is_current(generation) || state.finishing() => {}
             Command::Tick(_) => {
                 state.armed.ticked();
                 let actions = state

@@ -43,9 +43,8 @@ pub(crate) struct LeaseActorState<M> {
     pub(super) watchdog: Watchdog,
     /// The cancellation sent, kept for the status and the report.
     pub(super) cancelled: Option<LeaseCancelled>,
-    /// Generation of the one armed timer: a `Tick` of an older one is stale.
-    pub(super) timer: u64,
-    /// The deadline armed with the runtime's timers; disarmed when the actor ends.
+    /// The deadline armed with the runtime's timers, and its generation; disarmed when the
+    /// actor ends.
     pub(super) armed: ArmedTimer,
     /// One span for the lease's whole life in this actor.
     pub(super) span: tracing::Span,

@@ -10,8 +10,6 @@ use tokio::time::Instant;
 use super::{ArmedTimer, LeaseKey, Queue, Request, Tick, Timers};
 use crate::runtime::message::{Command, LeaseActorMsg};
 
-const MS: Duration = Duration::from_millis(1);
-
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -185,12 +183,34 @@ async fn a_deadline_ticks_at_its_instant_and_a_replaced_one_never() {
     let (actor, ticks) = recorder().await;
     let mut timer = ArmedTimer::new(Timers::default(), 1);
     let t0 = Instant::now();
-    timer.arm(&actor, t0 + ms(100), 1);
-    timer.arm(&actor, t0 + ms(300), 2);
+    timer.arm(&actor, t0 + ms(100));
+    timer.arm(&actor, t0 + ms(300));
     assert_eq!(timer.armed(), Some(t0 + ms(300)));
+    assert!(timer.is_current(2) && !timer.is_current(1));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let got = ticks.lock().unwrap().clone();
     assert_eq!(got, vec![(2, t0 + ms(300))]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn arming_the_instant_armed_already_changes_nothing_and_disarming_makes_a_tick_stale() {
+    let (actor, ticks) = recorder().await;
+    let mut timer = ArmedTimer::new(Timers::default(), 1);
+    let t0 = Instant::now();
+    timer.arm(&actor, t0 + ms(100));
+    timer.arm(&actor, t0 + ms(100));
+    assert!(
+        timer.is_current(1),
+        "the same instant again is no new arming"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ticks.lock().unwrap().clone(), vec![(1, t0 + ms(100))]);
+    timer.ticked();
+    timer.disarm();
+    assert!(
+        !timer.is_current(1),
+        "a tick of before the disarming is stale"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -199,16 +219,16 @@ async fn a_disarmed_deadline_never_ticks_nor_one_of_a_dropped_timer() {
     let timers = Timers::default();
     let t0 = Instant::now();
     let mut disarmed = ArmedTimer::new(timers.clone(), 1);
-    disarmed.arm(&actor, t0 + ms(100), 1);
+    disarmed.arm(&actor, t0 + ms(100));
     disarmed.disarm();
     assert_eq!(disarmed.armed(), None);
     let mut dropped = ArmedTimer::new(timers.clone(), 2);
-    dropped.arm(&actor, t0 + ms(100), 2);
+    dropped.arm(&actor, t0 + ms(100));
     drop(dropped);
     let mut kept = ArmedTimer::new(timers, 3);
-    kept.arm(&actor, t0 + ms(200), 3);
+    kept.arm(&actor, t0 + ms(200));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(generations(&ticks), vec![3]);
+    assert_eq!(ticks.lock().unwrap().clone(), vec![(1, t0 + ms(200))]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -221,15 +241,14 @@ async fn many_leases_share_one_task_and_tick_in_deadline_order() {
         .collect();
     // Deadlines 1..=1000 ms, armed in reverse.
     for (lease, timer) in armed.iter_mut().enumerate().rev() {
-        let lease = lease as u64;
-        timer.arm(&actor, t0 + ms(lease + 1), lease);
+        timer.arm(&actor, t0 + ms(lease as u64 + 1));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let got = ticks.lock().unwrap().clone();
     assert_eq!(got.len(), 1_000);
     for (i, (generation, when)) in got.iter().enumerate() {
-        assert_eq!(*generation, i as u64);
-        assert_eq!(*when, t0 + ms(i as u64 + 1));
+        assert_eq!(*generation, 1);
+        assert_eq!(*when, t0 + ms(i as u64 + 1), "tick {i}");
     }
 }
 
@@ -255,15 +274,15 @@ fn a_timer_task_ending_with_its_runtime_ticks_what_it_held_and_arming_starts_ano
         .unwrap();
     let mut timer = ArmedTimer::new(timers.clone(), 1);
     other.block_on(async {
-        timer.arm(&actor, Instant::now() + Duration::from_secs(3600), 1);
+        timer.arm(&actor, Instant::now() + Duration::from_secs(3600));
         tokio::task::yield_now().await;
     });
     drop(other); // The timer task ends with the deadline in its queue.
     main.block_on(async {
-        tokio::time::sleep(MS).await;
+        tokio::time::sleep(ms(1)).await;
         assert_eq!(generations(&ticks), vec![1], "ticked when its task ended");
         timer.ticked();
-        timer.arm(&actor, Instant::now() + ms(10), 2);
+        timer.arm(&actor, Instant::now() + ms(10));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(generations(&ticks), vec![1, 2], "armed again on a new task");
     });
@@ -285,16 +304,16 @@ fn each_tokio_runtime_has_its_own_timer_task() {
     let mut on_first = first.block_on(async {
         let (actor, _) = recorder().await;
         let mut timer = ArmedTimer::new(timers.clone(), 1);
-        timer.arm(&actor, Instant::now() + Duration::from_secs(3600), 1);
+        timer.arm(&actor, Instant::now() + Duration::from_secs(3600));
         timer
     });
     // `first` is alive but nobody drives it from here on.
     second.block_on(async {
         let (actor, ticks) = recorder().await;
         let mut timer = ArmedTimer::new(timers.clone(), 2);
-        timer.arm(&actor, Instant::now() + ms(10), 7);
+        timer.arm(&actor, Instant::now() + ms(10));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(generations(&ticks), vec![7]);
+        assert_eq!(generations(&ticks), vec![1]);
     });
     on_first.disarm();
 }
@@ -307,7 +326,7 @@ fn arming_during_a_runtime_shutdown_returns() {
     impl Drop for ArmsWhenDropped {
         fn drop(&mut self) {
             if let Some((mut timer, actor)) = self.0.take() {
-                timer.arm(&actor, Instant::now() + ms(10), 1);
+                timer.arm(&actor, Instant::now() + ms(10));
             }
         }
     }
@@ -320,7 +339,7 @@ fn arming_during_a_runtime_shutdown_returns() {
         runtime.block_on(async {
             let (actor, _ticks) = recorder().await;
             let mut timer = ArmedTimer::new(Timers::default(), 1);
-            timer.arm(&actor, Instant::now() + Duration::from_secs(3600), 0);
+            timer.arm(&actor, Instant::now() + Duration::from_secs(3600));
             let guard = ArmsWhenDropped(Some((timer, actor)));
             tokio::spawn(async move {
                 let _guard = guard;
