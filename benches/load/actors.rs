@@ -3,10 +3,8 @@
 
 use super::*;
 
-/// A worker that stops as soon as it started (A), or stays until told the lease ends (R).
-pub(crate) struct Worker {
-    pub(crate) stop_at_once: bool,
-}
+/// A worker that stops as soon as it started (A).
+pub(crate) struct Worker;
 
 pub(crate) enum WorkerMsg {
     Cancelled,
@@ -36,9 +34,7 @@ impl Actor for Worker {
         myself: ActorRef<Self::Msg>,
         _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if self.stop_at_once {
-            myself.stop(None);
-        }
+        myself.stop(None);
         Ok(())
     }
 
@@ -141,7 +137,7 @@ pub(crate) async fn a_spawn(
         timed_until!(Instant::now() + d, |i, _lap| {
             let key = format!("{}:a:{slice}:s{i}", env.run);
             let req = request(client, &key, LOCK_TTL, Duration::ZERO);
-            let worker = Worker { stop_at_once: true };
+            let worker = Worker;
             let job = match runtime
                 .spawn_under_lease(&req, worker, |_ctx| (), CancelPolicy::Kill)
                 .await
