@@ -59,7 +59,12 @@ impl Finding {
     }
 }
 
-pub(crate) async fn doctor(args: DoctorArgs) -> u8 {
+/// `probe`: whether `run` gets a PID namespace here ([`crate::keeper::probe_namespace`],
+/// taken before the async runtime started).
+pub(crate) async fn doctor(
+    args: DoctorArgs,
+    probe: Result<Option<crate::keeper::Containment>, crate::keeper::Refusal>,
+) -> u8 {
     let target = match args.common.target(None) {
         Ok(t) => t,
         Err(message) => return fail(message),
@@ -79,9 +84,9 @@ pub(crate) async fn doctor(args: DoctorArgs) -> u8 {
         findings.push(probe_notices(&backend, &client, &target.server).await);
         findings.extend(server_settings(&target.url, &client, &target.server).await);
     }
-    findings.push(match crate::keeper::host_enforcement() {
-        (true, text) => Finding::Ok(text.to_owned()),
-        (false, text) => Finding::Warn(text.to_owned()),
+    findings.push(match crate::keeper::host_enforcement(&probe) {
+        (true, text) => Finding::Ok(text),
+        (false, text) => Finding::Warn(text),
     });
     let failed = findings.iter().any(|f| matches!(f, Finding::Fail(_)));
     if args.json {

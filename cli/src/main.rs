@@ -263,12 +263,20 @@ fn main() -> ExitCode {
     // runtime start any); the command inherits leasehold's environment but for a slot that
     // is not this run's.
     let keeper = match &cli.command {
-        Command::Run(args) => match run_keeper(args) {
-            Ok(keeper) => Some(keeper),
-            Err(e) => return ExitCode::from(fail(format!("cannot start the process keeper: {e}"))),
+        Command::Run(args) => match args.pid_namespace().map(|wanted| run_keeper(args, wanted)) {
+            Err(message) => return ExitCode::from(fail(message)),
+            Ok(Ok(keeper)) => Some(keeper),
+            Ok(Err(keeper::StartError::Namespace(e))) => {
+                return ExitCode::from(fail(format!("--pid-namespace require: {e}")));
+            }
+            Ok(Err(e)) => {
+                return ExitCode::from(fail(format!("cannot start the process keeper: {e}")));
+            }
         },
         Command::Inspect(_) | Command::List(_) | Command::Doctor(_) => None,
     };
+    // Likewise the throwaway namespace `doctor` tries: forked while there is one thread.
+    let probe = matches!(cli.command, Command::Doctor(_)).then(keeper::probe_namespace);
     init_logging(cli.log_format, cli.log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -284,7 +292,7 @@ fn main() -> ExitCode {
             (Command::Run(_), None) => fail("internal error: no process keeper"),
             (Command::Inspect(args), _) => inspect::inspect(args).await,
             (Command::List(args), _) => list::list(args).await,
-            (Command::Doctor(args), _) => doctor::doctor(args).await,
+            (Command::Doctor(args), _) => doctor::doctor(args, probe.unwrap_or(Ok(None))).await,
         }
     });
     ExitCode::from(code)
@@ -292,14 +300,16 @@ fn main() -> ExitCode {
 
 /// Forks the keeper for `leasehold run` (see [`keeper`]). Call it while the process has one
 /// thread.
-fn run_keeper(args: &run::RunArgs) -> std::io::Result<keeper::Keeper> {
+fn run_keeper(
+    args: &run::RunArgs,
+    pid_namespace: keeper::PidNamespace,
+) -> Result<keeper::Keeper, keeper::StartError> {
     // SAFETY: the caller's promise: one thread.
     unsafe { inputs::forget_inherited_slot() };
     let Some((program, rest)) = args.command.split_first() else {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "no command given",
-        ));
+        return Err(
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given").into(),
+        );
     };
     keeper::Keeper::fork(keeper::Spec {
         program: program.clone(),
@@ -309,6 +319,8 @@ fn run_keeper(args: &run::RunArgs) -> std::io::Result<keeper::Keeper> {
             kill_after: args.kill_after.map(keeper::nanos),
             leftovers: args.leftovers(),
         },
+        pid_namespace,
+        new_privileges: args.new_privileges(),
     })
 }
 

@@ -25,7 +25,7 @@ use tracing::Instrument as _;
 use crate::acquire::{Acquire, Acquisition, Contention, Held, signal_status};
 use crate::config::{self, Sourced};
 use crate::diagnose::Server;
-use crate::keeper::{Keeper, Leftovers, Signal};
+use crate::keeper::{Keeper, Leftovers, PidNamespace, Signal};
 use crate::recheck::Recheck;
 use crate::replicas::{DEFAULT_REPLICA_WAIT, ReplicaPolicy, Shortfall, report_acquired};
 use crate::signals::Signals;
@@ -75,6 +75,19 @@ pub(crate) struct RunArgs {
     /// until they end, instead of stopping them.
     #[arg(long)]
     pub(crate) wait_for_descendants: bool,
+    /// Run the command in a PID namespace of its own, so that the kernel kills every
+    /// process of it whichever of leasehold's processes dies (auto: where the host allows
+    /// it — root, or unprivileged user namespaces; require: refuse to run elsewhere; off:
+    /// the command sees the host's pids). In it the command's `$$` and `ps` show the
+    /// namespace's pids [env: LEASEHOLD_PID_NAMESPACE] [default: auto].
+    #[arg(long, value_name = "WHEN", value_enum)]
+    pid_namespace: Option<PidNamespace>,
+    /// Let the command's processes gain privileges (setuid programs such as sudo, file
+    /// capabilities). By default they cannot (no_new_privs), so that no process of the
+    /// command becomes one leasehold cannot kill; a non-root leasehold then runs the
+    /// command without a PID namespace.
+    #[arg(long)]
+    pub(crate) allow_new_privileges: bool,
     /// After acquiring, wait until N replicas (1 ..= 16) hold the lease (Redis WAIT), so a
     /// failover to one of them keeps it. Short of N by the end of --replica-wait, the lease
     /// is held all the same (WAIT never undoes a write) and the command runs — its writes
@@ -137,6 +150,31 @@ impl RunArgs {
         self.wait.unwrap_or(Duration::ZERO)
     }
 
+    /// `--pid-namespace`, else `$LEASEHOLD_PID_NAMESPACE`, else auto.
+    ///
+    /// # Errors
+    /// The variable's value, when it is not one of the option's.
+    pub(crate) fn pid_namespace(&self) -> Result<PidNamespace, String> {
+        if let Some(wanted) = self.pid_namespace {
+            return Ok(wanted);
+        }
+        let Some(value) = std::env::var_os(PID_NAMESPACE_VAR) else {
+            return Ok(PidNamespace::Auto);
+        };
+        value
+            .to_str()
+            .and_then(|text| clap::ValueEnum::from_str(text, false).ok())
+            .ok_or_else(|| format!("{PID_NAMESPACE_VAR}={value:?}: not one of auto, require, off"))
+    }
+
+    pub(crate) fn new_privileges(&self) -> crate::keeper::NewPrivileges {
+        if self.allow_new_privileges {
+            crate::keeper::NewPrivileges::Allowed
+        } else {
+            crate::keeper::NewPrivileges::Refused
+        }
+    }
+
     pub(crate) fn leftovers(&self) -> Leftovers {
         if self.wait_for_descendants {
             Leftovers::Wait
@@ -145,6 +183,9 @@ impl RunArgs {
         }
     }
 }
+
+/// The variable `--pid-namespace` overrides.
+const PID_NAMESPACE_VAR: &str = "LEASEHOLD_PID_NAMESPACE";
 
 /// How long leasehold waits for the keeper to exit once its work is over (it exits as soon
 /// as nothing of the command is left; this only bounds a process stuck in the kernel).
@@ -220,6 +261,12 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
 }
 
 pub(crate) async fn run(args: RunArgs, keeper: Keeper) -> u8 {
+    if let (containment, Some(refusal)) = keeper.containment() {
+        tracing::debug!(
+            process_tree = containment.describe(),
+            "no PID namespace for the command: {refusal}"
+        );
+    }
     let mut keeper = match keeper.connect() {
         Ok(link) => link,
         Err(e) => return fail(format!("cannot talk to the process keeper: {e}")),

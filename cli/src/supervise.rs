@@ -216,7 +216,8 @@ impl Supervision {
     ) -> Option<CommandEnd> {
         match event {
             Some(Event::Started { .. }) => tracing::debug!(
-                process_tree = keeper.detachment().describe(),
+                process_tree = keeper.containment().describe(),
+                keeper = keeper.detachment().describe(),
                 "command started under the keeper"
             ),
             Some(Event::SpawnFailed { errno }) => {
@@ -241,6 +242,14 @@ impl Supervision {
                     lost_before_exit: self.lost_before_exit || (self.status.is_none() && self.lost),
                     lost_before_gone: self.lost,
                 });
+            }
+            // The fuse's timer: the kernel ended the namespace at local validity's end,
+            // leasehold being too late to (it was stopped or starved).
+            None if keeper.fuse_burnt() => {
+                keeper.kill_tree(KILL_LIMIT).await;
+                self.lost = true;
+                self.deadline_passed();
+                return Some(self.gone_after_kill());
             }
             None => {
                 let killed = keeper.kill_tree(KILL_LIMIT).await;
@@ -317,6 +326,11 @@ impl Supervision {
             took_us = due.elapsed().saturating_sub(late).as_micros(),
             "leasehold killed the command's tree itself"
         );
+        self.gone_after_kill()
+    }
+
+    /// The end once the tree was killed because the lease could no longer be vouched for.
+    fn gone_after_kill(&self) -> CommandEnd {
         CommandEnd::Gone {
             status: self.status,
             lost_before_exit: self.lost_before_exit || self.status.is_none(),

@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 
 use super::machine::{Action, Input, Keeper, Policy};
+use super::namespace::{NewPrivileges, PidNamespace};
 use super::tree;
 use super::wire::{Event, FRAME, Order, Signal};
 use super::{mono_now, set_child_subreaper};
@@ -22,6 +23,8 @@ pub(crate) struct Spec {
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
     pub(crate) policy: Policy,
+    pub(crate) pid_namespace: PidNamespace,
+    pub(crate) new_privileges: NewPrivileges,
 }
 
 /// The write end of the pipe the SIGCHLD handler wakes the loop through.
@@ -304,6 +307,7 @@ impl Process {
 
     fn spawn(&self, token: u64) -> io::Result<u32> {
         let keeper = libc::pid_t::try_from(self.me).unwrap_or(0);
+        let no_new_privileges = self.spec.new_privileges == NewPrivileges::Refused;
         let mut command = std::process::Command::new(&self.spec.program);
         command
             .args(&self.spec.args)
@@ -318,6 +322,13 @@ impl Process {
         // fork and exec; it calls only prctl, getppid and signal-mask functions.
         unsafe {
             command.pre_exec(move || {
+                // No descendant may become a user leasehold cannot signal (a setuid
+                // program): inherited by every process the command starts, for good.
+                #[cfg(target_os = "linux")]
+                if no_new_privileges && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let _ = no_new_privileges;
                 // The command dies with the keeper, which dies only after it or when killed.
                 #[cfg(target_os = "linux")]
                 {
@@ -386,6 +397,8 @@ mod tests {
                 kill_after: None,
                 leftovers: Leftovers::Stop,
             },
+            pid_namespace: PidNamespace::Off,
+            new_privileges: NewPrivileges::Refused,
         };
         let start = Order::Start {
             token: 1,

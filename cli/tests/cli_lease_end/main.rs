@@ -8,6 +8,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod killed_together;
 mod runs;
 mod stalled;
 
@@ -327,22 +328,38 @@ fn doctor_and_the_debug_log_say_how_the_process_tree_is_kept() {
     let dir = TempDir::new("enforcement");
     let doctor = finish(leasehold("doctor", &server), &dir, "doctor");
     doctor.assert_code(0, "doctor on a healthy server");
+    // This host (root, as CI runs) gives the command a PID namespace.
     assert!(
         doctor
             .stdout
-            .contains("ok    process tree: the keeper runs in a session of its own"),
+            .contains("ok    process tree: a PID namespace of its own"),
         "{}",
         doctor.stdout
     );
-    let mut cmd = run_cmd(&server, "enforcement");
-    cmd.args(["--log-level", "debug", "--", "true"]);
-    let run = finish(cmd, &dir, "run");
-    run.assert_code(0, "run");
-    let said: Vec<&str> = run
-        .stderr_lines()
-        .into_iter()
-        .filter(|l| l.contains("process_tree="))
-        .collect();
-    assert_eq!(said.len(), 1, "{}", run.stderr);
-    assert!(said[0].contains("a session of its own"), "{}", said[0]);
+    let said = |wanted: Option<&str>| {
+        let mut cmd = run_cmd(&server, "enforcement");
+        cmd.env_remove("LEASEHOLD_PID_NAMESPACE");
+        if let Some(wanted) = wanted {
+            cmd.args(["--pid-namespace", wanted]);
+        }
+        cmd.args(["--log-level", "debug", "--", "true"]);
+        let run = finish(cmd, &dir, "run");
+        run.assert_code(0, "run");
+        let lines: Vec<String> = run
+            .stderr_lines()
+            .into_iter()
+            .filter(|l| l.contains("process_tree="))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(lines.len(), 1, "{}", run.stderr);
+        assert!(lines[0].contains("a session of its own"), "{}", lines[0]);
+        lines[0].clone()
+    };
+    let by_default = said(None);
+    assert!(
+        by_default.contains("a PID namespace of its own"),
+        "{by_default}"
+    );
+    let off = said(Some("off"));
+    assert!(off.contains("the keeper alone (no PID namespace)"), "{off}");
 }

@@ -19,10 +19,11 @@ pub(crate) const LONG_LEASE: &[&str] = &["--ttl", "6s", "--renew-every", "500ms"
 /// longest SIGTERM may precede SIGKILL then.
 pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
 
-/// A `leasehold run` whose command is a witnessed tree of three processes.
+/// A `leasehold run` whose command is a witnessed tree of four processes ([`ROLES`]).
 pub(crate) struct Witnessed {
     pub(crate) run: Running,
-    /// The backgrounded child, the `setsid` grandchild, the command itself.
+    /// The backgrounded child, the `setsid` grandchild, the command itself, the daemon
+    /// ([`ROLES`]), as this host knows them.
     pub(crate) pids: Vec<u32>,
     pub(crate) log: PathBuf,
 }
@@ -37,7 +38,7 @@ pub(crate) struct Starting {
 
 impl Witnessed {
     /// Starts it as a job of its own (its own process group, as a shell starts a job), and
-    /// waits until all three processes are witnessing.
+    /// waits until all four processes are witnessing.
     pub(crate) fn start(
         server: &RedisServer,
         dir: &TempDir,
@@ -77,7 +78,7 @@ impl Witnessed {
 }
 
 impl Starting {
-    /// Waits until all three processes of the tree are witnessing.
+    /// Waits until all four processes of the tree are witnessing.
     #[track_caller]
     pub(crate) fn ready(self) -> Witnessed {
         let Starting {
@@ -88,9 +89,7 @@ impl Starting {
         } = self;
         let deadline = Instant::now() + READY_TIMEOUT;
         let pids = loop {
-            let text = fs::read_to_string(&pidfile).unwrap_or_default();
-            let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
-            if pids.len() == 3 && text.ends_with('\n') {
+            if let Some(pids) = tree_pids(&pidfile) {
                 break pids;
             }
             if let Some(done) = run.try_finish() {
@@ -103,6 +102,7 @@ impl Starting {
             );
             thread::sleep(POLL);
         };
+        let pids: Vec<u32> = pids.into_iter().map(|seen| run.host_pid(seen)).collect();
         for &pid in &pids {
             run.also_kill(pid);
         }
@@ -111,7 +111,7 @@ impl Starting {
             .map(|&(pid, _)| pid)
             .collect::<std::collections::BTreeSet<_>>()
             .len()
-            < 3
+            < ROLES.len()
         {
             assert!(
                 Instant::now() < deadline,
@@ -125,7 +125,12 @@ impl Starting {
 
 impl Witnessed {
     pub(crate) fn named(&self) -> Vec<(u32, &'static str)> {
-        let names = ["a backgrounded child", "a setsid grandchild", "the command"];
+        let names = [
+            "a backgrounded child",
+            "a setsid grandchild",
+            "the command",
+            "a daemon (double-forked, setsid, streams closed)",
+        ];
         self.pids.iter().copied().zip(names).collect()
     }
 

@@ -84,8 +84,16 @@ pub fn bare() -> Command {
     cmd.env_remove("LEASEHOLD_REDIS_URL")
         .env("LEASEHOLD_COMMAND_TIMEOUT", COMMAND_TIMEOUT)
         .stdin(Stdio::null());
+    // The suites run again with the keeper alone (`.ci/run`): what a host without PID
+    // namespaces gets.
+    if let Some(wanted) = std::env::var_os(PID_NAMESPACE_UNDER_TEST) {
+        cmd.env("LEASEHOLD_PID_NAMESPACE", wanted);
+    }
     cmd
 }
+
+/// The harness's variable naming the `--pid-namespace` every run under test gets by default.
+pub const PID_NAMESPACE_UNDER_TEST: &str = "LEASEHOLD_TEST_PID_NAMESPACE";
 
 /// `leasehold <sub> --redis <server>`.
 pub fn leasehold(sub: &str, server: &RedisServer) -> Command {
@@ -187,6 +195,11 @@ impl Running {
         self.child.id()
     }
 
+    /// The host's pid of the process the command knows as `seen` ([`host_pid`]).
+    pub fn host_pid(&self, seen: u32) -> u32 {
+        host_pid(self.pid(), seen)
+    }
+
     /// Kill `pid` too (by PID) if it is still alive when this is dropped.
     pub fn also_kill(&mut self, pid: u32) {
         self.also_kill.push(pid);
@@ -258,13 +271,15 @@ impl Running {
         }
     }
 
-    /// Waits until the command wrote its PID to `pidfile`, and registers it for cleanup.
+    /// Waits until the command wrote its PID to `pidfile`, and registers it for cleanup;
+    /// returns it as this host knows it ([`host_pid`]).
     #[track_caller]
     pub fn wait_for_command_pid(&mut self, pidfile: &Path) -> u32 {
         let text = self.wait_for_line(pidfile, "command pid");
-        let pid: u32 = text
+        let seen: u32 = text
             .parse()
             .unwrap_or_else(|e| panic!("pidfile {pidfile:?} holds {text:?}: {e}"));
+        let pid = self.host_pid(seen);
         self.also_kill(pid);
         pid
     }

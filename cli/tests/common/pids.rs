@@ -116,3 +116,61 @@ pub fn wait_until_catching(pid: u32, signo: u32) {
         thread::sleep(POLL);
     }
 }
+
+/// What [`host_pid`] returns for a process of a namespaced tree that is gone: a pid no
+/// process has (so `is_alive` says no and a signal reaches nobody).
+pub const GONE: u32 = u32::MAX;
+
+/// The pid on this host of the process a command under `leasehold` (pid `leasehold`) knows
+/// as `seen` — in a PID namespace of its own the command's `$$` and `$!` are the
+/// namespace's pids, without one the host's. It is found among `leasehold`'s descendants by
+/// the last pid of its `NSpid` line (the innermost namespace's: the host's when there is no
+/// other), and is [`GONE`] if none has it: call it while the process cannot have left the
+/// tree, which it could not have without leasehold and the keeper dying first.
+pub fn host_pid(leasehold: u32, seen: u32) -> u32 {
+    descendants_of(leasehold)
+        .into_iter()
+        .find(|pid| {
+            let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("NSpid:"))
+                .and_then(|pids| pids.split_whitespace().last()?.parse::<u32>().ok())
+                == Some(seen)
+        })
+        .unwrap_or(GONE)
+}
+
+/// Every live process under `root`, through the parent links in `/proc/<pid>/stat`.
+pub fn descendants_of(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|pid| {
+                    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    let mut fields = rest.split_whitespace();
+                    let state = fields.next()?;
+                    let parent = fields.next()?.parse().ok()?;
+                    (state != "Z").then_some((pid, parent))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|&&(_, p)| p == parent)
+                .map(|&(pid, _)| pid),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}

@@ -68,13 +68,15 @@ pub fn wait_for_state(pid: u32, state: char, limit: Duration) -> bool {
     }
 }
 
-/// Reads a pid the command wrote to `file`, registering it for cleanup.
+/// Reads a pid the command wrote to `file` — as this host knows it — registering it for
+/// cleanup.
 #[track_caller]
 pub fn pid_in(run: &mut Running, file: &Path, what: &str) -> u32 {
     let text = run.wait_for_line(file, what);
-    let pid = text
+    let seen = text
         .parse()
         .unwrap_or_else(|e| panic!("{what}: {file:?} holds {text:?}: {e}"));
+    let pid = run.host_pid(seen);
     run.also_kill(pid);
     pid
 }

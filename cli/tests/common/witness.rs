@@ -27,24 +27,48 @@ fn witness_function() -> String {
     .concat()
 }
 
-/// A bash script for `bash -c`: a tree of three witnessing processes — the command itself,
-/// a backgrounded child and a `setsid` grandchild (out of the command's process group and
-/// session) — each writing to the log `$W`. The command writes the two others' pids and its
-/// own to `pidfile`, one a line, before it starts witnessing. With `ignore_term`, all three
-/// ignore SIGTERM (an ignored signal stays ignored across fork and exec): only SIGKILL ends
-/// them.
+/// The processes of a witnessed tree, in the order [`tree_script`] names them.
+pub const ROLES: [&str; 4] = ["bg", "setsid", "command", "daemon"];
+
+/// A bash script for `bash -c`: a tree of four witnessing processes — the command itself,
+/// a backgrounded child, a `setsid` grandchild (out of the command's process group and
+/// session) and a daemon (double-forked, `setsid`, its standard streams closed) — each
+/// writing to the log `$W`. Each writes `<role> <pid>` (a [`ROLES`] name and its pid as it
+/// sees it) to `pidfile`, a line each, before it starts witnessing. With `ignore_term`, all
+/// four ignore SIGTERM (an ignored signal stays ignored across fork and exec): only SIGKILL
+/// ends them.
 pub fn tree_script(pidfile: &Path, ignore_term: bool) -> String {
     let function = witness_function();
+    let quoted = function.replace('\'', r"'\''");
     format!(
         r#"{trap}{function}
-witness & echo $! >> "{pids}"
-setsid bash -c '{function_quoted}; witness' & echo $! >> "{pids}"
-echo $$ >> "{pids}"
+witness & echo "bg $!" >> "{pids}"
+setsid bash -c '{quoted}; witness' & echo "setsid $!" >> "{pids}"
+(setsid bash -c '{quoted}; echo "daemon $BASHPID" >> "{pids}"; exec 0<&- 1>&- 2>&-; witness' &)
+echo "command $$" >> "{pids}"
 witness"#,
         trap = if ignore_term { "trap '' TERM\n" } else { "" },
         pids = pidfile.display(),
-        function_quoted = function.replace('\'', r"'\''"),
     )
+}
+
+/// The pids `tree_script` wrote, in [`ROLES`] order, once all four are there.
+pub fn tree_pids(pidfile: &Path) -> Option<Vec<u32>> {
+    let text = fs::read_to_string(pidfile).ok()?;
+    if !text.ends_with('\n') {
+        return None;
+    }
+    let lines: Vec<(&str, u32)> = text
+        .lines()
+        .filter_map(|line| {
+            let (role, pid) = line.split_once(' ')?;
+            Some((role, pid.trim().parse().ok()?))
+        })
+        .collect();
+    ROLES
+        .iter()
+        .map(|role| lines.iter().find(|(r, _)| r == role).map(|&(_, pid)| pid))
+        .collect()
 }
 
 /// A bash script for the next holder: it writes the wall clock once to `$W`, and exits.
