@@ -38,6 +38,51 @@ fn run_args(option: &str, value: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// A negative value of every duration option, with a unit or without, is refused as that
+/// option's value — one line naming it, the value and the range — not as a stray option.
+#[test]
+fn a_negative_duration_is_its_options_bad_value() {
+    let options = [
+        ("run", "--ttl"),
+        ("run", "--wait"),
+        ("run", "-w"),
+        ("run", "--renew-every"),
+        ("run", "--grace"),
+        ("run", "--kill-after"),
+        ("run", "-k"),
+        ("run", "--timeout"),
+        ("run", "--lock-delay"),
+        ("run", "--replica-wait"),
+        ("list", "--budget"),
+    ];
+    for (sub, option) in options {
+        for value in ["-1", "-1s", "-0.5", "-1m"] {
+            let mut args = vec!["leasehold", sub, "--replicas", "1", option, value];
+            if sub == "list" {
+                args.drain(2..4);
+            } else {
+                args.extend(["--", "true"]);
+            }
+            let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+            let line = match crate::parse(&args) {
+                Ok(_) => panic!("{args:?} parsed"),
+                Err(e) => crate::parse_error(&e, sub == "run"),
+            };
+            let long = match option {
+                "-w" => "--wait",
+                "-k" => "--kill-after",
+                long => long,
+            };
+            assert!(
+                line.starts_with(&format!(
+                    "{long} {value}: a duration is never negative; give one within "
+                )),
+                "{args:?}: {line}"
+            );
+        }
+    }
+}
+
 proptest! {
     #[test]
     fn every_duration_option_is_bounded_at_parse_time(

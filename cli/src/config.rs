@@ -9,11 +9,12 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::protocol::limits::{self, DurationBounds};
 use leasehold::{
-    DurationProblem, ENV_VARS, HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace,
-    Purpose, REDIS_URL_ENV, ResourceDigest,
+    ENV_VARS, HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose,
+    REDIS_URL_ENV, ResourceDigest,
 };
 
-use crate::diagnose::Server;
+use crate::diagnose::{self, Server};
+use crate::durations::{self, BadValue};
 use crate::inputs;
 use crate::keeper::Signal;
 
@@ -33,13 +34,6 @@ const GRACE: DurationBounds = DurationBounds {
 const KILL_AFTER: DurationBounds = DurationBounds {
     param: "kill_after",
     min: Duration::ZERO,
-    max: limits::TTL.max,
-};
-
-/// `--renew-every` at parse time; its relation to the TTL is checked with the request.
-const RENEW_EVERY: DurationBounds = DurationBounds {
-    param: "renew_every",
-    min: Duration::from_millis(10),
     max: limits::TTL.max,
 };
 
@@ -77,7 +71,8 @@ pub(crate) struct Common {
 /// Where Redis is and the settings to use with it.
 pub(crate) struct Target {
     pub(crate) url: String,
-    /// Where the URL came from, for errors about it.
+    /// Where the URL came from and the URL, its password masked, for errors about it
+    /// (`--redis redis://u:***@db`).
     pub(crate) source: String,
     pub(crate) server: Server,
     pub(crate) settings: LeaseSettings,
@@ -139,23 +134,26 @@ impl Connection {
             settings = settings.with_renew_every(every.value);
             settings
                 .validate()
-                .map_err(|e| format!("{}: {e}", every.flag))?;
+                .map_err(|e| durations::option_error(every.flag, false, &e))?;
         }
         let from_env = match &self.redis {
             Some(_) => None,
             // Set but empty counts as unset, as the library reads it.
             None => inputs::variable(REDIS_URL_ENV)?.filter(|v| !v.is_empty()),
         };
+        // The URL may carry a password: it is shown masked.
         let (url, source) = match (&self.redis, from_env) {
-            (Some(url), _) => (url.clone(), "--redis".to_owned()),
-            // The URL may carry a password: the variable is named, its value is not shown.
-            (None, Some(url)) => (url, REDIS_URL_ENV.to_owned()),
+            (Some(url), _) => (url.clone(), format!("--redis {}", diagnose::masked(url))),
+            (None, Some(url)) => {
+                let source = format!("{REDIS_URL_ENV}={}", diagnose::masked(&url));
+                (url, source)
+            }
             (None, None) => (
                 DEFAULT_REDIS_URL.to_owned(),
-                "the default --redis".to_owned(),
+                format!("the default --redis {DEFAULT_REDIS_URL}"),
             ),
         };
-        crate::diagnose::check_url(&url).map_err(|e| format!("{source}: {e}"))?;
+        diagnose::check_url(&url).map_err(|e| format!("{source}: {e}"))?;
         Ok(Target {
             server: Server::of_url(&url)
                 .with_timeouts(settings.command_timeout, settings.connect_timeout),
@@ -223,21 +221,32 @@ fn variable_error(e: &LeaseError) -> String {
     };
     let var = param.and_then(|p| ENV_VARS.iter().find(|(_, field)| *field == p));
     match var {
-        Some((var, _)) => format!("{var}={:?}: {e}", std::env::var(var).unwrap_or_default()),
+        Some((var, _)) => {
+            durations::variable_error(var, &std::env::var(var).unwrap_or_default(), e)
+        }
         None => e.to_string(),
     }
 }
 
-/// A library error in the words of the command line: which option it is about, then the
-/// library's text.
+/// A library error in the words of the command line: the option it is about, its value,
+/// and what it takes.
 pub(crate) fn option_error(e: &LeaseError) -> String {
+    option_error_with(e, &[])
+}
+
+/// As [`option_error`]; an error about a parameter of `defaulted` names its value as the
+/// option's default, which the user did not give.
+pub(crate) fn option_error_with(e: &LeaseError, defaulted: &[&str]) -> String {
     let source = match e {
         LeaseError::InvalidDuration { param, .. } => match *param {
             "ttl" => "--ttl".to_owned(),
             "wait_timeout" => "--wait".to_owned(),
-            "renew_every" => "--renew-every (or LEASEHOLD_RENEW_EVERY)".to_owned(),
+            // The variable's bounds are checked as it is read, its relation to the TTL by
+            // `crate::ttl::check`, each naming the variable: what is left is the flag's.
+            "renew_every" => "--renew-every".to_owned(),
             "replica_wait" => "--replica-wait".to_owned(),
             "lock_delay" => "--lock-delay".to_owned(),
+            "list_budget" => "--budget".to_owned(),
             other => format!("LEASEHOLD_{}", other.to_ascii_uppercase()),
         },
         LeaseError::InvalidReplicas { .. } => "--replicas".to_owned(),
@@ -245,7 +254,9 @@ pub(crate) fn option_error(e: &LeaseError) -> String {
         LeaseError::InvalidOperationId { .. } => "--operation-id".to_owned(),
         _ => return e.to_string(),
     };
-    format!("{source}: {e}")
+    let defaulted =
+        matches!(e, LeaseError::InvalidDuration { param, .. } if defaulted.contains(param));
+    durations::option_error(&source, defaulted, e)
 }
 
 fn parse_namespace(text: &str) -> Result<Namespace, String> {
@@ -284,90 +295,39 @@ const TIMEOUT: DurationBounds = DurationBounds {
     max: Duration::from_secs(30 * 24 * 3600),
 };
 
-/// A duration within `bounds`, with the library's error text: humantime (`1m 30s`,
-/// `250ms`), or a bare number of seconds (`10`, `0.5`) as flock(1) and timeout(1) take it.
-fn parse_bounded(bounds: DurationBounds, text: &str) -> Result<Duration, String> {
-    bounded(bounds, text).map_err(|e| e.to_string())
+/// A TTL of at most the longest lease. Its minimum depends on `--renew-every` too, which
+/// is not known here: the run checks it with the request (`crate::ttl::check`); a refusal
+/// here names the minimum the settings in force give without it, as `--help` does.
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, BadValue> {
+    durations::up_to("--ttl", crate::ttl::accepted(), text)
 }
 
-/// As [`parse_bounded`], with the library's error.
-fn bounded(bounds: DurationBounds, text: &str) -> Result<Duration, LeaseError> {
-    match bare_seconds(text) {
-        Some(d) => bounds.check(d),
-        None => bounds.parse(text),
-    }
+pub(crate) fn parse_wait(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--wait", limits::WAIT_TIMEOUT, text)
 }
 
-/// `10`, `0.5`, `.25`: seconds; `None` for anything else (units, signs, exponents).
-fn bare_seconds(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
-    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
-    if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
-        return None;
-    }
-    let secs: u64 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().ok()?
-    };
-    // Nanoseconds: the first nine digits of the fraction.
-    let mut nanos = 0u32;
-    for (i, b) in fraction.bytes().take(9).enumerate() {
-        nanos += u32::from(b - b'0') * 10u32.pow(8 - u32::try_from(i).ok()?);
-    }
-    Some(Duration::new(secs, nanos))
+pub(crate) fn parse_replica_wait(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--replica-wait", limits::REPLICA_WAIT, text)
 }
 
-/// A TTL within the library's bounds. The shortest the settings allow depends on
-/// `--renew-every` too, which is not known here: the run checks it (`crate::ttl`); below
-/// the absolute floor, the error says what renewing every ttl/3 needs as well.
-pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
-    bounded(limits::TTL, text).map_err(|e| {
-        let below = matches!(
-            &e,
-            LeaseError::InvalidDuration {
-                problem: DurationProblem::BelowMinimum { .. },
-                ..
-            }
-        );
-        let settings = LeaseSettings::from_env().unwrap_or_default();
-        match crate::ttl::minimum(&settings) {
-            Some(min) if below && min > limits::TTL.min => format!(
-                "{e} (and renewing every ttl/3 with the settings in force needs at least {})",
-                humantime::format_duration(min)
-            ),
-            _ => e.to_string(),
-        }
-    })
+pub(crate) fn parse_grace(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--grace", GRACE, text)
 }
 
-pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::WAIT_TIMEOUT, text)
+pub(crate) fn parse_list_budget(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--budget", limits::LIST_BUDGET, text)
 }
 
-pub(crate) fn parse_replica_wait(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::REPLICA_WAIT, text)
+pub(crate) fn parse_lock_delay(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--lock-delay", limits::LOCK_DELAY, text)
 }
 
-pub(crate) fn parse_grace(text: &str) -> Result<Duration, String> {
-    parse_bounded(GRACE, text)
+pub(crate) fn parse_kill_after(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--kill-after", KILL_AFTER, text)
 }
 
-pub(crate) fn parse_list_budget(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::LIST_BUDGET, text)
-}
-
-pub(crate) fn parse_lock_delay(text: &str) -> Result<Duration, String> {
-    parse_bounded(limits::LOCK_DELAY, text)
-}
-
-pub(crate) fn parse_kill_after(text: &str) -> Result<Duration, String> {
-    parse_bounded(KILL_AFTER, text)
-}
-
-pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
-    parse_bounded(TIMEOUT, text)
+pub(crate) fn parse_timeout(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--timeout", TIMEOUT, text)
 }
 
 /// A signal `--timeout` may send, by name (`TERM`, `SIGTERM`, `term`) or number (`15`).
@@ -386,8 +346,9 @@ pub(crate) fn parse_signal(text: &str) -> Result<Signal, String> {
     })
 }
 
-pub(crate) fn parse_renew_every(text: &str) -> Result<Duration, String> {
-    parse_bounded(RENEW_EVERY, text)
+/// Its relation to the TTL is checked with the request (`crate::ttl::check`).
+pub(crate) fn parse_renew_every(text: &str) -> Result<Duration, BadValue> {
+    durations::option("--renew-every", limits::RENEW_EVERY, text)
 }
 
 /// A replica count in `1 ..= MAX_REPLICAS`, with the library's error text.

@@ -19,13 +19,85 @@ pub(crate) struct Server {
 /// The schemes the library's URLs take.
 const SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
 
-/// Checks what the library's "did not parse" would not say: that the text is a URL, of a
-/// scheme leasehold speaks, naming a host and a port that can be. Credentials are never
-/// shown.
+/// `url` as a message may show it: what could be a password is `***` — the user
+/// information's after the user name (all of it without one), up to the last `@`, and a
+/// query's `pass=` or `password=` value (a socket's URL carries its password there).
+pub(crate) fn masked(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").map_or(("", url), |(s, r)| (s, r));
+    let (user, rest) = match rest.rsplit_once('@') {
+        Some((info, host)) => match info.split_once(':') {
+            Some((user, _)) => (format!("{user}:***@"), host),
+            None => ("***@".to_owned(), host),
+        },
+        None => (String::new(), rest),
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key.to_ascii_lowercase().contains("pass") => {
+                        format!("{key}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => rest.to_owned(),
+    };
+    let scheme = if scheme.is_empty() && !url.contains("://") {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    format!("{scheme}{user}{rest}")
+}
+
+/// Checks that the text is a URL, of a scheme leasehold speaks, naming a host and a port
+/// that can be, saying what the library's "did not parse" would not; then that the
+/// library reads it. Credentials are never shown.
 ///
 /// # Errors
 /// One line saying what is wrong and what to write instead.
 pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    check_parts(url)?;
+    // The parser the library's client uses; it reads without connecting.
+    redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
+        // Its text ends with the error's kind, which says nothing to the user.
+        let text = e.to_string().replacen(" - InvalidClientConfig", "", 1);
+        let mut chars = text.chars();
+        let reason: String = chars
+            .next()
+            .map(|c| c.to_ascii_lowercase())
+            .into_iter()
+            .chain(chars)
+            .collect();
+        let scheme = url.split_once("://").map_or("redis", |(s, _)| s);
+        let shape = if scheme.to_ascii_lowercase().ends_with("unix") {
+            format!("{scheme}:///path/to/redis.sock[?db=N]")
+        } else {
+            format!(
+                "{scheme}://[user:password@]host[:port][/db], an IPv6 host in brackets \
+                 ({scheme}://[::1]:6379)"
+            )
+        };
+        format!("not a Redis URL leasehold can read ({reason}); write {shape}")
+    })?;
+    Ok(())
+}
+
+/// An IPv6 host without its brackets, or without the closing one: the port cannot be told
+/// from the address.
+fn ipv6_unbracketed(host_port: &str) -> bool {
+    match host_port.strip_prefix('[') {
+        Some(inside) => !inside.contains(']'),
+        None => host_port.matches(':').count() > 1,
+    }
+}
+
+/// What [`check_url`] checks before the library's parser.
+fn check_parts(url: &str) -> Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         let host = url.rsplit_once('@').map_or(url, |(_, host)| host);
         return Err(format!(
@@ -48,6 +120,12 @@ pub(crate) fn check_url(url: &str) -> Result<(), String> {
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    if ipv6_unbracketed(host_port) {
+        return Err(format!(
+            "an IPv6 host goes in brackets, with the port after them, as in \
+             {lower}://[::1]:6379"
+        ));
+    }
     let (host, port) = match host_port.rsplit_once(':') {
         // An IPv6 literal's colons are inside its brackets.
         Some((host, port)) if !port.contains(']') => (host, Some(port)),
@@ -231,6 +309,13 @@ mod tests {
             ("redis://:6379", "names no host"),
             ("redis://db:99999", "not a port number"),
             ("redis://db:0", "not a port number"),
+            ("redis://[::1:6379", "IPv6 host goes in brackets"),
+            ("redis://u:secret@::1:6379", "IPv6 host goes in brackets"),
+            ("redis://u:secret@db:6379/x", "(invalid database number)"),
+            (
+                "redis://db/?protocol=9",
+                "write redis://[user:password@]host",
+            ),
         ];
         for (url, words) in cases {
             let line = check_url(url).expect_err(url);
@@ -245,6 +330,24 @@ mod tests {
             "unix:///run/redis.sock",
         ] {
             assert_eq!(check_url(url), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_url_is_shown_with_what_could_be_a_password_masked() {
+        let cases = [
+            ("redis://db:6379", "redis://db:6379"),
+            ("redis://ops:secret@[::1:6379", "redis://ops:***@[::1:6379"),
+            ("rediss://:p@ss:secret@db/2", "rediss://:***@db/2"),
+            ("redis://secret@db", "redis://***@db"),
+            ("u:secret@db:6379", "u:***@db:6379"),
+            (
+                "unix:///run/redis.sock?db=2&pass=secret",
+                "unix:///run/redis.sock?db=2&pass=***",
+            ),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(masked(url), shown, "{url}");
         }
     }
 

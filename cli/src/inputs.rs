@@ -45,6 +45,52 @@ pub(crate) fn check_arguments(args: &[OsString]) -> Result<(), String> {
     Ok(())
 }
 
+/// The argument vector with each negative duration joined to its option (`--ttl -1s` as
+/// `--ttl=-1s`), so that it is refused as the option's value rather than as a stray option
+/// `-1` (clap's `allow_negative_numbers` would take `-1` but not `-1s`). The options are
+/// those whose value is a `DURATION`; nothing after `--` (the command's) is touched.
+pub(crate) fn negative_durations_attached(
+    command: &clap::Command,
+    args: &[OsString],
+) -> Vec<OsString> {
+    let takes_duration = |arg: &OsStr| -> Option<String> {
+        let arg = arg.to_str()?;
+        command
+            .get_subcommands()
+            .flat_map(clap::Command::get_arguments)
+            .filter(|a| a.get_value_names().is_some_and(|n| n == ["DURATION"]))
+            .find(|a| {
+                a.get_long()
+                    .is_some_and(|l| arg.strip_prefix("--") == Some(l))
+                    || a.get_short().is_some_and(|c| arg == format!("-{c}"))
+            })
+            .and_then(|a| a.get_long().map(str::to_owned))
+    };
+    let negative = |arg: &OsStr| {
+        let mut chars = arg.to_str().unwrap_or_default().chars();
+        chars.next() == Some('-') && chars.next().is_some_and(|c| c.is_ascii_digit() || c == '.')
+    };
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        let long = (i + 1 < end).then(|| takes_duration(&args[i])).flatten();
+        match long {
+            Some(long) if negative(&args[i + 1]) => {
+                let mut joined = OsString::from(format!("--{long}="));
+                joined.push(&args[i + 1]);
+                out.push(joined);
+                i += 2;
+            }
+            _ => {
+                out.push(args[i].clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// `var`'s value; `None` when unset.
 ///
 /// # Errors

@@ -17,6 +17,7 @@ mod cli_tests;
 mod config;
 mod diagnose;
 mod doctor;
+mod durations;
 mod holders;
 mod inputs;
 mod inspect;
@@ -230,8 +231,20 @@ fn subcommand(args: &[std::ffi::OsString]) -> Option<&str> {
 fn parse(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
     let command =
         Cli::command().mut_subcommand("run", |run| run.mut_arg("ttl", |ttl| ttl.help(ttl::help())));
+    let args = inputs::negative_durations_attached(&command, args);
     let matches = command.try_get_matches_from(args)?;
     Cli::from_arg_matches(&matches)
+}
+
+/// clap's error as leasehold's one line: a value refused with a line of leasehold's own
+/// (naming its option, the value and what is accepted) as that line, any other as
+/// [`one_line`].
+fn parse_error(e: &clap::Error, takes_command: bool) -> String {
+    let own = std::error::Error::source(e).and_then(|s| s.downcast_ref::<durations::BadValue>());
+    match own {
+        Some(line) => line.to_string(),
+        None => one_line(&e.render().to_string(), takes_command),
+    }
 }
 
 fn main() -> ExitCode {
@@ -253,7 +266,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let takes_command = subcommand(&args) == Some("run");
-            return ExitCode::from(fail(one_line(&e.render().to_string(), takes_command)));
+            return ExitCode::from(fail(parse_error(&e, takes_command)));
         }
     };
     if cli.log_format == LogFormat::Json {

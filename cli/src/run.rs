@@ -203,6 +203,14 @@ struct Plan {
 fn plan(args: &RunArgs) -> Result<Plan, String> {
     let renew_every = args.renew_every.map(|d| Sourced::flag("--renew-every", d));
     let (client, server) = args.common.client(renew_every)?;
+    // The TTL's one minimum, before the request's own bounds would name the fixed 100 ms.
+    let ttl = args.ttl.unwrap_or(ttl::DEFAULT);
+    let cadence = match (args.renew_every, std::env::var_os("LEASEHOLD_RENEW_EVERY")) {
+        (Some(_), _) => ttl::Cadence::Flag,
+        (None, Some(_)) => ttl::Cadence::Variable,
+        (None, None) => ttl::Cadence::Default,
+    };
+    ttl::check(client.settings(), ttl, args.ttl.is_some(), cadence)?;
     let operation = args
         .operation_id
         .clone()
@@ -220,7 +228,7 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
         args.common.resource()?,
         attempt,
     )
-    .ttl(args.ttl.unwrap_or(ttl::DEFAULT))
+    .ttl(ttl)
     .permits(u32::from(args.permits.unwrap_or(1)));
     if let Some(delay) = args.lock_delay {
         builder = builder.lock_delay(delay);
@@ -237,21 +245,14 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
         .wait_timeout(args.wait())
         .build()
         .map_err(|e| config::option_error(&e))?;
-    let cadence = match (args.renew_every, std::env::var_os("LEASEHOLD_RENEW_EVERY")) {
-        (Some(_), _) => ttl::Cadence::Flag,
-        (None, Some(_)) => ttl::Cadence::Variable,
-        (None, None) => ttl::Cadence::Default,
+    let defaulted: &[&str] = match args.replica_wait {
+        Some(_) => &[],
+        None => &["replica_wait"],
     };
-    ttl::check(
-        client.settings(),
-        request.ttl(),
-        args.ttl.is_some(),
-        cadence,
-    )?;
     client
         .settings()
         .check_request(&request)
-        .map_err(|e| config::option_error(&e))?;
+        .map_err(|e| config::option_error_with(&e, defaulted))?;
     Ok(Plan {
         client,
         server,

@@ -9,6 +9,8 @@ use std::time::Duration;
 use leasehold::LeaseSettings;
 use leasehold::protocol::limits;
 
+use crate::durations::Accepted;
+
 /// `--ttl`'s default.
 pub(crate) const DEFAULT: Duration = Duration::from_secs(30);
 
@@ -44,60 +46,123 @@ pub(crate) enum Cadence {
     Variable,
 }
 
-/// Checks that a lease of `ttl` can be renewed under `settings`.
+/// What `--ttl` accepts as its value is read, before `--renew-every` is known: up to the
+/// longest lease, from the shortest the environment's settings allow (as `--help` says).
+pub(crate) fn accepted() -> Accepted {
+    let settings = LeaseSettings::from_env().unwrap_or_default();
+    let shortest = minimum(&settings);
+    Accepted {
+        min: shortest.unwrap_or(limits::TTL.min),
+        max: limits::TTL.max,
+        in_force: shortest.is_some_and(|min| min > limits::TTL.min),
+        bare_seconds: true,
+    }
+}
+
+/// Checks that a lease of `ttl` can be held and renewed under `settings`.
 ///
 /// # Errors
 /// One line naming what the user set — `--ttl`, or `--renew-every` /
-/// `LEASEHOLD_RENEW_EVERY` when that is what does not fit — with the settings in force, the
-/// variables they came from, and the shortest TTL they allow.
+/// `LEASEHOLD_RENEW_EVERY` when that is what does not fit — with its value, the settings in
+/// force and the variables they came from, and the one minimum that applies.
 pub(crate) fn check(
     settings: &LeaseSettings,
     ttl: Duration,
     ttl_given: bool,
     cadence: Cadence,
 ) -> Result<(), String> {
-    if settings.check_renewal_cadence(ttl).is_ok() {
+    let renews = settings.check_renewal_cadence(ttl).is_ok();
+    if renews && ttl >= limits::TTL.min {
         return Ok(());
     }
-    let h = |d: Duration| humantime::format_duration(d).to_string();
     let ttl_text = if ttl_given {
         format!("--ttl {}", h(ttl))
     } else {
         format!("--ttl {} (the default)", h(ttl))
     };
-    let minimum = minimum(settings).map_or_else(
-        || format!("no ttl up to {} works with them", h(limits::TTL.max)),
-        |min| format!("the shortest ttl they allow is {}", h(min)),
-    );
-    let every = settings.renewal_cadence(ttl);
-    let margins = margins(settings);
     Err(match cadence {
-        Cadence::Default => format!(
-            "{ttl_text} is too short: renewing every ttl/3 with {margins}, {minimum} (or give \
-             --renew-every)"
-        ),
-        Cadence::Flag | Cadence::Variable => {
-            let name = match cadence {
-                Cadence::Flag => "--renew-every",
-                _ => "LEASEHOLD_RENEW_EVERY",
-            };
-            let window = ttl
-                .saturating_sub(settings.drift_budget)
-                .saturating_sub(settings.safety_margin());
-            format!(
-                "{name} {} does not fit {ttl_text}: it must be less than ttl − drift budget \
-                 − safety margin ({}), with {margins}; {minimum}",
-                h(every),
-                h(window)
-            )
-        }
+        Cadence::Flag | Cadence::Variable if !renews => misfit(settings, ttl, &ttl_text, cadence),
+        _ => too_short(settings, &ttl_text),
     })
+}
+
+/// `ttl_text` is below the one minimum that applies: the shortest lease leasehold takes, or,
+/// when renewing every ttl/3 needs more, what that needs, and what lowers it.
+fn too_short(settings: &LeaseSettings, ttl_text: &str) -> String {
+    let Some(min) = minimum(settings) else {
+        return format!(
+            "{ttl_text}: no ttl up to {} can be renewed in time with {}; lower {}",
+            h(limits::TTL.max),
+            margins(settings),
+            lowering(settings)
+        );
+    };
+    let fix = format!("give one within {} ..= {}", h(min), h(limits::TTL.max));
+    if min <= limits::TTL.min {
+        return format!(
+            "{ttl_text}: below the minimum of {}, the shortest lease leasehold takes; {fix}",
+            h(min)
+        );
+    }
+    format!(
+        "{ttl_text}: below the minimum of {}, which renewing every ttl/3 needs with {}; {fix}, \
+         or lower the minimum with --renew-every or a shorter {}",
+        h(min),
+        margins(settings),
+        lowering(settings)
+    )
+}
+
+/// `--renew-every` (or its variable) does not fit the lease of `ttl`.
+fn misfit(settings: &LeaseSettings, ttl: Duration, ttl_text: &str, cadence: Cadence) -> String {
+    let name = match cadence {
+        Cadence::Flag => "--renew-every",
+        _ => "LEASEHOLD_RENEW_EVERY",
+    };
+    let window = ttl
+        .saturating_sub(settings.drift_budget)
+        .saturating_sub(settings.safety_margin());
+    let longer = minimum(settings).map_or_else(
+        || format!("no ttl up to {} fits it", h(limits::TTL.max)),
+        |min| format!("give --ttl {} or more", h(min)),
+    );
+    // No cadence fits a window shorter than the shortest one: only a longer TTL helps.
+    let shorter = if window > limits::RENEW_EVERY.min {
+        format!(", or a {name} under {}", h(window))
+    } else {
+        String::new()
+    };
+    format!(
+        "{name} {} does not fit {ttl_text}: it must be less than ttl − drift budget − safety \
+         margin ({}), with {}; {longer}{shorter}",
+        h(settings.renewal_cadence(ttl)),
+        h(window),
+        margins(settings)
+    )
+}
+
+/// The variables whose shorter values lower the shortest TTL: the safety margin's (or the
+/// command timeout's, which it is unless set), and the drift budget's when one was set.
+fn lowering(settings: &LeaseSettings) -> String {
+    let margin = if settings.safety_margin.is_some() {
+        "LEASEHOLD_SAFETY_MARGIN"
+    } else {
+        "LEASEHOLD_COMMAND_TIMEOUT"
+    };
+    if std::env::var_os("LEASEHOLD_DRIFT_BUDGET").is_some() {
+        format!("LEASEHOLD_DRIFT_BUDGET or {margin}")
+    } else {
+        margin.to_owned()
+    }
+}
+
+fn h(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
 }
 
 /// `a drift budget of 10ms and a safety margin of 200ms (the command timeout)`, naming the
 /// variable each came from when one was set.
 fn margins(settings: &LeaseSettings) -> String {
-    let h = |d: Duration| humantime::format_duration(d).to_string();
     let set = |var: &str| std::env::var_os(var).is_some();
     let drift = if set("LEASEHOLD_DRIFT_BUDGET") {
         " (LEASEHOLD_DRIFT_BUDGET)"
@@ -180,8 +245,15 @@ mod tests {
             Cadence::Default,
         )
         .expect_err("too short");
-        assert!(line.starts_with("--ttl 200ms is too short"), "{line}");
-        assert!(line.contains("316ms"), "{line}");
+        assert!(
+            line.starts_with("--ttl 200ms: below the minimum of 316ms"),
+            "{line}"
+        );
+        assert_eq!(line.matches("minimum of").count(), 1, "{line}");
+        assert!(
+            line.contains("--renew-every or a shorter LEASEHOLD_"),
+            "{line}"
+        );
         assert!(!line.contains("renew-every 66"), "{line}");
         let settings = settings.with_renew_every(Duration::from_secs(2));
         let line = check(&settings, Duration::from_secs(1), true, Cadence::Flag)
@@ -190,6 +262,15 @@ mod tests {
             line.starts_with("--renew-every 2s does not fit --ttl 1s"),
             "{line}"
         );
-        assert!(line.contains("2s 211ms"), "{line}");
+        assert!(line.contains("give --ttl 2s 211ms or more"), "{line}");
+        // Where renewing needs less than the shortest lease, that is the one minimum named.
+        let fast = LeaseSettings::default().with_command_timeout(Duration::from_millis(10));
+        let line = check(&fast, Duration::from_millis(50), true, Cadence::Default)
+            .expect_err("below the floor");
+        assert_eq!(
+            line,
+            "--ttl 50ms: below the minimum of 100ms, the shortest lease leasehold takes; give \
+             one within 100ms ..= 1h"
+        );
     }
 }

@@ -12,204 +12,248 @@ use std::time::{Duration, Instant};
 use common::RedisServer;
 use common::cli::*;
 
+/// Arguments after `leasehold run` (split at spaces), a variable to set, and what the
+/// line must name.
+type BadInput = (
+    &'static str,
+    Option<(&'static str, &'static str)>,
+    &'static str,
+);
+
+const BAD_INPUT: &[BadInput] = &[
+    ("--resource x --ttl abc -- true", None, "--ttl"),
+    ("--resource x true", None, "--"),
+    ("-- true", None, "--resource"),
+    ("--resource x --bogus -- true", None, "--bogus"),
+    (
+        "--resource x --ttl 1s --renew-every 2s -- true",
+        None,
+        "--renew-every",
+    ),
+    ("--resource x --purpose Bad -- true", None, "--purpose"),
+    ("--resource x --holder wéb -- true", None, "--holder"),
+    (
+        "--resource x --holder xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx -- true",
+        None,
+        "--holder",
+    ),
+    ("--resource x --redis http://x -- true", None, "--redis"),
+    (
+        "--resource x --ttl 1s -- true",
+        Some(("LEASEHOLD_DRIFT_BUDGET", "2s")),
+        "drift",
+    ),
+    ("--resource x --replicas 0 -- true", None, "--replicas"),
+    ("--resource x --replicas 17 -- true", None, "--replicas"),
+    ("--resource x --replicas -1 -- true", None, "--replicas"),
+    ("--resource x --replicas two -- true", None, "--replicas"),
+    (
+        "--resource x --replicas 1 --replica-wait soon -- true",
+        None,
+        "--replica-wait",
+    ),
+    (
+        "--resource x --replicas 1 --replica-wait 0s -- true",
+        None,
+        "--replica-wait",
+    ),
+    // Without --replicas there is nothing to wait for or require.
+    ("--resource x --replica-wait 1s -- true", None, "--replicas"),
+    (
+        "--resource x --require-replicas -- true",
+        None,
+        "--replicas",
+    ),
+    // Every duration is bounded at parse time: no overflow later, no panic.
+    (
+        "--resource x --grace 580000000000y -- true",
+        None,
+        "--grace",
+    ),
+    (
+        "--resource x --kill-after 580000000000y -- true",
+        None,
+        "--kill-after",
+    ),
+    (
+        "--resource x --renew-every 580000000000y -- true",
+        None,
+        "--renew-every",
+    ),
+    // Below the shortest TTL the settings allow (renewing every ttl/3; the harness's
+    // 500 ms command timeout is the safety margin): named as --ttl, not as a
+    // --renew-every nobody gave.
+    ("--resource x --ttl 500ms -- true", None, "--ttl"),
+    ("--resource x --signal KILL -- true", None, "--timeout"),
+    ("--resource x --timeout 1s -s STOP -- true", None, "-s"),
+    ("--resource x -n -w 1s -- true", None, "--no-wait"),
+    // URLs: no scheme, a web server's, no host, no port number.
+    (
+        "--resource x --redis 127.0.0.1:6379 -- true",
+        None,
+        "redis://127.0.0.1:6379",
+    ),
+    (
+        "--resource x --redis https://db:6379 -- true",
+        None,
+        "scheme is https://",
+    ),
+    (
+        "--resource x --redis redis://:6379 -- true",
+        None,
+        "no host",
+    ),
+    (
+        "--resource x --redis redis://db:99999 -- true",
+        None,
+        "port",
+    ),
+    // The resource: empty, unreadable, or from an empty variable.
+    ("--resource= -- true", None, "--resource"),
+    (
+        "--resource-file /nonexistent/leasehold-id -- true",
+        None,
+        "--resource-file",
+    ),
+    (
+        "-- true",
+        Some(("LEASEHOLD_RESOURCE", "")),
+        "LEASEHOLD_RESOURCE",
+    ),
+    // A variable's bad value is named as the variable; the flag's as the flag.
+    (
+        "--resource x -- true",
+        Some(("LEASEHOLD_NAMESPACE", "Bad!")),
+        "LEASEHOLD_NAMESPACE",
+    ),
+    ("--resource x --namespace Bad! -- true", None, "--namespace"),
+    (
+        "--resource x -- true",
+        Some(("LEASEHOLD_REDIS_URL", "http://x")),
+        "LEASEHOLD_REDIS_URL",
+    ),
+    (
+        "--resource x -- true",
+        Some(("LEASEHOLD_RENEW_EVERY", "soon")),
+        "LEASEHOLD_RENEW_EVERY",
+    ),
+];
+
 #[test]
 fn bad_input_exits_125_with_one_line_naming_the_option_and_touches_nothing_in_redis() {
     let server = RedisServer::start();
     let dir = TempDir::new("bad-input");
-    let url = server.url();
-    // (arguments after `leasehold run`, split at spaces; extra environment; what the line
-    // must name)
-    let cases = [
-        ("--resource x --ttl 0 -- true", None, "--ttl"),
-        ("--resource x --ttl abc -- true", None, "--ttl"),
-        ("--resource x --ttl 50ms -- true", None, "--ttl"),
-        ("--resource x true", None, "--"),
-        ("-- true", None, "--resource"),
-        ("--resource x --bogus -- true", None, "--bogus"),
-        (
-            "--resource x --ttl 1s --renew-every 2s -- true",
-            None,
-            "--renew-every",
-        ),
-        ("--resource x --purpose Bad -- true", None, "--purpose"),
-        ("--resource x --holder wéb -- true", None, "--holder"),
-        (
-            "--resource x --holder xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx -- true",
-            None,
-            "--holder",
-        ),
-        ("--resource x --redis http://x -- true", None, "--redis"),
-        (
-            "--resource x --ttl 1s -- true",
-            Some(("LEASEHOLD_DRIFT_BUDGET", "2s")),
-            "drift",
-        ),
-        ("--resource x --replicas 0 -- true", None, "--replicas"),
-        ("--resource x --replicas 17 -- true", None, "--replicas"),
-        ("--resource x --replicas -1 -- true", None, "--replicas"),
-        ("--resource x --replicas two -- true", None, "--replicas"),
-        (
-            "--resource x --replicas 1 --replica-wait soon -- true",
-            None,
-            "--replica-wait",
-        ),
-        (
-            "--resource x --replicas 1 --replica-wait 11s -- true",
-            None,
-            "--replica-wait",
-        ),
-        (
-            "--resource x --replicas 1 --replica-wait 0s -- true",
-            None,
-            "--replica-wait",
-        ),
-        // Without --replicas there is nothing to wait for or require.
-        ("--resource x --replica-wait 1s -- true", None, "--replicas"),
-        (
-            "--resource x --require-replicas -- true",
-            None,
-            "--replicas",
-        ),
-        // The default 1 s wait does not fit a 1 s lease's renewals.
-        (
-            "--resource x --ttl 1s --replicas 1 -- true",
-            None,
-            "--replica-wait",
-        ),
-        (
-            "--resource x --ttl 2s --replicas 1 --replica-wait 900ms -- true",
-            None,
-            "--replica-wait",
-        ),
-        // Every duration is bounded at parse time: no overflow later, no panic.
-        (
-            "--resource x --grace 580000000000y -- true",
-            None,
-            "--grace",
-        ),
-        ("--resource x --grace 2h -- true", None, "--grace"),
-        (
-            "--resource x --kill-after 580000000000y -- true",
-            None,
-            "--kill-after",
-        ),
-        ("--resource x --wait 2h -- true", None, "--wait"),
-        (
-            "--resource x --renew-every 580000000000y -- true",
-            None,
-            "--renew-every",
-        ),
-        // Below the shortest TTL the settings allow (renewing every ttl/3; the harness's
-        // 500 ms command timeout is the safety margin): named as --ttl, not as a
-        // --renew-every nobody gave.
-        ("--resource x --ttl 500ms -- true", None, "--ttl"),
-        // Bare seconds, as flock(1) and timeout(1) take them, are bounded like the rest.
-        ("--resource x -w 7200 -- true", None, "-w"),
-        ("--resource x --timeout 0 -- true", None, "--timeout"),
-        ("--resource x --signal KILL -- true", None, "--timeout"),
-        ("--resource x --timeout 1s -s STOP -- true", None, "-s"),
-        ("--resource x -n -w 1s -- true", None, "--no-wait"),
-        // URLs: no scheme, a web server's, no host, no port number.
-        (
-            "--resource x --redis 127.0.0.1:6379 -- true",
-            None,
-            "redis://127.0.0.1:6379",
-        ),
-        (
-            "--resource x --redis https://db:6379 -- true",
-            None,
-            "scheme is https://",
-        ),
-        (
-            "--resource x --redis redis://:6379 -- true",
-            None,
-            "no host",
-        ),
-        (
-            "--resource x --redis redis://db:99999 -- true",
-            None,
-            "port",
-        ),
-        // The resource: empty, unreadable, or from an empty variable.
-        ("--resource= -- true", None, "--resource"),
-        (
-            "--resource-file /nonexistent/leasehold-id -- true",
-            None,
-            "--resource-file",
-        ),
-        (
-            "-- true",
-            Some(("LEASEHOLD_RESOURCE", "")),
-            "LEASEHOLD_RESOURCE",
-        ),
-        // A variable's bad value is named as the variable; the flag's as the flag.
-        (
-            "--resource x -- true",
-            Some(("LEASEHOLD_NAMESPACE", "Bad!")),
-            "LEASEHOLD_NAMESPACE",
-        ),
-        ("--resource x --namespace Bad! -- true", None, "--namespace"),
-        (
-            "--resource x -- true",
-            Some(("LEASEHOLD_REDIS_URL", "http://x")),
-            "LEASEHOLD_REDIS_URL",
-        ),
-        (
-            "--resource x -- true",
-            Some(("LEASEHOLD_RENEW_EVERY", "soon")),
-            "LEASEHOLD_RENEW_EVERY",
-        ),
-    ];
     server.reset_stats();
-    for (i, (args, env, names)) in cases.into_iter().enumerate() {
-        let args: Vec<&str> = args.split(' ').collect();
-        let mut cmd = bare();
-        cmd.arg("run");
-        if !args.contains(&"--redis") && env.is_none_or(|(var, _)| var != "LEASEHOLD_REDIS_URL") {
-            cmd.args(["--redis", &url]);
-        }
-        cmd.args(&args).envs(env);
-        let done = finish(cmd, &dir, &format!("case{i}"));
-        let what = format!("run {args:?} {env:?}");
-        done.assert_code(125, &what);
-        let lines = done.stderr_lines();
-        assert_eq!(lines.len(), 1, "{what}: stderr {:?}", done.stderr);
+    for (i, &(args, env, names)) in BAD_INPUT.iter().enumerate() {
+        let args: Vec<&str> = std::iter::once("run").chain(args.split(' ')).collect();
+        let line = refused(&server, &dir, &format!("case{i}"), &args, env);
         assert!(
-            names_option(lines[0], names),
-            "{what}: the line does not name {names}: {:?}",
-            lines[0]
+            names_option(&line, names),
+            "run {args:?} {env:?}: the line does not name {names}: {line:?}"
         );
-        assert!(done.stdout.is_empty(), "{what}: stdout {:?}", done.stdout);
-        assert_eq!(
-            server.command_calls(),
-            0,
-            "{what}: leasehold sent commands to redis"
-        );
-        let size: i64 = server.query(&["DBSIZE"]);
-        assert_eq!(
-            size,
-            0,
-            "{what}: redis is not empty: {:?}",
-            all_keys(&server)
-        );
-        server.reset_stats();
     }
 }
 
-/// Whether an error line names `option`. The library's relation checks name parameters in
-/// their config spelling (`renew_every`, `drift_budget`), which is accepted for the option;
-/// `--` (the separator) must appear other than in the `--help` hint.
+/// What a refused value's line says, as `[VAR=value] arguments => start | words…`: the
+/// start follows `leasehold: `, each word is somewhere in the line.
+const REFUSED_VALUES: &[&str] = &[
+    "run --ttl -1 => --ttl -1: a duration is never negative | 766ms ..= 1h",
+    "run --ttl -1s => --ttl -1s: a duration is never negative | 766ms ..= 1h",
+    "run -w -5m => --wait -5m: a duration is never negative | 0s ..= 1h",
+    "run --grace -1 => --grace -1: a duration is never negative | 0s ..= 1h",
+    "run -k -0.5 => --kill-after -0.5: a duration is never negative | 0s ..= 1h",
+    "run --timeout -1 => --timeout -1: a duration is never negative | 1ms ..= 30days",
+    "run --renew-every -1 => --renew-every -1: a duration is never negative | 10ms ..= 1h",
+    "run --lock-delay -1 => --lock-delay -1: a duration is never negative | 1ms ..= 1h",
+    "run --replicas 1 --replica-wait -1 => --replica-wait -1: a duration is never \
+     negative | 1ms ..= 10s",
+    "list --budget -1 => --budget -1: a duration is never negative | 1ms ..= 1h",
+    "run --wait 2h => --wait 2h: above the maximum of 1h | give one within 0s ..= 1h",
+    "run -w 7200 => --wait 7200: above the maximum of 1h | 0s ..= 1h",
+    "run --kill-after 2h => --kill-after 2h: above the maximum of 1h | 0s ..= 1h",
+    "run --renew-every 5ms => --renew-every 5ms: below the minimum of 10ms | 10ms ..= 1h",
+    "run --lock-delay 2h => --lock-delay 2h: above the maximum of 1h | 1ms ..= 1h",
+    "run --timeout 0 => --timeout 0: below the minimum of 1ms | 1ms ..= 30days",
+    "list --budget 2h => --budget 2h: above the maximum of 1h | 1ms ..= 1h",
+    "run --ttl abc => --ttl abc: not a duration | 766ms ..= 1h with the settings in force",
+    // The harness's 500 ms command timeout is the safety margin: 1.5 × 510 ms + 1 ms.
+    "run --ttl 0 => --ttl 0s: below the minimum of 766ms | 766ms ..= 1h | --renew-every \
+     | LEASEHOLD_COMMAND_TIMEOUT",
+    "run --ttl 50ms => --ttl 50ms: below the minimum of 766ms | 766ms ..= 1h",
+    "LEASEHOLD_COMMAND_TIMEOUT=10ms run --ttl 50ms => --ttl 50ms: below the minimum of \
+     100ms | 100ms ..= 1h",
+    "run --replicas 1 --ttl 2s --replica-wait 900ms => --replica-wait 900ms: must be less \
+     than ttl − drift budget − safety margin − renewal period (824ms) | or a longer --ttl",
+    "run --replicas 1 --ttl 1s => --replica-wait 1s (the default): | or a longer --ttl",
+    "LEASEHOLD_RENEW_EVERY=2h run => LEASEHOLD_RENEW_EVERY=2h: above the maximum of 1h \
+     | 10ms ..= 1h",
+    "LEASEHOLD_DRIFT_BUDGET=-1s run => LEASEHOLD_DRIFT_BUDGET=-1s: a duration is never \
+     negative | 0s ..= 1m",
+    "LEASEHOLD_SAFETY_MARGIN=10ms run => LEASEHOLD_SAFETY_MARGIN=10ms: must be at least \
+     the command timeout (500ms) | or a shorter LEASEHOLD_COMMAND_TIMEOUT",
+    "run --redis redis://ops:hunter2@[::1:6379 => --redis redis://ops:***@[::1:6379: an \
+     IPv6 host goes in brackets | redis://[::1]:6379",
+    "LEASEHOLD_REDIS_URL=redis://ops:hunter2@[::1:6379 run => \
+     LEASEHOLD_REDIS_URL=redis://ops:***@[::1:6379: | redis://[::1]:6379",
+    "inspect --redis redis://:hunter2@db/x => --redis redis://:***@db/x: not a Redis URL \
+     leasehold can read (invalid database number) | redis://[user:password@]host",
+];
+
+/// A refused value's line starts with the option (or variable) and the value as given,
+/// then says what is wrong and what is accepted: a negative duration is the option's bad
+/// value (not a stray option), a bound is named as the option's range (never the library's
+/// name for it), the TTL has one minimum (the one the settings in force make), a URL is
+/// shown with its password masked.
+#[test]
+fn a_refused_value_names_its_option_the_value_and_what_is_accepted() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("refused-values");
+    // The library's names, clap's wrapping (`invalid value '2h' for '--wait <DURATION>'`),
+    // the redis client's error kind, the password.
+    let internal = "wait_timeout kill_after renew_every lock_delay replica_wait list_budget \
+                    safety_margin command_timeout drift_budget '-- InvalidClientConfig hunter2";
+    for (i, case) in REFUSED_VALUES.iter().enumerate() {
+        let (given, expected) = case.split_once(" => ").expect("a case has =>");
+        let mut words: Vec<&str> = given.split(' ').collect();
+        let env = words[0]
+            .starts_with("LEASEHOLD_")
+            .then(|| words.remove(0).split_once('='))
+            .flatten();
+        let needs = ["--resource", "x", "--", "true"];
+        if words[0] == "run" {
+            words.extend(needs);
+        } else if words[0] == "inspect" {
+            words.extend(&needs[..2]);
+        }
+        let line = refused(&server, &dir, &format!("value{i}"), &words, env);
+        let mut expected = expected.split(" | ");
+        let start = expected.next().unwrap_or_default();
+        assert!(
+            line.starts_with(&format!("leasehold: {start}")),
+            "{given}: {line:?} does not start with {start:?}"
+        );
+        for want in expected {
+            assert!(
+                line.contains(want),
+                "{given}: {line:?} does not say {want:?}"
+            );
+        }
+        for word in internal.split_whitespace() {
+            assert!(!line.contains(word), "{given}: {line:?} says {word:?}");
+        }
+        assert!(line.matches("minimum of").count() <= 1, "{given}: {line:?}");
+    }
+}
+
+/// Whether an error line names `option`: a flag in its own spelling (never the library's
+/// `renew_every`), a variable first; `--` (the separator) other than in the `--help` hint.
 fn names_option(line: &str, option: &str) -> bool {
-    let normal = line.replace('_', "-").to_ascii_lowercase();
     match option {
-        // A variable is named first, as itself.
         var if var.starts_with("LEASEHOLD_") => line.starts_with(&format!("leasehold: {var}")),
-        "--" => normal.replace("--help", "").contains("--"),
-        "--redis" => normal.contains("--redis") || normal.contains("redis url"),
-        "--renew-every" => normal.contains("renew-every"),
-        "--ttl" => normal.contains("--ttl") && !normal.contains("renew-every 1"),
-        "drift" => normal.contains("ttl") && normal.contains("drift"),
-        _ => normal.contains(option),
+        "--" => line.replace("--help", "").contains("--"),
+        "--ttl" => line.contains("--ttl") && !line.contains("renew-every 1"),
+        "drift" => line.contains("--ttl") && line.contains("drift"),
+        _ => line.contains(option),
     }
 }
 

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::error::{DurationProblem, LeaseError};
 use crate::protocol::limits::{
     self, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_BUDGET,
-    DEFAULT_RETRY_AFTER_FALLBACK, DurationBounds,
+    DEFAULT_RETRY_AFTER_FALLBACK,
 };
 use crate::protocol::{LeaseRequest, Namespace};
 
@@ -123,10 +123,10 @@ impl LeaseSettings {
         limits::DRIFT_BUDGET.check(self.drift_budget)?;
         limits::RETRY_AFTER_FALLBACK.check(self.retry_after_fallback)?;
         if let Some(every) = self.renew_every {
-            RENEW_EVERY.check(every)?;
+            limits::RENEW_EVERY.check(every)?;
         }
         if let Some(margin) = self.safety_margin {
-            SAFETY_MARGIN.check(margin)?;
+            limits::SAFETY_MARGIN.check(margin)?;
         }
         if self.safety_margin() < self.command_timeout {
             return Err(LeaseError::InvalidDuration {
@@ -285,21 +285,6 @@ impl LeaseSettings {
 pub(crate) fn env_text(name: &str) -> Option<String> {
     std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
 }
-
-/// Renewal cadence bounds; its relation to a lease's TTL is checked where the TTL is known.
-const RENEW_EVERY: DurationBounds = DurationBounds {
-    param: "renew_every",
-    min: Duration::from_millis(10),
-    max: Duration::from_secs(3600),
-};
-
-/// Safety margin bounds: no lease (TTL ≤ 1 h) has room for more. Its relation to the
-/// command timeout is checked beside.
-const SAFETY_MARGIN: DurationBounds = DurationBounds {
-    param: "safety_margin",
-    min: Duration::ZERO,
-    max: Duration::from_secs(3600),
-};
 
 mod de {
     use std::time::Duration;

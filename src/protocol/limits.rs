@@ -114,6 +114,26 @@ pub const RETRY_AFTER_FALLBACK: DurationBounds = DurationBounds {
     max: Duration::from_secs(60),
 };
 
+/// Renewal cadence ([`LeaseSettings::renew_every`]); its relation to a lease's TTL is
+/// checked where the TTL is known.
+///
+/// [`LeaseSettings::renew_every`]: crate::LeaseSettings::renew_every
+pub const RENEW_EVERY: DurationBounds = DurationBounds {
+    param: "renew_every",
+    min: Duration::from_millis(10),
+    max: Duration::from_secs(3600),
+};
+
+/// Safety margin ([`LeaseSettings::safety_margin`]): no lease (TTL ≤ 1 h) has room for
+/// more. Its relation to the command timeout is checked beside.
+///
+/// [`LeaseSettings::safety_margin`]: crate::LeaseSettings::safety_margin
+pub const SAFETY_MARGIN: DurationBounds = DurationBounds {
+    param: "safety_margin",
+    min: Duration::ZERO,
+    max: Duration::from_secs(3600),
+};
+
 /// How long a resource refuses new holders after a lease on it ended without a release
 /// ([`LeaseRequestBuilder::lock_delay`]): 1 ms ..= 1 h (stored in the lease's value as
 /// whole milliseconds, at most seven digits).

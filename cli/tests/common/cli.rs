@@ -407,6 +407,36 @@ impl Drop for Holder {
     }
 }
 
+/// Runs `leasehold <args>` (with `--redis <server>` after the subcommand unless a URL is
+/// given) and returns its one line on stderr, asserting the refusal: exit 125, nothing on
+/// stdout, nothing sent to Redis.
+#[track_caller]
+pub fn refused(
+    server: &RedisServer,
+    dir: &TempDir,
+    label: &str,
+    args: &[&str],
+    env: Option<(&str, &str)>,
+) -> String {
+    let mut cmd = bare();
+    cmd.arg(args[0]);
+    if !args.contains(&"--redis") && env.is_none_or(|(var, _)| var != "LEASEHOLD_REDIS_URL") {
+        cmd.args(["--redis", &server.url()]);
+    }
+    cmd.args(&args[1..]).envs(env);
+    let done = finish(cmd, dir, label);
+    let what = format!("{args:?} {env:?}");
+    done.assert_code(125, &what);
+    let lines = done.stderr_lines();
+    assert_eq!(lines.len(), 1, "{what}: stderr {:?}", done.stderr);
+    assert!(done.stdout.is_empty(), "{what}: stdout {:?}", done.stdout);
+    assert_eq!(server.command_calls(), 0, "{what}: leasehold sent commands");
+    let size: i64 = server.query(&["DBSIZE"]);
+    assert_eq!(size, 0, "{what}: redis holds {:?}", all_keys(server));
+    server.reset_stats();
+    lines[0].to_owned()
+}
+
 /// A loopback port with nothing listening on it.
 pub fn closed_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
