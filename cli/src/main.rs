@@ -44,6 +44,9 @@ pub(crate) use config::Common;
 pub(crate) mod status {
     /// Not acquired within `--wait`: someone else holds the lease.
     pub const NOT_ACQUIRED: u8 = 75;
+    /// A process of the command refused leasehold's signals (it gained privileges, with
+    /// `--allow-new-privileges`): it was never said stopped.
+    pub const NOT_STOPPED: u8 = 122;
     /// The lease was lost or became unknown while the command ran; it was stopped.
     pub const LEASE_LOST: u8 = 124;
     /// leasehold itself failed: bad arguments, Redis unavailable, acquisition unconfirmed.
@@ -60,6 +63,10 @@ const RUN_EXIT_STATUS_HELP: &str = "\
 Exit status:
   the command's   it ran to the end under the lease (128+N if killed by signal N)
   75              not acquired within --wait (held by someone else, or in its lock-delay)
+  122             a process of the command refused leasehold's signals (a setuid program
+                  run with --allow-new-privileges): one line names it; if it still ran
+                  when the command had to be stopped, the lease was not released (it
+                  stays held until its TTL ends)
   124             the lease was lost or became unknown while the command (or, with
                   --wait-for-descendants, a process it left behind) ran; every process
                   of the command was stopped (or it ended while leasehold could not vouch
@@ -79,17 +86,20 @@ Short options, as flock(1) and timeout(1) spell them: -w DURATION (--wait), -n (
 -E N (--conflict-exit-code), -k DURATION (--kill-after), -s SIGNAL (--signal, with
 --timeout). Durations are humantime (1m 30s, 250ms) or a bare number of seconds (10, 0.5).
 
-Processes: the command runs under a keeper process that is a child subreaper, so every
-process it starts (backgrounded, double-forked, setsid) stays in its tree. When the
-command exits, the processes it left behind are stopped (SIGTERM, SIGKILL after --grace)
-before the lease is released, unless --wait-for-descendants. When the lease is lost,
-every one of them gets SIGTERM, then SIGKILL (after --grace; within one renewal period
-once Redis says the lease is gone). Nothing of the command outlives the lease's local
-validity, nor leasehold itself (SIGKILL, OOM killer, crash), nor a signal to leasehold's
-process group (the keeper runs in a session of its own).
+Processes: the command runs under a keeper process, by default in a PID namespace of its
+own whose init is the keeper (where the host allows it: root, or unprivileged user
+namespaces), so every process it starts (backgrounded, double-forked, setsid, setuid)
+stays in it and the kernel kills them all when any of leasehold's processes dies or, all
+of them frozen, at local validity's end; in it the command is pid 2 and sees only its own
+processes (--pid-namespace off: the host's pids, the keeper alone, a child subreaper).
+When the command exits, the processes it left behind are stopped (SIGTERM, SIGKILL after
+--grace) before the lease is released, unless --wait-for-descendants. When the lease is
+lost, every one of them gets SIGTERM, then SIGKILL (after --grace; within one renewal
+period once Redis says the lease is gone). The command starts with no_new_privs: setuid
+programs grant it nothing (--allow-new-privileges lifts it).
 
 Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
-LEASEHOLD_RESOURCE, LEASEHOLD_RENEW_EVERY; LEASEHOLD_COMMAND_TIMEOUT,
+LEASEHOLD_RESOURCE, LEASEHOLD_RENEW_EVERY, LEASEHOLD_PID_NAMESPACE; LEASEHOLD_COMMAND_TIMEOUT,
 LEASEHOLD_CONNECT_TIMEOUT, LEASEHOLD_DRIFT_BUDGET, LEASEHOLD_RETRY_AFTER_FALLBACK,
 LEASEHOLD_SAFETY_MARGIN (humantime durations). The command gets LEASEHOLD_FENCING_TOKEN:
 pass it to every write the lease protects; under --permits also LEASEHOLD_SLOT, the slot

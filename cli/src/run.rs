@@ -389,6 +389,15 @@ async fn run_command(
     )
     .instrument(span)
     .await;
+    if let CommandEnd::Survived { pid } = end {
+        // Released, the lease would let another holder start beside a process of this
+        // one; kept (no longer renewed), it ends at its TTL.
+        say!(
+            "process {pid} of the command still runs and leasehold cannot stop it; the lease \
+             is not released: it stays held until its TTL ends"
+        );
+        std::process::exit(i32::from(status::NOT_STOPPED));
+    }
     drop(done);
     let outcome = match work_done {
         Some(outcome) => outcome,
@@ -450,6 +459,11 @@ fn exit_status(
                 status::CANNOT_EXECUTE
             }
         }
+        // Handled before the release, which it skips.
+        CommandEnd::Survived { .. } => status::NOT_STOPPED,
+        CommandEnd::Gone {
+            refused: Some(_), ..
+        } => status::NOT_STOPPED,
         CommandEnd::KeeperDied { killed } => fail(format!(
             "the process keeper died; {killed} process(es) of the command killed; release: \
              {release}"
@@ -458,6 +472,7 @@ fn exit_status(
             status,
             lost_before_exit,
             lost_before_gone,
+            refused: None,
         } => {
             let cut_short =
                 lost_before_exit || (lost_before_gone && ended.leftovers == Leftovers::Wait);

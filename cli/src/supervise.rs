@@ -38,11 +38,17 @@ pub(crate) enum CommandEnd {
         lost_before_exit: bool,
         /// ... or while processes it left behind still ran.
         lost_before_gone: bool,
+        /// A process of the command refused leasehold's signals (and ended on its own).
+        refused: Option<u32>,
     },
     /// It could not be started.
     NotStarted(io::Error),
     /// The keeper died; the processes it left were killed here.
     KeeperDied { killed: usize },
+    /// A process of the command still runs after leasehold's SIGKILL — it refused it (it
+    /// gained privileges) or outlived [`KILL_LIMIT`]: nothing stopped it, and the lease
+    /// must not be released.
+    Survived { pid: u32 },
 }
 
 /// How the command's processes are stopped: the command line's choices and the lease's
@@ -193,6 +199,8 @@ struct Supervision {
     /// The lease was cancelled as unknown or unconfirmed: Redis is asked again.
     unsure: bool,
     said_deadline: bool,
+    /// A process of the command refused a signal (said once, when the keeper reported it).
+    refused: Option<u32>,
 }
 
 impl Supervision {
@@ -205,6 +213,7 @@ impl Supervision {
             stop_sent: false,
             unsure: false,
             said_deadline: false,
+            refused: None,
         }
     }
 
@@ -232,6 +241,7 @@ impl Supervision {
                 left_behind(count, self.stopping.leftovers);
             }
             Some(Event::LeftBehind { .. }) => {}
+            Some(Event::Unkillable { pid }) => self.refused_by(pid),
             Some(Event::DeadlinePassed) => {
                 self.lost = true;
                 self.deadline_passed();
@@ -241,6 +251,7 @@ impl Supervision {
                     status: self.status,
                     lost_before_exit: self.lost_before_exit || (self.status.is_none() && self.lost),
                     lost_before_gone: self.lost,
+                    refused: self.refused,
                 });
             }
             // The fuse's timer: the kernel ended the namespace at local validity's end,
@@ -253,6 +264,9 @@ impl Supervision {
             }
             None => {
                 let killed = keeper.kill_tree(KILL_LIMIT).await;
+                if let Some(end) = self.survived(killed) {
+                    return Some(end);
+                }
                 return Some(CommandEnd::KeeperDied {
                     killed: killed.most,
                 });
@@ -326,7 +340,35 @@ impl Supervision {
             took_us = due.elapsed().saturating_sub(late).as_micros(),
             "leasehold killed the command's tree itself"
         );
-        self.gone_after_kill()
+        self.survived(killed)
+            .unwrap_or_else(|| self.gone_after_kill())
+    }
+
+    /// A process of the command still runs after leasehold's kill: the end of a run whose
+    /// lease must not be released.
+    fn survived(&mut self, killed: keeper::Killed) -> Option<CommandEnd> {
+        let survivor = killed.survivor.filter(|_| killed.left > 0)?;
+        if survivor.refused {
+            self.refused_by(survivor.pid);
+        } else {
+            say!(
+                "process {} of the command still runs {} after SIGKILL (stuck in the kernel)",
+                survivor.pid,
+                humantime::format_duration(KILL_LIMIT)
+            );
+        }
+        Some(CommandEnd::Survived { pid: survivor.pid })
+    }
+
+    /// One line, once per process, when a process refused leasehold's signals.
+    fn refused_by(&mut self, pid: u32) {
+        if self.refused.replace(pid) != Some(pid) {
+            say!(
+                "process {pid} of the command refuses leasehold's signals (it runs as \
+                 another user: a setuid program, allowed by --allow-new-privileges); \
+                 leasehold cannot stop it and does not release the lease while it runs"
+            );
+        }
     }
 
     /// The end once the tree was killed because the lease could no longer be vouched for.
@@ -335,6 +377,7 @@ impl Supervision {
             status: self.status,
             lost_before_exit: self.lost_before_exit || self.status.is_none(),
             lost_before_gone: true,
+            refused: self.refused,
         }
     }
 

@@ -195,18 +195,37 @@ impl KeeperLink {
         };
         loop {
             reap_any();
-            let keeper = spare;
-            let round = tree::signal_all(me, self.command_group, keeper, Signal::Kill)
+            let signalled = tree::signal_all(me, self.command_group, spare, Signal::Kill);
+            let live: Vec<u32> = signalled
+                .found
                 .into_iter()
-                .filter(|&pid| Some(pid) != keeper)
-                .count();
-            if round == 0 {
+                .filter(|&pid| Some(pid) != spare)
+                .collect();
+            if live.is_empty() {
                 self.tree_gone = true;
-                return Killed { most, left: 0 };
+                return Killed {
+                    most,
+                    left: 0,
+                    survivor: None,
+                };
             }
-            most = most.max(round);
-            if Instant::now() >= until {
-                return Killed { most, left: round };
+            most = most.max(live.len());
+            // A process the kernel refuses to let leasehold signal will not go however
+            // long leasehold tries.
+            let hopeless = live.iter().all(|pid| signalled.refused.contains(pid));
+            if hopeless || Instant::now() >= until {
+                let survivor = match signalled.refused.first() {
+                    Some(&pid) => Survivor { pid, refused: true },
+                    None => Survivor {
+                        pid: live[0],
+                        refused: false,
+                    },
+                };
+                return Killed {
+                    most,
+                    left: live.len(),
+                    survivor: Some(survivor),
+                };
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -249,8 +268,20 @@ impl KeeperLink {
 pub(crate) struct Killed {
     /// The most processes one round found (and SIGKILLed).
     pub(crate) most: usize,
-    /// How many the last round still found, when `limit` ran out; 0: none is left.
+    /// How many the last round still found, when `limit` ran out or every one of them
+    /// refused the signal; 0: none is left.
     pub(crate) left: usize,
+    /// One of those left: one that refused the signal if any did.
+    pub(crate) survivor: Option<Survivor>,
+}
+
+/// A process of the command that leasehold's SIGKILL did not end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Survivor {
+    pub(crate) pid: u32,
+    /// The kernel refused the signal (EPERM: it runs as a user leasehold may not
+    /// signal); otherwise it outlived the kill's time limit (stuck in the kernel).
+    pub(crate) refused: bool,
 }
 
 /// How long a keeper gets to exit once leasehold found nothing of the tree left: a healthy

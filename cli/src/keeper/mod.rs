@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub(crate) use link::KeeperLink;
+pub(crate) use link::{KeeperLink, Killed};
 pub(crate) use machine::{Leftovers, Policy};
 pub(crate) use namespace::{Containment, NewPrivileges, PidNamespace, Refusal};
 pub(crate) use process::Spec;

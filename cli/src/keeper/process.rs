@@ -115,6 +115,8 @@ struct Process {
     main_reaped: bool,
     /// The counted lease's slot, for the command's `LEASEHOLD_SLOT`.
     slot: Option<u16>,
+    /// The processes already reported [`Event::Unkillable`].
+    unkillable: std::collections::HashSet<u32>,
 }
 
 impl Process {
@@ -138,6 +140,7 @@ impl Process {
             partial: Vec::new(),
             leasehold_gone: false,
             slot: None,
+            unkillable: std::collections::HashSet::new(),
             main: None,
             main_reaped: false,
         })
@@ -286,7 +289,12 @@ impl Process {
                 }
             }
             Action::SignalTree(signal) => {
-                tree::signal_all(self.me, self.main, None, signal);
+                let refused = tree::signal_all(self.me, self.main, None, signal).refused;
+                for pid in refused {
+                    if self.unkillable.insert(pid) {
+                        self.report(Event::Unkillable { pid });
+                    }
+                }
             }
             Action::Report(event) => self.report(event),
             Action::Exit => return Some(0),

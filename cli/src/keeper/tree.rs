@@ -83,31 +83,44 @@ pub(crate) fn descendants(root: u32) -> Vec<u32> {
     walk(root, |_| {})
 }
 
+/// What [`signal_all`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Signalled {
+    /// Every live descendant the walk found (`spare` included).
+    pub(crate) found: Vec<u32>,
+    /// Those the kernel refused to signal (EPERM): they run as a user this process may not
+    /// signal — a setuid program run with `--allow-new-privileges`.
+    pub(crate) refused: Vec<u32>,
+}
+
 /// Sends `signal` to the process group `group`, which reaches its members at once (and any
 /// the walk cannot see), then to every live descendant of `root` but `spare`, each as the
-/// walk finds it. Returns the descendants found (`spare` included).
+/// walk finds it.
 pub(crate) fn signal_all(
     root: u32,
     group: Option<u32>,
     spare: Option<u32>,
     signal: Signal,
-) -> Vec<u32> {
+) -> Signalled {
     if let Some(group) = group.and_then(|g| i32::try_from(g).ok()) {
         // SAFETY: kill(2) with a negative pid signals a process group; it reads no memory.
         unsafe {
             libc::kill(-group, signal.raw());
         }
     }
-    walk(root, |pid| {
+    let mut refused = Vec::new();
+    let found = walk(root, |pid| {
         if Some(pid) != spare
-            && let Ok(pid) = i32::try_from(pid)
+            && let Ok(raw) = i32::try_from(pid)
         {
             // SAFETY: as above, for one process.
-            unsafe {
-                libc::kill(pid, signal.raw());
+            let sent = unsafe { libc::kill(raw, signal.raw()) };
+            if sent != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+                refused.push(pid);
             }
         }
-    })
+    });
+    Signalled { found, refused }
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -143,7 +156,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(descendants(me).contains(&child.id()));
-        signal_all(child.id(), None, None, Signal::Kill);
+        let signalled = signal_all(child.id(), None, None, Signal::Kill);
+        assert!(signalled.found.contains(&grandchild), "{signalled:?}");
+        assert!(signalled.refused.is_empty(), "{signalled:?}");
         while descendants(me).contains(&grandchild) {
             assert!(Instant::now() < deadline, "{grandchild} survived SIGKILL");
             std::thread::sleep(Duration::from_millis(5));

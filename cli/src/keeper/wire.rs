@@ -105,6 +105,9 @@ pub(crate) enum Event {
     DeadlinePassed,
     /// Nothing of the command runs any more; the keeper exits.
     Gone,
+    /// The kernel refused the keeper's signal to this process of the command (EPERM: it
+    /// runs as a user the keeper may not signal). Said once per process.
+    Unkillable { pid: u32 },
 }
 
 fn frame(tag: u8, a: u64, b: u64) -> [u8; FRAME] {
@@ -174,6 +177,7 @@ impl Event {
             Event::LeftBehind { count } => frame(4, u64::from(count), 0),
             Event::DeadlinePassed => frame(5, 0, 0),
             Event::Gone => frame(6, 0, 0),
+            Event::Unkillable { pid } => frame(7, u64::from(pid), 0),
         }
     }
 
@@ -193,6 +197,7 @@ impl Event {
                 .map(|count| Event::LeftBehind { count }),
             (5, _, _) => Some(Event::DeadlinePassed),
             (6, _, _) => Some(Event::Gone),
+            (7, pid, _) => u32::try_from(pid).ok().map(|pid| Event::Unkillable { pid }),
             _ => None,
         }
     }
@@ -232,6 +237,7 @@ mod tests {
             Event::LeftBehind { count: 3 },
             Event::DeadlinePassed,
             Event::Gone,
+            Event::Unkillable { pid: 4_194_304 },
         ];
         for event in events {
             assert_eq!(Event::decode(&event.encode()), Some(event));

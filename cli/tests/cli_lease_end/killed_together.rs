@@ -329,11 +329,12 @@ fn sigkill_of_leaseholds_group_and_the_keepers_session_leaves_no_daemon_running(
 }
 
 /// The fuse's SIGKILL is the kernel's, at local validity's end; the deaths that follow (the
-/// fuse's, then the keeper's, which ends the namespace) each wait for a CPU, on a starved
-/// machine for up to tens of milliseconds (88 ms once in 45 trials under two CPU hogs):
-/// the drift budget must cover it, as it covers every kill; 300 ms, as for the frozen
-/// group (`main.rs`), under this test's load.
-const DRIFT: &[(&str, &str)] = &[("LEASEHOLD_DRIFT_BUDGET", "300ms")];
+/// fuse's, then the keeper's, which ends the namespace) each wait for a CPU. Under this
+/// binary's load they came within a few milliseconds in most runs, 10 ms past a 10 ms
+/// budget once in nine trials, and once, during a whole-suite run, 426 ms after the
+/// fuse's instant: the drift budget must cover that delay, as it covers every kill. This
+/// test checks the kernel's part — nothing of leasehold runs — with room for the rest.
+const DRIFT: &[(&str, &str)] = &[("LEASEHOLD_DRIFT_BUDGET", "1s")];
 
 #[test]
 fn every_leasehold_process_frozen_cannot_keep_the_command_past_the_lease() {
@@ -344,7 +345,7 @@ fn every_leasehold_process_frozen_cannot_keep_the_command_past_the_lease() {
         let resource = format!("frozen-{i}");
         let _load = CpuLoad::start();
         let mut old =
-            Witnessed::spawn(&server, &dir, &resource, &["--ttl", "2s"], false, DRIFT).ready();
+            Witnessed::spawn(&server, &dir, &resource, &["--ttl", "3s"], false, DRIFT).ready();
         let key = keys_of(&resource).lease().to_owned();
         let next = Next::start(&server, &dir, &resource);
         let ours = leaseholds_processes(&old);
@@ -364,7 +365,7 @@ fn every_leasehold_process_frozen_cannot_keep_the_command_past_the_lease() {
         // validity's end, at most a TTL from now.
         assert_all_gone_within(
             &old.named(),
-            Duration::from_secs(3),
+            Duration::from_secs(4),
             "every leasehold process froze",
         );
         let gone_in = frozen_at.elapsed();

@@ -139,44 +139,6 @@ impl Witnessed {
     }
 }
 
-/// A `leasehold run --wait` for the same resource whose command writes the clock once.
-pub(crate) struct Next {
-    pub(crate) run: Running,
-    pub(crate) first: PathBuf,
-}
-
-impl Next {
-    pub(crate) fn start(server: &RedisServer, dir: &TempDir, resource: &str) -> Next {
-        let first = dir.path(&format!("{resource}.next"));
-        let mut cmd = run_cmd(server, resource);
-        // A TTL to spare: granted through a replay of a try that waited behind a paused
-        // server, its validity counts from that try's send (conservatively short).
-        cmd.args([
-            "--wait",
-            "20s",
-            "--ttl",
-            "3s",
-            "--",
-            "bash",
-            "-c",
-            FIRST_WRITE,
-        ])
-        .env("W", &first)
-        .env("LC_ALL", "C");
-        let run = Running::spawn(cmd, dir, &format!("{resource}-next"));
-        Next { run, first }
-    }
-
-    /// Waits for it to run its command and exit; its first write (µs).
-    #[track_caller]
-    pub(crate) fn first_write(mut self) -> i64 {
-        self.run
-            .finish_within(EXIT_TIMEOUT, "the next holder")
-            .assert_code(0, "the next holder");
-        first_write(&self.first).expect("the next holder wrote")
-    }
-}
-
 /// The session of `pid` (field 6 of `/proc/<pid>/stat`).
 pub(crate) fn session_of(pid: u32) -> u32 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");

@@ -76,6 +76,24 @@ impl Drop for TempDir {
 /// `leasehold` with a clean `LEASEHOLD_*` environment, stdin closed, and no arguments yet.
 pub fn bare() -> Command {
     let mut cmd = Command::new(BIN);
+    clean_env(&mut cmd);
+    cmd
+}
+
+/// `setpriv --reuid=<uid> --regid=<gid> --clear-groups <bin>`: a `leasehold` binary run as
+/// another user (from a test running as root), with [`bare`]'s environment.
+pub fn as_user(uid: u32, gid: u32, bin: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg(bin);
+    clean_env(&mut cmd);
+    cmd
+}
+
+/// No inherited `LEASEHOLD_*` variable but the harness's choices, stdin closed.
+fn clean_env(cmd: &mut Command) {
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("LEASEHOLD_") {
             cmd.env_remove(&name);
@@ -89,7 +107,6 @@ pub fn bare() -> Command {
     if let Some(wanted) = std::env::var_os(PID_NAMESPACE_UNDER_TEST) {
         cmd.env("LEASEHOLD_PID_NAMESPACE", wanted);
     }
-    cmd
 }
 
 /// The harness's variable naming the `--pid-namespace` every run under test gets by default.

@@ -65,11 +65,13 @@ fn sigkill_pending(pid: u32) -> bool {
 }
 
 /// Whether `pid` still runs one of the commands these tests start (`sh`, `bash`, or
-/// `sleep` after `exec`), so a PID reused by an unrelated process is never signalled.
+/// `sleep` after `exec`, by name or path), so a PID reused by an unrelated process is never
+/// signalled.
 pub fn is_test_command(pid: u32) -> bool {
     fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
         let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-        matches!(argv0, b"sh" | b"bash" | b"sleep")
+        let name = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+        matches!(name, b"sh" | b"bash" | b"sleep")
     })
 }
 

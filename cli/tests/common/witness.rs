@@ -9,10 +9,11 @@
 //! ends them between two lines.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::RedisServer;
+use super::cli::{EXIT_TIMEOUT, Running, TempDir, run_cmd};
 
 /// How often each process of a witnessed tree writes, in seconds (for `read -t`).
 const PERIOD: &str = "0.005";
@@ -117,4 +118,42 @@ pub fn first_write(file: &Path) -> Option<i64> {
 pub fn expiry_micros(server: &RedisServer, key: &str) -> Option<i64> {
     let at: i64 = server.query(&["PEXPIRETIME", key]);
     (at > 0).then(|| at * 1000)
+}
+
+/// A `leasehold run --wait` for the same resource whose command writes the clock once.
+pub struct Next {
+    pub run: Running,
+    pub first: PathBuf,
+}
+
+impl Next {
+    pub fn start(server: &RedisServer, dir: &TempDir, resource: &str) -> Next {
+        let first = dir.path(&format!("{resource}.next"));
+        let mut cmd = run_cmd(server, resource);
+        // A TTL to spare: granted through a replay of a try that waited behind a paused
+        // server, its validity counts from that try's send (conservatively short).
+        cmd.args([
+            "--wait",
+            "20s",
+            "--ttl",
+            "3s",
+            "--",
+            "bash",
+            "-c",
+            FIRST_WRITE,
+        ])
+        .env("W", &first)
+        .env("LC_ALL", "C");
+        let run = Running::spawn(cmd, dir, &format!("{resource}-next"));
+        Next { run, first }
+    }
+
+    /// Waits for it to run its command and exit; its first write (µs).
+    #[track_caller]
+    pub fn first_write(mut self) -> i64 {
+        self.run
+            .finish_within(EXIT_TIMEOUT, "the next holder")
+            .assert_code(0, "the next holder");
+        first_write(&self.first).expect("the next holder wrote")
+    }
 }
