@@ -367,3 +367,103 @@ fn a_helper_that_became_root_and_outlives_the_command_keeps_the_lease_renewed_un
         "released once the helper ended"
     );
 }
+
+/// `leasehold <args>` as `nobody` in a mount namespace whose `/proc/sys` is covered (as a
+/// container's masked paths cover it): the kernel then refuses the PID namespace its own
+/// `/proc`, and a run gets the keeper alone.
+fn masked(setup: &Unprivileged, args: &[&str]) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-m",
+        "sh",
+        "-c",
+        r#"mount --make-rprivate / && mount -o bind,ro /proc/sys /proc/sys && exec "$@""#,
+        "sh",
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ])
+    .arg(&setup.bin)
+    .args(args);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LEASEHOLD_") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.stdin(std::process::Stdio::null());
+    cmd
+}
+
+#[test]
+fn a_host_that_refuses_the_namespace_gets_the_keeper_alone_and_require_refuses_before_redis() {
+    let server = RedisServer::start();
+    let setup = Unprivileged::new("masked");
+    // Nothing listens there: a refusal that reached for Redis would say so instead.
+    let nowhere = format!("redis://127.0.0.1:{}", closed_port());
+    let require = finish(
+        masked(
+            &setup,
+            &[
+                "run",
+                "--redis",
+                &nowhere,
+                "--resource",
+                "masked",
+                "--pid-namespace",
+                "require",
+                "--",
+                "true",
+            ],
+        ),
+        &setup.dir,
+        "require",
+    );
+    require.assert_code(125, "--pid-namespace require on a host that refuses it");
+    assert_eq!(require.stderr_lines().len(), 1, "{}", require.stderr);
+    assert!(
+        require
+            .stderr
+            .contains("--pid-namespace require: the namespace's /proc cannot be mounted"),
+        "{}",
+        require.stderr
+    );
+    let url = server.url();
+    let auto = finish(
+        masked(
+            &setup,
+            &[
+                "run",
+                "--redis",
+                &url,
+                "--resource",
+                "masked",
+                "--log-level",
+                "debug",
+                "--",
+                "true",
+            ],
+        ),
+        &setup.dir,
+        "auto",
+    );
+    auto.assert_code(0, "auto falls back to the keeper alone");
+    assert!(
+        auto.stderr.contains("no PID namespace for the command")
+            && auto.stderr.contains("the keeper alone"),
+        "{}",
+        auto.stderr
+    );
+    let doctor = finish(
+        masked(&setup, &["doctor", "--redis", &url]),
+        &setup.dir,
+        "doctor",
+    );
+    assert!(
+        doctor
+            .stdout
+            .contains("warn  process tree: no PID namespace for the command"),
+        "{}",
+        doctor.stdout
+    );
+}

@@ -286,8 +286,11 @@ impl Keeper {
         };
         if let Some(refusal) = refusal {
             let mut status = 0;
-            // SAFETY: waitpid on our own child (it exits after saying why), writing a local.
+            // SAFETY: kill and waitpid on our own child, writing a local. The fuse may have
+            // said why itself and exited, or be waiting for deadlines behind a keeper that
+            // could not set up the namespace: it has nothing to guard either way.
             unsafe {
+                libc::kill(pid, libc::SIGKILL);
                 libc::waitpid(pid, &raw mut status, 0);
             }
             return Ok(Err(refusal));
