@@ -331,3 +331,51 @@ async fn a_supervisor_config_out_of_bounds_is_refused_before_anything_starts() {
     assert_eq!(backend.held_leases(), 0);
     assert_eq!(rt.held(), 0);
 }
+
+/// An acquisition whose reply was lost may have taken the lease (here it did). The next
+/// acquisition replays its attempt, finds that grant, and the term starts within the
+/// supervisor's backoff — not after the TTL a fresh attempt would wait out behind a lease
+/// nobody uses.
+#[tokio::test(start_paused = true)]
+async fn an_acquisition_of_unknown_end_is_replayed_and_its_term_starts_within_one_renew_period() {
+    let (rt, backend) = runtime();
+    let ttl = Duration::from_secs(30);
+    // Each acquisition replays its own lost replies for a second, then gives up unsure.
+    let request = request_for(rt.client(), ttl, Duration::from_secs(1));
+    backend.set_fault(Some(MemoryFault::LoseReply));
+    let sup = rt
+        .supervise(
+            request,
+            |_ctx| (UntilCancelled, ()),
+            CancelPolicy::Kill,
+            SupervisorConfig::default(),
+        )
+        .await
+        .unwrap();
+    // Acquisitions run, their replies are lost: the lease is held by the first one's
+    // attempt, and the supervisor knows nothing (each ends `Indeterminate`).
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        backend.held_leases(),
+        1,
+        "the lost acquisition took the lease"
+    );
+    backend.set_fault(None);
+    let resumed = Instant::now();
+    let mut w = sup.watch();
+    let held = next_term(&mut w, None).await;
+    let took = resumed.elapsed();
+    // One renewal period (ttl / 3): the supervisor's backoff (at most 5 s) bounds it.
+    assert!(
+        took <= ttl / 3,
+        "the term started {took:?} after Redis answered again"
+    );
+    assert_eq!(backend.held_leases(), 1, "one lease, the replayed one");
+    println!(
+        "measured: a lost acquisition replayed → term started {took:?} after the fault cleared (TTL {ttl:?})"
+    );
+    let summary = sup.shutdown().await;
+    assert_eq!(summary.terms, 1);
+    assert_eq!(backend.held_leases(), 0, "released on shutdown");
+    drop(held);
+}

@@ -18,7 +18,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{AcquireOutcome, LeaseHandle, Patience};
+use crate::lease::{AcquireOutcome, LeaseHandle, Patience, ReleaseOutcome};
 use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::job::report_or_vanished;
 use crate::runtime::lease_actor::stop_time;
@@ -86,8 +86,8 @@ impl<W> SupervisorActor<W> {
 enum Phase {
     /// Waiting for the pause to end (an `Acquire` is scheduled).
     Paused,
-    /// An acquisition task runs; cancelling gives it up.
-    Acquiring(CancellationToken),
+    /// An acquisition task runs with this request; cancelling gives it up.
+    Acquiring(CancellationToken, LeaseRequest),
     /// A term runs under this lease actor.
     Holding(Term),
 }
@@ -136,6 +136,10 @@ pub(crate) struct Core<W: Actor> {
     summary: watch::Sender<Option<SupervisorSummary>>,
     terms: u64,
     last: Option<LeaseReport>,
+    /// The request of an acquisition whose end is unknown (`Indeterminate`: it may have
+    /// landed): the next acquisition replays its attempt, which either finds the lease it
+    /// took or learns it took nothing — never a fresh attempt beside it (invariant 2).
+    unsettled: Option<LeaseRequest>,
 }
 
 impl<W: Actor> Drop for Core<W> {
@@ -156,7 +160,7 @@ impl<W: Actor> Drop for Core<W> {
             last: self.last.take(),
         };
         match std::mem::replace(&mut self.phase, Phase::Paused) {
-            Phase::Acquiring(cancel) => cancel.cancel(),
+            Phase::Acquiring(cancel, _) => cancel.cancel(),
             Phase::Holding(term) => match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
                     runtime.spawn(async move { farewell.publish(Some(term.end(bound).await)) });
@@ -165,7 +169,18 @@ impl<W: Actor> Drop for Core<W> {
                 // No runtime to wait in: the lease actor still ends its term on its own.
                 Err(_) => term.lease.stop(None),
             },
-            Phase::Paused => {}
+            Phase::Paused => {
+                // An acquisition that may have landed is given up by its attempt
+                // (owner-checked), as one in flight is.
+                if let (Some(request), Ok(runtime)) =
+                    (self.unsettled.take(), tokio::runtime::Handle::try_current())
+                {
+                    let client = self.runtime.client().clone();
+                    runtime.spawn(async move {
+                        given_up(&client.release_attempt(&request).await);
+                    });
+                }
+            }
         }
         farewell.publish(None);
     }
@@ -220,6 +235,7 @@ where
             summary: args.summary,
             terms: 0,
             last: None,
+            unsettled: None,
         })
     }
 
@@ -247,7 +263,7 @@ where
                 core.stopping = true;
                 match &core.phase {
                     Phase::Paused => myself.stop(None),
-                    Phase::Acquiring(cancel) => cancel.cancel(),
+                    Phase::Acquiring(cancel, _) => cancel.cancel(),
                     Phase::Holding(term) => {
                         let _ = term.lease.send_message(LeaseActorMsg::release());
                     }
@@ -274,6 +290,26 @@ where
     }
 }
 
+/// Says how an acquisition given up by its attempt was released: a release that may not
+/// have run leaves the lease, if the acquisition took it, held until its TTL ends.
+fn given_up(released: &ReleaseOutcome) {
+    match released {
+        ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner => {
+            tracing::debug!(
+                release = released.as_str(),
+                "lease supervisor gave up an acquisition"
+            );
+        }
+        ReleaseOutcome::Indeterminate { .. } | ReleaseOutcome::Unavailable { .. } => {
+            tracing::warn!(
+                release = released.as_str(),
+                "lease supervisor gave up an acquisition but could not release it: if it took \
+                 the lease, the lease stays held until its TTL ends"
+            );
+        }
+    }
+}
+
 /// Bound on waiting for a stopped lease actor's report, and for a stopped worker.
 const REPORT_WAIT: Duration = Duration::from_secs(1);
 
@@ -294,10 +330,14 @@ where
             myself.stop(None);
             return Ok(());
         }
-        // Invariant 2: a fresh attempt per term.
-        let request = self.request.with_new_attempt()?;
+        // Invariant 2: a fresh attempt per term, but for an acquisition of unknown end,
+        // which is replayed.
+        let request = match self.unsettled.take() {
+            Some(request) => request,
+            None => self.request.with_new_attempt()?,
+        };
         let cancel = CancellationToken::new();
-        self.phase = Phase::Acquiring(cancel.clone());
+        self.phase = Phase::Acquiring(cancel.clone(), request.clone());
         self.state.send_replace(SupervisorState::Acquiring);
         let runtime = self.runtime.clone();
         let myself = myself.clone();
@@ -311,10 +351,8 @@ where
                 () = cancel.cancelled() => {
                     // The acquisition may have landed: give it up by its attempt
                     // (owner-checked, so nobody else's lease is touched).
-                    let _ = runtime
-                        .client()
-                        .release_attempt(&request)
-                        .await;
+                    let released = runtime.client().release_attempt(&request).await;
+                    given_up(&released);
                     Command::AcquireAbandoned
                 }
             };
@@ -330,10 +368,16 @@ where
         myself: &ActorRef<SupervisorMsg>,
         taken: Taken,
     ) -> Result<(), ActorProcessingErr> {
-        self.phase = Phase::Paused;
+        let attempted = match std::mem::replace(&mut self.phase, Phase::Paused) {
+            Phase::Acquiring(_, request) => Some(request),
+            Phase::Paused | Phase::Holding(_) => None,
+        };
         let (mut handle, admission) = match taken {
             Ok(Ok(held)) => held,
             Ok(Err(outcome)) => {
+                if matches!(outcome, AcquireOutcome::Indeterminate { .. }) {
+                    self.unsettled = attempted;
+                }
                 tracing::debug!(
                     outcome = outcome.as_str(),
                     "lease supervisor did not acquire"

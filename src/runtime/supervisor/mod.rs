@@ -7,7 +7,12 @@
 //! 1. At most one term (one lease, one worker) at a time per supervisor; a new term starts
 //!    only after the previous LeaseActor reported (its worker stopped, its lease released).
 //! 2. Every term uses a fresh attempt (a new owner token), so a stale term's replay can
-//!    never be mistaken for the new one.
+//!    never be mistaken for the new one — except after an acquisition whose end is unknown
+//!    (`Indeterminate`: it may have landed, and Redis may run it late), whose attempt the
+//!    next acquisition replays until it knows: it finds the lease that attempt took (the
+//!    same grant, the same token) or learns it took none. A fresh attempt beside it would
+//!    leave the lease it took held, by nobody, for a whole TTL. One still unsettled when
+//!    the supervisor ends is released by its attempt.
 //! 3. Between terms and after failed acquisitions the supervisor backs off with jitter, so
 //!    a fleet of supervisors does not stampede Redis after a loss (`pacing`).
 //! 4. Its memory does not grow with the number of terms: it keeps the last term's report
