@@ -27,8 +27,9 @@ pub struct ShutdownSummary {
     pub stopped: usize,
     /// Still held when `shutdown` returned: work under
     /// [`CancelPolicy::NotifyOnly`](crate::runtime::CancelPolicy::NotifyOnly) still running
-    /// (its lease is released when it ends, or expires by its TTL), or a release still
-    /// waiting for Redis.
+    /// (its lease is released when it ends, or expires by its TTL), a release still
+    /// waiting for Redis, or an acquisition given up whose release could not be confirmed
+    /// (it may have taken its lease, held until its TTL ends; a warning says so).
     pub left: usize,
     /// How long the drain took.
     pub took: Duration,
@@ -87,11 +88,14 @@ impl LeaseRuntime {
             }
             self.registry.wait_empty_until(deadline).await;
         }
-        let left = self.registry.live();
+        let live = self.registry.live();
+        // Given up before any term began, so never past due: out of `ended`, into `left`.
+        let unreleased = self.registry.unreleased();
+        let left = live + unreleased;
         let summary = ShutdownSummary {
             leases,
-            ended: leases.saturating_sub(past_due),
-            stopped: past_due.saturating_sub(left),
+            ended: leases.saturating_sub(past_due).saturating_sub(unreleased),
+            stopped: past_due.saturating_sub(live),
             left,
             took: began.elapsed(),
         };

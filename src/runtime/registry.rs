@@ -27,6 +27,9 @@ pub(crate) struct Registry {
     live: watch::Sender<usize>,
     /// Cancelled when a drain begins: acquisitions in flight give up.
     drain: CancellationToken,
+    /// Acquisitions a drain gave up whose release could not be confirmed: each may have
+    /// taken its lease, held until its TTL ends. Counted in the drain's `left`.
+    unreleased: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -44,7 +47,21 @@ impl Registry {
             actors: Mutex::new(Actors::default()),
             live: watch::Sender::new(0),
             drain: CancellationToken::new(),
+            unreleased: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// An acquisition given up for a drain could not be released for sure. Call it while
+    /// its admission still lives, so that the drain, which waits for none to live, reads
+    /// it in its summary.
+    pub(crate) fn note_unreleased(&self) {
+        self.unreleased
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Acquisitions given up for a drain whose release could not be confirmed.
+    pub(crate) fn unreleased(&self) -> usize {
+        self.unreleased.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub(crate) fn max(&self) -> usize {

@@ -8,7 +8,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LeaseError;
-use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience};
+use crate::lease::{
+    AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience, ReleaseOutcome,
+};
 use crate::protocol::LeaseRequest;
 use crate::runtime::job::Started;
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
@@ -275,11 +277,21 @@ impl LeaseRuntime {
             outcome = self.client.acquire_with(request, patience) => outcome?,
             () = self.registry.drain_began() => {
                 // The acquisition may have landed: give it up by its attempt
-                // (owner-checked, so nobody else's lease is touched).
-                let _ = self
-                    .client
-                    .release_attempt(request)
-                    .await;
+                // (owner-checked, so nobody else's lease is touched). A release that may
+                // not have run is said and counted (while the admission still lives).
+                let released = self.client.release_attempt(request).await;
+                if matches!(
+                    released,
+                    ReleaseOutcome::Indeterminate { .. } | ReleaseOutcome::Unavailable { .. }
+                ) {
+                    tracing::warn!(
+                        release = released.as_str(),
+                        "an acquisition given up for the drain could not be released: if it \
+                         took the lease, the lease stays held until its TTL ends"
+                    );
+                    self.registry.note_unreleased();
+                }
+                drop(admission);
                 return Err(RuntimeError::ShuttingDown);
             }
         };

@@ -248,6 +248,47 @@ async fn an_acquisition_waiting_when_the_drain_begins_gives_up_and_holds_nothing
     assert_eq!(holder.release().await, ReleaseOutcome::Released);
 }
 
+/// The release that gives up an acquisition in flight may itself go unanswered: the
+/// acquisition may have taken the lease, which then stays held until its TTL ends. The
+/// drain's summary counts it in `left` (a warning says so) instead of nowhere.
+#[tokio::test(start_paused = true)]
+async fn an_acquisition_given_up_whose_release_goes_unanswered_is_counted_left() {
+    let backend = MemoryBackend::new();
+    let client = LeaseClient::new(backend.clone(), LeaseSettings::default()).unwrap();
+    let rt = LeaseRuntime::new(client.clone());
+    let mut holder = client
+        .try_acquire(&request(&client, "busy", Duration::ZERO))
+        .await
+        .unwrap()
+        .into_handle()
+        .unwrap();
+    let waiting_rt = rt.clone();
+    let waiter = tokio::spawn(async move {
+        let req = request(waiting_rt.client(), "busy", Duration::from_secs(60));
+        waiting_rt
+            .run_under_lease(&req, CancelPolicy::Kill, |_| async {
+                panic!("must not run")
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // From here nothing reaches the store: the give-up's release goes unanswered.
+    backend.set_fault(Some(MemoryFault::LoseRequest));
+    let summary = rt.shutdown(GRACE).await;
+    assert_eq!(
+        (summary.leases, summary.ended, summary.stopped, summary.left),
+        (1, 0, 0, 1),
+        "the unconfirmed give-up is left: {summary:?}"
+    );
+    let outcome = waiter.await.unwrap();
+    assert!(
+        matches!(outcome, Err(RuntimeError::ShuttingDown)),
+        "{outcome:?}"
+    );
+    backend.set_fault(None);
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_supervisor_on_a_drained_runtime_ends_after_its_term() {
     let rt = memory_runtime();
