@@ -196,3 +196,58 @@ async fn on_redis_a_killed_lease_actors_report_carries_the_release_that_happened
     assert_eq!(client.inspect(&req).await, InspectOutcome::Absent);
     assert_eq!(rt.held(), 0, "its place in the runtime was given back");
 }
+
+/// On a real redis-server that stops answering, a supervisor's acquisition ends
+/// `Indeterminate` — and Redis runs it when it resumes: the lease is taken, unanswered.
+/// The supervisor replays that attempt and leads within one renewal period of the
+/// resume; a fresh attempt would find the lease held by nobody and wait out its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_paused_then_resumed_the_supervisor_leads_within_one_renew_period() {
+    const TTL: Duration = Duration::from_secs(3);
+    const PAUSE: Duration = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let client = LeaseClient::redis(&server.url(), LeaseSettings::default()).unwrap();
+    let rt = LeaseRuntime::new(client.clone());
+    let request = LeaseRequest::builder(
+        Purpose::new("leader").unwrap(),
+        ResourceDigest::of("paused"),
+        client.new_attempt("candidate").unwrap(),
+    )
+    .ttl(TTL)
+    .build()
+    .unwrap();
+    // Connected first: a paused server accepts connections but answers nothing, so the
+    // acquisition is sent on a live connection and waits there.
+    assert_eq!(client.inspect(&request).await, InspectOutcome::Absent);
+    server.pause();
+    // Backoff bounded well inside a renewal period (TTL / 3), as the defaults (5 s) are
+    // inside the default TTL's (10 s).
+    let config = SupervisorConfig::backoff(Duration::from_millis(50), Duration::from_millis(300));
+    let sup = rt
+        .supervise(
+            request,
+            |_| (UntilCancelled, ()),
+            CancelPolicy::Kill,
+            config,
+        )
+        .await
+        .unwrap();
+    sleep(PAUSE).await;
+    server.resume();
+    let resumed = Instant::now();
+    let mut watch = sup.watch();
+    let held = tokio::time::timeout(Duration::from_secs(10), next_term(&mut watch, None))
+        .await
+        .expect("no term within 10 s of the resume");
+    let took = resumed.elapsed();
+    println!(
+        "measured: Redis paused {PAUSE:?} under an acquisition → the term started {took:?} after the resume (TTL {TTL:?})"
+    );
+    assert!(
+        took <= TTL / 3,
+        "the term started {took:?} after the resume"
+    );
+    drop(held);
+    let summary = sup.shutdown().await;
+    assert_eq!(summary.terms, 1);
+}

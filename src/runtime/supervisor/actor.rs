@@ -375,7 +375,13 @@ where
         let (mut handle, admission) = match taken {
             Ok(Ok(held)) => held,
             Ok(Err(outcome)) => {
-                if matches!(outcome, AcquireOutcome::Indeterminate { .. }) {
+                // Still unsettled after an unknown end, and after a call that provably did
+                // not run (a replay that could not be sent settles nothing); settled by any
+                // answer.
+                if matches!(
+                    outcome,
+                    AcquireOutcome::Indeterminate { .. } | AcquireOutcome::Unavailable { .. }
+                ) {
                     self.unsettled = attempted;
                 }
                 tracing::debug!(

@@ -9,8 +9,9 @@
 //! 2. Every term uses a fresh attempt (a new owner token), so a stale term's replay can
 //!    never be mistaken for the new one — except after an acquisition whose end is unknown
 //!    (`Indeterminate`: it may have landed, and Redis may run it late), whose attempt the
-//!    next acquisition replays until it knows: it finds the lease that attempt took (the
-//!    same grant, the same token) or learns it took none. A fresh attempt beside it would
+//!    next acquisition replays until an answer settles it (a call that could not be sent
+//!    settles nothing): it finds the lease that attempt took (the same grant, the same
+//!    token) or learns it took none. A fresh attempt beside it would
 //!    leave the lease it took held, by nobody, for a whole TTL. One still unsettled when
 //!    the supervisor ends is released by its attempt.
 //! 3. Between terms and after failed acquisitions the supervisor backs off with jitter, so
