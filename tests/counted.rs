@@ -1,6 +1,6 @@
 //! Counted leases (`permits(n)`) on every backend: at most n holders at once, each a lease
 //! in its own slot with everything a lease has, tokens increasing across all slots, a
-//! freed slot taken by the next contender. (The plain lease: `backend_contract.rs`.)
+//! freed slot taken by the next contender. (The plain lease: `backend_contract/`.)
 
 mod common;
 
@@ -223,7 +223,7 @@ async fn an_indeterminate_counted_acquisition_is_settled_by_inspect_and_release_
         .clone()
         .with_command_timeout(Duration::from_millis(150));
     let client = h.client_with(settings);
-    // Connected, and the script loaded on every node (see backend_contract.rs).
+    // Connected, and the script loaded on every node (see backend_contract/main.rs).
     for i in 0..32 {
         let warm = LeaseRequest::builder(
             Purpose::new("contract").unwrap(),

@@ -1,6 +1,6 @@
 //! The holder label on every backend: stored with the lease by its acquisition, reported by
 //! `inspect` to the holder and to everyone else, kept through replays and renewals, gone
-//! with the lease. (The rest of the contract: `backend_contract.rs`.)
+//! with the lease. (The rest of the contract: `backend_contract/`.)
 
 mod common;
 

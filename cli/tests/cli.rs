@@ -20,6 +20,7 @@ use common::RedisServer;
 use common::cli::*;
 use common::fault::FaultLine;
 use common::observe::{Monitor, dump_redis};
+use common::tree::time_until_gone;
 use leasehold::ResourceDigest;
 
 #[test]
@@ -183,6 +184,22 @@ fn killing_redis_stops_the_command_and_exits_124_within_the_ttl() {
     assert_gone_soon(command_pid, "the command");
 }
 
+/// Returns just after a renewal of `key`: when its PTTL, polled every millisecond, goes
+/// back up.
+fn after_a_renewal(server: &RedisServer, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last: i64 = server.query(&["PTTL", key]);
+    loop {
+        assert!(Instant::now() < deadline, "no renewal of {key} within 5 s");
+        std::thread::sleep(Duration::from_millis(1));
+        let pttl: i64 = server.query(&["PTTL", key]);
+        if pttl > last + 50 {
+            return;
+        }
+        last = pttl;
+    }
+}
+
 #[test]
 fn deleting_the_lease_key_stops_the_command_within_one_renew_period_and_says_lost() {
     let server = RedisServer::start();
@@ -204,9 +221,24 @@ fn deleting_the_lease_key_stops_the_command_within_one_renew_period_and_says_los
     let key = wait_for_lease_key(&server);
     assert_eq!(key, keys_of("deleted").lease());
     assert!(is_lease_key(&key, "run"), "unexpected key layout: {key}");
+    // The renew period in force, between two renewals (ttl/3 at most; a 1 s TTL's safety
+    // margin makes it shorter). The DEL lands half a period after a renewal: the next one,
+    // due half a period later, finds the lease gone, and the command must be gone before a
+    // whole period has passed since the DEL — a second renewal would be due only then.
+    after_a_renewal(&server, &key);
+    let renewed_at = Instant::now();
+    after_a_renewal(&server, &key);
+    let period = renewed_at.elapsed();
+    assert!(
+        period <= Duration::from_millis(333) + Duration::from_millis(50),
+        "renewals {period:?} apart on a 1 s TTL (ttl/3 at most)"
+    );
+    std::thread::sleep(period / 2);
     let deleted_at = Instant::now();
     let removed: i64 = server.query(&["DEL", &key]);
     assert_eq!(removed, 1);
+    let stopped =
+        time_until_gone(command_pid, Duration::from_secs(20)).map(|_| deleted_at.elapsed());
     let done = run.finish_within(Duration::from_secs(20), "run after DEL");
     let delay = done.ended_at - deleted_at;
     FaultLine::new("lease-deleted/cli", 1)
@@ -219,9 +251,10 @@ fn deleting_the_lease_key_stops_the_command_within_one_renew_period_and_says_los
         .ms("ttl_ms", Duration::from_secs(1))
         .print();
     done.assert_code(124, "run after DEL");
+    let stopped = stopped.expect("the command ends");
     assert!(
-        delay < Duration::from_millis(2500),
-        "leasehold took {delay:?} after the DEL (renew every ~333ms)"
+        stopped <= period,
+        "the command ran {stopped:?} after the DEL, more than one renew period ({period:?})"
     );
     assert!(
         done.stderr_lines().iter().any(|l| l.contains("lost")),

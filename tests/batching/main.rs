@@ -12,6 +12,7 @@ mod calls;
 mod certainty;
 #[path = "../common/mod.rs"]
 mod common;
+mod monitor;
 mod outcomes;
 
 use std::time::{Duration, Instant};

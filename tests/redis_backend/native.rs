@@ -2,7 +2,8 @@
 //! which path each operation takes on the server the harness runs (Redis 7: the script;
 //! Valkey 9, in CI's server matrix: `SET … IFEQ`), and that both give the same outcomes —
 //! also where only the script can answer (a lock-delay, a replay under another label) and
-//! where the configuration keeps the script.
+//! where the configuration keeps the script — and, against the commands the server itself
+//! has (not the backend's reading of `INFO server`), that renewals and releases take them.
 
 use std::time::Duration;
 
@@ -236,4 +237,46 @@ async fn a_user_refused_the_servers_own_release_still_releases_by_the_script() {
         );
         assert_eq!(calls, (refused, 0, sets, 2 - sets), "round {round}");
     }
+}
+
+/// Which of its own compare-and-set commands the server has — `SET … IFEQ` and `DELIFEQ`
+/// — asked of the server itself (a `SET … IFEQ` tried on a key of its own, `COMMAND INFO`),
+/// not read from `INFO server` as the backend reads it.
+fn commands_the_server_has(server: &RedisServer) -> (bool, bool) {
+    let set_ifeq = server
+        .try_cmd(&["SET", "probe:set-ifeq", "x", "IFEQ", "x"])
+        .is_ok();
+    let delifeq = match server.cmd(&["COMMAND", "INFO", "DELIFEQ"]) {
+        redis::Value::Array(found) => found.iter().any(|c| *c != redis::Value::Nil),
+        other => panic!("COMMAND INFO answered {other:?}"),
+    };
+    (set_ifeq, delifeq)
+}
+
+/// The path each operation takes, from `INFO commandstats`, against the commands the
+/// server has (asked of it, not of the backend's reading of `INFO server`): on Valkey 9 a
+/// renewal is one `SET` and a release one `DELIFEQ`, no script; on Redis 7 both are the
+/// script (`EVALSHA`). A misread `INFO server` cannot put a server that has the commands on
+/// the script path unnoticed.
+#[tokio::test]
+async fn renewals_and_releases_run_as_the_servers_own_commands_exactly_where_it_has_them() {
+    let server = RedisServer::start();
+    let (set_ifeq, delifeq) = commands_the_server_has(&server);
+    let info: String = server.query(&["INFO", "server"]);
+    if info.contains("valkey_version:9.") {
+        assert!(set_ifeq && delifeq, "Valkey 9 has SET … IFEQ and DELIFEQ");
+    }
+    let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let mut lease = acquired(&client, &request(&client, "r")).await;
+    let renewed = renew_counting(&server, &mut lease).await;
+    server.reset_stats();
+    assert_eq!(lease.release().await, ReleaseOutcome::Released);
+    let released = (server.calls_of("delifeq"), server.calls_of("evalsha"));
+    println!(
+        "measured: SET … IFEQ {set_ifeq}, DELIFEQ {delifeq}: renewal (set, evalsha) {renewed:?}, \
+         release (delifeq, evalsha) {released:?}"
+    );
+    let by = |native: bool| if native { (1, 0) } else { (0, 1) };
+    assert_eq!(renewed, by(set_ifeq), "renewal: SET … IFEQ {set_ifeq}");
+    assert_eq!(released, by(delifeq), "release: DELIFEQ {delifeq}");
 }

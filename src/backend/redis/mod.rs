@@ -31,6 +31,8 @@ mod connection;
 #[doc(hidden)]
 pub mod fuzzing;
 mod parse;
+#[cfg(test)]
+mod parse_props;
 mod pubsub;
 mod replicas;
 mod scan;

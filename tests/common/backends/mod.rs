@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use leasehold::{
-    LeaseClient, LeaseKeys, LeaseSettings, MemoryBackend, MemoryFault, RedisBackend, RedisConfig,
+    LeaseBackend, LeaseClient, LeaseKeys, LeaseSettings, MemoryBackend, MemoryFault, RedisBackend,
+    RedisConfig,
 };
 
 use super::cluster::{ClusterNode, ClusterTopology};
@@ -212,6 +213,19 @@ impl Harness {
             }
             Backend::Sentinel(topology) => topology.client(settings),
             Backend::Cluster(topology) => topology.client(settings),
+        }
+    }
+
+    /// A backend on the same store, for a test that calls its operations itself (one
+    /// script call each, no handle): a renewal or a release by an attempt of its choosing.
+    pub fn backend(&self) -> Box<dyn LeaseBackend> {
+        let redis = |config: RedisConfig| RedisBackend::new(config).expect("valid config");
+        match &self.backend {
+            Backend::Memory(m) => Box::new(m.clone()),
+            Backend::Redis { proxy, .. } => Box::new(redis(RedisConfig::new(proxy.url()))),
+            Backend::Batched { backend, .. } => Box::new(backend.clone()),
+            Backend::Sentinel(topology) => Box::new(redis(topology.config())),
+            Backend::Cluster(topology) => Box::new(redis(topology.config())),
         }
     }
 

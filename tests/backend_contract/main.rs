@@ -6,7 +6,9 @@
 //! key's TTL alone shrinks (`shorten_server_ttl`, `run_out_server_ttl`); on memory the paused
 //! clock moves (`advance_clock`), every handle's local validity with it.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod same_owner;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +18,7 @@ use common::backends::{Fault, Harness};
 use common::fault::FaultLine;
 use common::leases::acquired;
 use leasehold::*;
+use same_owner::*;
 use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
@@ -96,24 +99,6 @@ async fn replay_after_29s_of_a_30s_lease_trusts_only_the_servers_pttl(h: Harness
     assert!(expiry <= replied + Duration::from_secs(1));
     assert!(expiry >= sent + server_left);
     std::mem::forget(first);
-}
-
-async fn acquire_with_the_same_owner_under_another_operation_is_a_conflict(h: Harness) {
-    let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let first = acquired(&h.client, &req).await;
-    let other_op = Attempt::from_parts(
-        req.attempt().owner().clone(),
-        OperationId::new("op-2").unwrap(),
-    );
-    let req2 = LeaseRequest::builder(req.purpose().clone(), *req.resource(), other_op)
-        .build()
-        .unwrap();
-    let outcome = h.client.try_acquire(&req2).await.unwrap();
-    let AcquireOutcome::OwnerOperationConflict { retry_after } = outcome else {
-        panic!("expected conflict, got {outcome:?}")
-    };
-    assert!(retry_after > Duration::from_secs(20));
-    drop(first);
 }
 
 async fn acquire_held_by_another_is_contended_with_the_holders_pttl(h: Harness) {
@@ -482,6 +467,8 @@ contract_tests!(
     acquire_again_with_the_same_attempt_replays_the_token_without_resetting_the_ttl,
     replay_after_29s_of_a_30s_lease_trusts_only_the_servers_pttl,
     acquire_with_the_same_owner_under_another_operation_is_a_conflict,
+    renew_and_release_as_the_same_owner_under_another_operation_are_not_owner,
+    a_handle_of_the_same_owner_under_another_operation_is_not_owner,
     acquire_held_by_another_is_contended_with_the_holders_pttl,
     renew_held_is_renewed_and_resets_the_server_ttl,
     renew_after_the_key_was_deleted_is_lost_absent,
