@@ -379,6 +379,7 @@ const OTHER_ENV_VARS: &[&str] = &[
     "LEASEHOLD_SLOT",
     "LEASEHOLD_RESOURCE",
     "LEASEHOLD_METRICS_ADDR",
+    "LEASEHOLD_PID_NAMESPACE",
     #[cfg(test)]
     "LEASEHOLD_TEST_CHILD",
 ];
