@@ -188,7 +188,7 @@ pub use protocol::request::LeaseRequest;
 /// ["tokio_runtime"]` unless your workers need it.
 pub use ractor;
 
-/// The README's Rust examples, compiled and run as doc tests.
+/// The README's Rust examples, compiled as doc tests (`no_run`: they need a Redis server).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
