@@ -119,6 +119,20 @@ impl Config {
         }
     }
 
+    /// A counted lease of two slots with a lock-delay of one tick, two clients: the scan's
+    /// DELAYED branch and a free slot beside a delayed one.
+    pub fn counted_lock_delay() -> Config {
+        Config {
+            clients: 2,
+            attempts: 2,
+            permits: 2,
+            delay: 1,
+            max_time: 5,
+            late_requests: false,
+            ..Config::plain()
+        }
+    }
+
     /// A plain lease with a lock-delay of two ticks.
     pub fn lock_delay() -> Config {
         Config {

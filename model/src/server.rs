@@ -267,3 +267,7 @@ impl Call<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;

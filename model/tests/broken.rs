@@ -60,6 +60,12 @@ fn lock_delay_ignored_grants_during_the_delay() {
 }
 
 #[test]
+fn lock_delay_ignored_by_the_slot_scan_grants_during_the_delay() {
+    let config = Config::counted_lock_delay().with_bugs(bugs(|b| b.ignore_lock_delay = true));
+    breaks(config, LOCK_DELAY);
+}
+
+#[test]
 fn late_renewal_reviving_a_handle_breaks_its_state_machine() {
     let config = Config::plain().with_bugs(bugs(|b| b.revive_handle = true));
     breaks(config, TERMINAL_STAYS);

@@ -35,6 +35,11 @@ fn counted_lease() {
 }
 
 #[test]
+fn counted_lease_with_lock_delay() {
+    holds("counted lock-delay", Config::counted_lock_delay());
+}
+
+#[test]
 fn lock_delay() {
     holds("lock-delay", Config::lock_delay());
 }
