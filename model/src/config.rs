@@ -34,12 +34,17 @@ pub struct Config {
     pub flush: bool,
     /// Writes a failover may lose: the promoted replica lacks up to this many (≤ 2).
     pub lost_writes: u8,
-    /// Ticks the promoted replica's clock may be behind the real time.
+    /// Ticks the promoted replica's clock may be behind the old primary's (lags add up
+    /// over failovers).
     pub replica_behind: u8,
-    /// The clock assumption the TIME floor rests on: a fault that loses the fence counter
-    /// (or its last increments) happens only once the server's clock, as the next
-    /// acquisition reads it, is past every token already issued. Off, the checker shows
-    /// what goes wrong without it.
+    /// Ticks the promoted replica's clock may be ahead of the old primary's (never ahead
+    /// of the real time). A jump forward ends leases early in real time: (a) does not
+    /// survive it, which a test shows; leasehold's drift budget must cover it.
+    pub replica_ahead: u8,
+    /// The clock assumption the TIME floor rests on: after a fault, either the fence
+    /// counter still holds the largest token issued, or the node's clock is past it — a
+    /// fault that loses the counter (or its last increments) or sets the clock back never
+    /// leaves both short. Off, the checker shows what goes wrong without it.
     pub time_past_counter: bool,
     /// Renewals and releases take the server's own commands (`SET … IFEQ … GET PX`,
     /// `DELIFEQ`), falling back to the script as the client does.
@@ -87,6 +92,7 @@ impl Config {
             flush: false,
             lost_writes: 0,
             replica_behind: 0,
+            replica_ahead: 0,
             time_past_counter: true,
             native: false,
             bugs: Bugs::default(),
@@ -144,14 +150,18 @@ impl Config {
     }
 
     /// The same configuration with `LEASEHOLD_MODEL_DEPTH` more ticks of clock (0 when
-    /// unset): the deeper run of README.md.
+    /// unset), and one more fault where faults are injected (two in a row: an eviction
+    /// then a failover, say): the deeper run of README.md.
     pub fn deepened(self) -> Config {
         let extra = std::env::var("LEASEHOLD_MODEL_DEPTH")
             .ok()
             .and_then(|v| v.parse::<u8>().ok())
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .min(8);
+        let more_faults = u8::from(extra > 0 && self.faults > 0);
         Config {
-            max_time: self.max_time.saturating_add(extra.min(8)),
+            max_time: self.max_time + extra,
+            faults: self.faults + more_faults,
             ..self
         }
     }

@@ -38,9 +38,9 @@ pub enum Action {
     Evict,
     /// `FLUSHALL`, or a restart with no data.
     Flush,
-    /// The replica is promoted, missing the last `lost` writes, its clock `behind` ticks
-    /// behind the real time.
-    Failover { lost: u8, behind: u8 },
+    /// The replica is promoted, missing the last `lost` writes, its clock `lag` ticks
+    /// behind the real time (within the bounds of the old primary's lag).
+    Failover { lost: u8, lag: u8 },
 }
 
 /// The model of one configuration.
@@ -89,21 +89,32 @@ impl LeaseModel {
         if state.faults_left == 0 {
             return;
         }
-        let past = |behind: u8| {
+        // The TIME floor's clock assumption: after the fault, either the counter still
+        // holds the largest token issued, or the node's clock is past it.
+        let max = state.ghost.max_token;
+        let past = |fence: Option<u16>, lag: u8| {
             !config.time_past_counter
-                || state.ghost.max_token < u16::from(state.now.saturating_sub(behind))
+                || fence.is_some_and(|f| f >= max)
+                || max < u16::from(state.now.saturating_sub(lag))
         };
-        if config.evict && state.server.data.fence.is_some() && past(state.server.behind) {
+        let lag = state.server.behind;
+        if config.evict && state.server.data.fence.is_some() && past(None, lag) {
             actions.push(Action::Evict);
         }
-        if config.flush && past(state.server.behind) {
+        if config.flush && past(None, lag) {
             actions.push(Action::Flush);
         }
         let stored = state.server.before.len() as u8;
+        let old = state.server.behind;
+        let lags = old.saturating_sub(config.replica_ahead)..=old + config.replica_behind;
         for lost in 0..=config.lost_writes.min(stored) {
-            for behind in 0..=config.replica_behind {
-                if (lost, behind) != (0, 0) && (lost == 0 || past(behind)) {
-                    actions.push(Action::Failover { lost, behind });
+            let fence = match lost {
+                0 => state.server.data.fence,
+                _ => state.server.before[usize::from(lost) - 1].fence,
+            };
+            for lag in lags.clone() {
+                if (lost, lag) != (0, old) && past(fence, lag) {
+                    actions.push(Action::Failover { lost, lag });
                 }
             }
         }

@@ -192,14 +192,14 @@ impl LeaseModel {
                 s.ghost.data_lost |= before.slots.iter().any(Option::is_some);
                 s.server.record_write(before, self.config.lost_writes);
             }
-            Action::Failover { lost, behind } => {
+            Action::Failover { lost, lag } => {
                 if lost > 0 {
                     let promoted = s.server.before[usize::from(lost) - 1].clone();
                     s.ghost.data_lost |= promoted.slots != s.server.data.slots;
                     s.server.data = promoted;
                 }
                 s.server.before.clear();
-                s.server.behind = behind;
+                s.server.behind = lag;
                 let server_now = s.server_now();
                 s.server.data.expire(server_now);
             }

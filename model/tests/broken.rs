@@ -71,6 +71,18 @@ fn late_renewal_reviving_a_handle_breaks_its_state_machine() {
     breaks(config, TERMINAL_STAYS);
 }
 
+/// Not a bug but a limit of (a): a promoted replica whose clock is ahead of the old
+/// primary's expires a lease before its holder's validity ends.
+#[test]
+fn failover_to_a_clock_ahead_ends_a_lease_early() {
+    let config = Config {
+        replica_ahead: 1,
+        faults: 2,
+        ..Config::faults()
+    };
+    breaks(config, AT_MOST_PERMITS);
+}
+
 /// Not a bug but the limit of the TIME floor: a counter lost while it is ahead of the
 /// clock (several grants within one tick of `TIME`) lets the next grant repeat a token.
 #[test]
