@@ -10,10 +10,11 @@
 //! Assumptions the properties rest on, stated where the code makes them:
 //! * drift (`client.rs`): each client's clock runs at the server's rate within the drift
 //!   budget over a lease term;
-//! * the TIME floor (`Config::time_past_counter`): a fault that loses the counter happens
-//!   once the server's clock, as the next acquisition reads it, is past every token issued;
-//! * (a) holds while the server keeps its acknowledged writes; a flush or a failover that
-//!   lost writes breaks it, which is what `ReplicaWait` narrows.
+//! * the TIME floor (`Config::time_past_counter`): after any fault, either the fence
+//!   counter still holds the largest token issued or the node's clock is past it;
+//! * (a) holds while the server keeps its acknowledged writes (a flush or a failover that
+//!   lost writes breaks it, which is what `ReplicaWait` narrows) and while no promoted
+//!   replica's clock is ahead of its old primary's (`Config::replica_ahead`).
 
 pub mod client;
 pub mod config;
