@@ -1,0 +1,107 @@
+//! The model's state: real time, the primary and what its replica lacks, the clients, and
+//! the ghost record the properties read (what was granted, and each property's breach as
+//! the step that made it).
+
+use crate::client::Client;
+use crate::config::Config;
+use crate::server::{Data, Time, Token};
+
+/// The primary Redis node (or the replica promoted in its place).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Server {
+    pub data: Data,
+    /// How far the node's clock is behind the real time (a promoted replica's may be).
+    pub behind: Time,
+    /// The data as it stood before each of the last writes, newest first: what a replica
+    /// that missed them holds.
+    pub before: Vec<Data>,
+}
+
+impl Server {
+    /// The node's clock at real time `now`.
+    pub fn clock(&self, now: Time) -> Time {
+        now.saturating_sub(self.behind)
+    }
+
+    /// Records that a write changed the data from `before`, for a replica that may miss
+    /// it (keeping the last `keep`).
+    pub fn record_write(&mut self, before: Data, keep: u8) {
+        if keep == 0 {
+            return;
+        }
+        self.before.insert(0, before);
+        self.before.truncate(usize::from(keep));
+    }
+}
+
+/// Breaches, one bit per property; set by the step that broke it.
+pub mod breach {
+    /// (a) a belief gained from a reply is backed by the client's own key.
+    pub const BACKED: u8 = 1;
+    /// (b) a grant's token is not above every earlier grant's.
+    pub const TOKENS: u8 = 2;
+    /// (c) an attempt got a second grant while its first still held.
+    pub const ATTEMPT: u8 = 4;
+    /// (d) a handle sent from a terminal state.
+    pub const HANDLE: u8 = 8;
+    /// (e) a slot in its lock-delay was granted.
+    pub const DELAY: u8 = 16;
+}
+
+/// What the properties need beyond the system's own state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Ghost {
+    /// The largest token ever granted.
+    pub max_token: Token,
+    /// Grants so far, per client (for the `sometimes` properties).
+    pub granted: Vec<bool>,
+    /// A fault lost acknowledged writes (a flush, or a failover that lost writes).
+    pub data_lost: bool,
+    /// Breached properties (`breach` bits).
+    pub breaches: u8,
+}
+
+/// The whole state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Real time, in ticks.
+    pub now: Time,
+    pub server: Server,
+    pub clients: Vec<Client>,
+    /// Faults still allowed.
+    pub faults_left: u8,
+    pub ghost: Ghost,
+}
+
+impl State {
+    pub fn initial(config: &Config) -> State {
+        State {
+            now: 1,
+            server: Server {
+                data: Data::empty(config),
+                behind: 0,
+                before: Vec::new(),
+            },
+            clients: vec![Client::new(); usize::from(config.clients)],
+            faults_left: config.faults,
+            ghost: Ghost {
+                granted: vec![false; usize::from(config.clients)],
+                ..Ghost::default()
+            },
+        }
+    }
+
+    /// The primary's clock now.
+    pub fn server_now(&self) -> Time {
+        self.server.clock(self.now)
+    }
+
+    /// Clients that believe they hold the lease with validity left.
+    pub fn believers(&self, drift: Time) -> usize {
+        let now = self.now;
+        self.clients
+            .iter()
+            .filter(|c| c.believes(now, drift))
+            .count()
+    }
+}

@@ -1,0 +1,209 @@
+//! What each action does to the state, and the ghost record of every grant (the checks
+//! properties (a)–(e) read are made where the step happens: a grant is judged against the
+//! server as it stood just before it).
+
+use crate::client::{Client, Request, Timing};
+use crate::model::{Action, LeaseModel, request_of};
+use crate::server::{AcquireReply, Attempt, Call, Data, InspectReply, Reply};
+use crate::state::{State, breach};
+
+/// What a request's run answered.
+enum Answer {
+    Acquire(AcquireReply),
+    Renew(Reply),
+    Release(Reply),
+}
+
+impl LeaseModel {
+    pub(crate) fn apply(&self, s: &mut State, action: Action) {
+        match action {
+            Action::Tick => self.tick(s),
+            Action::Acquire(id) | Action::Renew(id) | Action::Release(id) => {
+                let client = &mut s.clients[usize::from(id)];
+                client.waiting = request_of(action, client.handle, s.now);
+            }
+            Action::NextAttempt(id) => {
+                let client = &mut s.clients[usize::from(id)];
+                *client = Client {
+                    op: client.op + 1,
+                    late: client.late,
+                    ..Client::new()
+                };
+            }
+            Action::Deliver(id) => self.deliver(s, id, true),
+            Action::LoseReply(id) => self.deliver(s, id, false),
+            Action::GiveUp(id) => {
+                let client = &mut s.clients[usize::from(id)];
+                if let Some(request) = client.waiting.take() {
+                    client.on_no_reply(request);
+                    client.late = Some((client.op, request));
+                }
+            }
+            Action::LateArrives(id) => {
+                if let Some((op, request)) = s.clients[usize::from(id)].late.take() {
+                    self.run(s, Attempt { client: id, op }, request);
+                }
+            }
+            Action::LateLost(id) => s.clients[usize::from(id)].late = None,
+            Action::Inspect(id) => self.inspect(s, id),
+            Action::Evict | Action::Flush | Action::Failover { .. } => self.fault(s, action),
+        }
+    }
+
+    fn timing(&self) -> Timing {
+        Timing {
+            ttl: self.config.ttl,
+            drift: self.config.drift,
+            revive: self.config.bugs.revive_handle,
+        }
+    }
+
+    fn tick(&self, s: &mut State) {
+        s.now += 1;
+        let server_now = s.server_now();
+        s.server.data.expire(server_now);
+        for client in &mut s.clients {
+            client.observe(s.now, self.config.drift);
+        }
+    }
+
+    /// Runs the client's request; its reply reaches the client if `arrives`.
+    fn deliver(&self, s: &mut State, id: u8, arrives: bool) {
+        let client = &mut s.clients[usize::from(id)];
+        let Some(request) = client.waiting.take() else {
+            return;
+        };
+        let attempt = client.attempt(id);
+        let answer = self.run(s, attempt, request);
+        let (now, timing) = (s.now, self.timing());
+        let client = &mut s.clients[usize::from(id)];
+        if !arrives {
+            client.on_no_reply(request);
+            return;
+        }
+        match (answer, request) {
+            (Answer::Acquire(reply), Request::Acquire { sent }) => {
+                client.on_acquire(reply, sent, now, timing)
+            }
+            (Answer::Renew(reply), Request::Renew { sent, .. }) => {
+                client.on_renew(reply, sent, now, timing)
+            }
+            (Answer::Release(reply), _) => client.on_release(reply),
+            _ => {}
+        }
+        self.check_backed(s, id);
+    }
+
+    /// (a) A client that believes it holds after a reply has its own key on the server —
+    /// also after writes were lost: a reply is read from the server as it now is.
+    fn check_backed(&self, s: &mut State, id: u8) {
+        let client = &s.clients[usize::from(id)];
+        if !client.believes(s.now, self.config.drift) {
+            return;
+        }
+        let (attempt, slot) = match client.handle {
+            crate::client::Handle::Active { slot, .. } => (client.attempt(id), slot),
+            _ => return,
+        };
+        let key = s.server.data.slots[usize::from(slot)];
+        if !key.is_some_and(|k| k.attempt == attempt && !k.ended(s.server_now())) {
+            s.ghost.breaches |= breach::BACKED;
+        }
+    }
+
+    /// Runs `request` for `attempt` on the primary, recording the write for the replica
+    /// and judging a grant.
+    fn run(&self, s: &mut State, attempt: Attempt, request: Request) -> Answer {
+        let before = s.server.data.clone();
+        let now = s.server_now();
+        let native = self.config.native;
+        let mut call = Call {
+            config: &self.config,
+            data: &mut s.server.data,
+            now,
+        };
+        let answer = match request {
+            Request::Acquire { .. } => Answer::Acquire(call.acquire(attempt)),
+            Request::Renew { slot, token, .. } if native => {
+                Answer::Renew(call.renew_native(slot, attempt, token))
+            }
+            Request::Renew { slot, .. } => Answer::Renew(call.renew(slot, attempt)),
+            Request::Release { slot, token } if native => {
+                Answer::Release(call.release_native(slot, attempt, token))
+            }
+            Request::Release { slot, .. } => Answer::Release(call.release(slot, attempt)),
+        };
+        if let Answer::Acquire(AcquireReply::Acquired { token, slot }) = answer {
+            self.judge_grant(s, &before, attempt, token, slot);
+        }
+        if s.server.data != before {
+            s.server.record_write(before, self.config.lost_writes);
+        }
+        answer
+    }
+
+    /// (b) tokens increase, (c) no second grant to an attempt that holds, (e) no grant of
+    /// a slot in its lock-delay — judged against the data just before the grant.
+    fn judge_grant(&self, s: &mut State, before: &Data, attempt: Attempt, token: u16, slot: u8) {
+        let now = s.server_now();
+        let ghost = &mut s.ghost;
+        if token <= ghost.max_token {
+            ghost.breaches |= breach::TOKENS;
+        }
+        ghost.max_token = ghost.max_token.max(token);
+        if before.live_slot_of(attempt, now).is_some() {
+            ghost.breaches |= breach::ATTEMPT;
+        }
+        if before.slots[usize::from(slot)].is_some_and(|k| k.ended(now)) {
+            ghost.breaches |= breach::DELAY;
+        }
+        ghost.granted[usize::from(attempt.client)] = true;
+    }
+
+    /// (a) A client that believes it holds is told so by `inspect` (unless acknowledged
+    /// writes were lost).
+    fn inspect(&self, s: &mut State, id: u8) {
+        let client = &s.clients[usize::from(id)];
+        let slot = client.handle.releasable().map_or(0, |(slot, _)| slot);
+        let believes = client.believes(s.now, self.config.drift);
+        let now = s.server_now();
+        let mut data = s.server.data.clone();
+        let call = Call {
+            config: &self.config,
+            data: &mut data,
+            now,
+        };
+        let told = call.inspect(slot, client.attempt(id));
+        if believes && !s.ghost.data_lost && !matches!(told, InspectReply::HeldByAttempt(_)) {
+            s.ghost.breaches |= breach::BACKED;
+        }
+    }
+
+    fn fault(&self, s: &mut State, action: Action) {
+        s.faults_left -= 1;
+        match action {
+            Action::Evict => {
+                let before = s.server.data.clone();
+                s.server.data.fence = None;
+                s.server.record_write(before, self.config.lost_writes);
+            }
+            Action::Flush => {
+                let before = std::mem::replace(&mut s.server.data, Data::empty(&self.config));
+                s.ghost.data_lost |= before.slots.iter().any(Option::is_some);
+                s.server.record_write(before, self.config.lost_writes);
+            }
+            Action::Failover { lost, lag } => {
+                if lost > 0 {
+                    let promoted = s.server.before[usize::from(lost) - 1].clone();
+                    s.ghost.data_lost |= promoted.slots != s.server.data.slots;
+                    s.server.data = promoted;
+                }
+                s.server.before.clear();
+                s.server.behind = lag;
+                let server_now = s.server_now();
+                s.server.data.expire(server_now);
+            }
+            _ => {}
+        }
+    }
+}
