@@ -1,6 +1,7 @@
 //! The correct model satisfies every property, in each configuration: the CI-sized run.
 //! `LEASEHOLD_MODEL_DEPTH=<ticks>` runs each with that many more ticks of clock.
 
+use std::io::Write as _;
 use std::time::Instant;
 
 use leasehold_model::{Config, LeaseModel, check};
@@ -10,7 +11,10 @@ fn holds(name: &str, config: Config) {
     let started = Instant::now();
     let checker = check(LeaseModel::new(config.deepened()));
     checker.assert_properties();
-    println!(
+    // Straight to the process's stderr, past the test harness's capture: CI's log shows
+    // what was explored.
+    let _ = writeln!(
+        std::io::stderr(),
         "model {name}: {} states, {} unique, properties hold (depth {}, {:.1?})",
         checker.state_count(),
         checker.unique_state_count(),
