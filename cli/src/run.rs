@@ -155,16 +155,7 @@ impl RunArgs {
     /// # Errors
     /// The variable's value, when it is not one of the option's.
     pub(crate) fn pid_namespace(&self) -> Result<PidNamespace, String> {
-        if let Some(wanted) = self.pid_namespace {
-            return Ok(wanted);
-        }
-        let Some(value) = std::env::var_os(PID_NAMESPACE_VAR) else {
-            return Ok(PidNamespace::Auto);
-        };
-        value
-            .to_str()
-            .and_then(|text| clap::ValueEnum::from_str(text, false).ok())
-            .ok_or_else(|| format!("{PID_NAMESPACE_VAR}={value:?}: not one of auto, require, off"))
+        self.pid_namespace.map_or_else(PidNamespace::from_env, Ok)
     }
 
     pub(crate) fn new_privileges(&self) -> crate::keeper::NewPrivileges {
@@ -183,9 +174,6 @@ impl RunArgs {
         }
     }
 }
-
-/// The variable `--pid-namespace` overrides.
-const PID_NAMESPACE_VAR: &str = "LEASEHOLD_PID_NAMESPACE";
 
 /// How long leasehold waits for the keeper to exit once its work is over (it exits as soon
 /// as nothing of the command is left; this only bounds a process stuck in the kernel).

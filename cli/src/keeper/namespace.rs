@@ -28,6 +28,25 @@ pub(crate) enum PidNamespace {
     Off,
 }
 
+/// The variable `--pid-namespace` overrides.
+const PID_NAMESPACE_VAR: &str = "LEASEHOLD_PID_NAMESPACE";
+
+impl PidNamespace {
+    /// `$LEASEHOLD_PID_NAMESPACE`, else auto.
+    ///
+    /// # Errors
+    /// The variable's value, when it is not one of the option's.
+    pub(crate) fn from_env() -> Result<PidNamespace, String> {
+        let Some(value) = std::env::var_os(PID_NAMESPACE_VAR) else {
+            return Ok(PidNamespace::Auto);
+        };
+        value
+            .to_str()
+            .and_then(|text| clap::ValueEnum::from_str(text, false).ok())
+            .ok_or_else(|| format!("{PID_NAMESPACE_VAR}={value:?}: not one of auto, require, off"))
+    }
+}
+
 /// `--allow-new-privileges`: whether the command's processes may gain privileges by
 /// executing a setuid or file-capability program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

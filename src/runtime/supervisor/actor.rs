@@ -363,6 +363,29 @@ where
         Ok(())
     }
 
+    /// An acquisition answered without the lease: its attempt stays unsettled after an
+    /// unknown end, and after a call that provably did not run (a replay that could not be
+    /// sent settles nothing); any answer settles it. Then the pause before the next one.
+    fn not_acquired(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        outcome: &AcquireOutcome,
+        attempted: Option<LeaseRequest>,
+    ) {
+        if matches!(
+            outcome,
+            AcquireOutcome::Indeterminate { .. } | AcquireOutcome::Unavailable { .. }
+        ) {
+            self.unsettled = attempted;
+        }
+        tracing::debug!(
+            outcome = outcome.as_str(),
+            "lease supervisor did not acquire"
+        );
+        let hint = retry_hint(outcome);
+        pause_then_acquire(myself, self.pacing.handle_failure(hint));
+    }
+
     async fn acquired(
         &mut self,
         myself: &ActorRef<SupervisorMsg>,
@@ -375,21 +398,7 @@ where
         let (mut handle, admission) = match taken {
             Ok(Ok(held)) => held,
             Ok(Err(outcome)) => {
-                // Still unsettled after an unknown end, and after a call that provably did
-                // not run (a replay that could not be sent settles nothing); settled by any
-                // answer.
-                if matches!(
-                    outcome,
-                    AcquireOutcome::Indeterminate { .. } | AcquireOutcome::Unavailable { .. }
-                ) {
-                    self.unsettled = attempted;
-                }
-                tracing::debug!(
-                    outcome = outcome.as_str(),
-                    "lease supervisor did not acquire"
-                );
-                let hint = retry_hint(&outcome);
-                pause_then_acquire(myself, self.pacing.handle_failure(hint));
+                self.not_acquired(myself, &outcome, attempted);
                 return Ok(());
             }
             Err(RuntimeError::ShuttingDown) => {
