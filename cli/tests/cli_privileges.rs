@@ -386,12 +386,7 @@ fn masked(setup: &Unprivileged, args: &[&str]) -> Command {
     ])
     .arg(&setup.bin)
     .args(args);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("LEASEHOLD_") {
-            cmd.env_remove(&name);
-        }
-    }
-    cmd.stdin(std::process::Stdio::null());
+    clean_env(&mut cmd);
     cmd
 }
 

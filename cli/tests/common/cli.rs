@@ -93,7 +93,7 @@ pub fn as_user(uid: u32, gid: u32, bin: &Path) -> Command {
 }
 
 /// No inherited `LEASEHOLD_*` variable but the harness's choices, stdin closed.
-fn clean_env(cmd: &mut Command) {
+pub fn clean_env(cmd: &mut Command) {
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("LEASEHOLD_") {
             cmd.env_remove(&name);
