@@ -294,7 +294,7 @@ fn named_paths(code: &str, prefix: &str) -> Vec<(usize, Vec<String>)> {
         let line = code[..at].matches('\n').count() + 1;
         let tree = &code[at + needle.len()..];
         let end = tree
-            .find(|c: char| c == ';' || c == '(' || c == ')' || c == '<' || c == '>' || c == '=')
+            .find([';', '(', ')', '<', '>', '='])
             .unwrap_or(tree.len());
         let tree = balanced(&tree[..end]);
         for path in use_paths(tree) {
