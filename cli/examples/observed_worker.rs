@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run -p leasehold-cli --example observed_worker   # in memory, serves 127.0.0.1:9464
-//! LEASEHOLD_METRICS_ADDR=127.0.0.1:9000 cargo run -p leasehold-cli --example observed_worker
+//! OBSERVED_WORKER_METRICS_ADDR=127.0.0.1:9000 cargo run -p leasehold-cli --example observed_worker
 //! LEASEHOLD_REDIS_URL=redis://127.0.0.1:6379 cargo run -p leasehold-cli --example observed_worker
 //! ```
 //! (On Redis only the deletion fault is injected.)
@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr: std::net::SocketAddr = std::env::var("LEASEHOLD_METRICS_ADDR")
+    let addr: std::net::SocketAddr = std::env::var("OBSERVED_WORKER_METRICS_ADDR")
         .unwrap_or_else(|_| "127.0.0.1:9464".into())
         .parse()?;
     metrics_exporter_prometheus::PrometheusBuilder::new()

@@ -17,6 +17,7 @@ use crate::diagnose::{self, Server};
 use crate::durations::{self, BadValue};
 use crate::inputs;
 use crate::keeper::Signal;
+use crate::say;
 
 /// The raw resource id's variable, so the id need not show in `ps`.
 const RESOURCE_ENV: &str = "LEASEHOLD_RESOURCE";
@@ -42,8 +43,14 @@ const KILL_AFTER: DurationBounds = DurationBounds {
 pub(crate) struct Connection {
     /// Redis URL: redis://[user:password@]host:port[/db], rediss://… for TLS
     /// [env: LEASEHOLD_REDIS_URL] [default: redis://127.0.0.1:6379].
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "redis_file")]
     redis: Option<String>,
+    /// Read the Redis URL from this file (one trailing newline is dropped), so its password
+    /// does not show in `ps`: a regular file of at most 4096 bytes, best readable by its
+    /// owner only (a warning says when it is not). Like --redis, it overrides
+    /// LEASEHOLD_REDIS_URL.
+    #[arg(long, value_name = "PATH")]
+    redis_file: Option<PathBuf>,
     /// Key prefix isolating tenants or applications: [a-z0-9][a-z0-9._:-]{0,63}
     /// [env: LEASEHOLD_NAMESPACE] [default: leasehold].
     #[arg(long, value_parser = parse_namespace)]
@@ -136,19 +143,37 @@ impl Connection {
                 .validate()
                 .map_err(|e| durations::option_error(every.flag, false, &e))?;
         }
-        let from_env = match &self.redis {
-            Some(_) => None,
+        let from_file = match &self.redis_file {
+            Some(path) => {
+                let (url, warning) = inputs::redis_file(path)?;
+                if let Some(warning) = warning {
+                    say::warn(warning);
+                }
+                Some((url, path))
+            }
+            None => None,
+        };
+        let from_env = match (&self.redis, &from_file) {
+            (None, None) => inputs::variable(REDIS_URL_ENV)?.filter(|v| !v.is_empty()),
             // Set but empty counts as unset, as the library reads it.
-            None => inputs::variable(REDIS_URL_ENV)?.filter(|v| !v.is_empty()),
+            _ => None,
         };
         // The URL may carry a password: it is shown masked.
-        let (url, source) = match (&self.redis, from_env) {
-            (Some(url), _) => (url.clone(), format!("--redis {}", diagnose::masked(url))),
-            (None, Some(url)) => {
+        let (url, source) = match (&self.redis, from_file, from_env) {
+            (Some(url), _, _) => (url.clone(), format!("--redis {}", diagnose::masked(url))),
+            (None, Some((url, path)), _) => {
+                let source = format!(
+                    "--redis-file {}: {}",
+                    path.display(),
+                    diagnose::masked(&url)
+                );
+                (url, source)
+            }
+            (None, None, Some(url)) => {
                 let source = format!("{REDIS_URL_ENV}={}", diagnose::masked(&url));
                 (url, source)
             }
-            (None, None) => (
+            (None, None, None) => (
                 DEFAULT_REDIS_URL.to_owned(),
                 format!("the default --redis {DEFAULT_REDIS_URL}"),
             ),

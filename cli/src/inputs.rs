@@ -1,5 +1,5 @@
 //! What leasehold takes from outside besides its parsed options — the raw argument vector,
-//! `LEASEHOLD_*` variables, the resource file, the environment the command inherits —
+//! `LEASEHOLD_*` variables, the resource and Redis files, the environment the command inherits —
 //! checked so that a value leasehold cannot read as meant is refused, never taken for
 //! another (an unreadable namespace read as unset would be another lease).
 
@@ -11,6 +11,9 @@ use std::path::Path;
 /// The largest `--resource-file` read: a resource id is a name, not a document, and a file
 /// that is not one (`/dev/zero`, a log) must be refused rather than read to the end.
 pub(crate) const RESOURCE_FILE_MAX: u64 = 4096;
+
+/// The largest `--redis-file` read: a URL, not a document.
+pub(crate) const REDIS_FILE_MAX: u64 = 4096;
 
 /// The first argument before `--` (the command's own may be any bytes) that is not UTF-8,
 /// as one line naming the option it was given to.
@@ -113,7 +116,40 @@ pub(crate) fn variable(var: &str) -> Result<Option<String>, String> {
 /// # Errors
 /// One line naming the file: unreadable, not a regular file, or too long.
 pub(crate) fn resource_file(path: &Path) -> Result<Vec<u8>, String> {
-    let name = format!("--resource-file {}", path.display());
+    small_file("--resource-file", path, "resource id", RESOURCE_FILE_MAX).map(|(bytes, _)| bytes)
+}
+
+/// The Redis URL in `path`, read as [`resource_file`] reads its file (at most
+/// [`REDIS_FILE_MAX`] bytes), UTF-8 and not empty; and, when others than its owner may read
+/// the file, the warning to give (the URL may hold a password).
+///
+/// # Errors
+/// One line naming the file: unreadable, not a regular file, too long, not UTF-8, or empty.
+pub(crate) fn redis_file(path: &Path) -> Result<(String, Option<String>), String> {
+    let flag = "--redis-file";
+    let (bytes, mode) = small_file(flag, path, "Redis URL", REDIS_FILE_MAX)?;
+    let name = format!("{flag} {}", path.display());
+    let url = String::from_utf8(bytes)
+        .map_err(|_| format!("{name}: not UTF-8 text; a Redis URL is read from it"))?;
+    if url.is_empty() {
+        return Err(format!("{name}: empty; it should hold the Redis URL"));
+    }
+    let warning = (mode & 0o044 != 0).then(|| {
+        format!(
+            "{name}: readable by others than its owner (mode {:o}); it holds the Redis URL, \
+             which may carry a password (chmod 600 it)",
+            mode & 0o777
+        )
+    });
+    Ok((url, warning))
+}
+
+/// The bytes of `path` for `flag` and its permission bits: a regular file of at most `max`
+/// bytes, one trailing newline dropped. A FIFO or a device is refused without being read
+/// (opened non-blocking, so a FIFO without a writer does not hang the run).
+fn small_file(flag: &str, path: &Path, what: &str, max: u64) -> Result<(Vec<u8>, u32), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let name = format!("{flag} {}", path.display());
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -122,31 +158,26 @@ pub(crate) fn resource_file(path: &Path) -> Result<Vec<u8>, String> {
     let meta = file.metadata().map_err(|e| format!("{name}: {e}"))?;
     if !meta.is_file() {
         return Err(format!(
-            "{name}: not a regular file; the resource id is read from a file of at most \
-             {RESOURCE_FILE_MAX} bytes"
+            "{name}: not a regular file; the {what} is read from a file of at most {max} bytes"
         ));
     }
-    let too_long = || {
-        format!(
-            "{name}: longer than {RESOURCE_FILE_MAX} bytes; a resource id is read from a \
-             file of at most that"
-        )
-    };
-    if meta.len() > RESOURCE_FILE_MAX {
+    let too_long =
+        || format!("{name}: longer than {max} bytes; a {what} is read from a file of at most that");
+    if meta.len() > max {
         return Err(too_long());
     }
     // Bounded again while reading: the file may grow after the check.
     let mut bytes = Vec::new();
-    file.take(RESOURCE_FILE_MAX + 1)
+    file.take(max + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("{name}: {e}"))?;
-    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > RESOURCE_FILE_MAX {
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
         return Err(too_long());
     }
     if bytes.last() == Some(&b'\n') {
         bytes.pop();
     }
-    Ok(bytes)
+    Ok((bytes, meta.permissions().mode()))
 }
 
 /// The variable the command's counted-lease slot is given in.

@@ -105,7 +105,9 @@ pub(crate) struct RunArgs {
     )]
     replica_wait: Option<Duration>,
     /// Do not run the command unless --replicas replicas acknowledged the lease: release it
-    /// and exit 125. For work that must not run twice even across a failover.
+    /// and exit 125. A failover to one of those replicas then keeps the lease; one to a
+    /// replica that did not acknowledge, or one that loses a later renewal, can still let
+    /// another run start while this one runs (renewals are not waited for).
     #[arg(long, requires = "replicas")]
     require_replicas: bool,
     /// Admit up to N holders at once (1 ..= 64): a counted lease, of which each run holds

@@ -377,6 +377,98 @@ fn unreadable_inputs_are_refused_in_one_line_before_redis() {
 
 /// An inherited LEASEHOLD_SLOT does not reach a command that holds no slot; a run under
 /// --permits gives its own.
+/// `--redis-file`: a file that is not a small regular UTF-8 file holding something is
+/// refused in one line naming it, exit 125, before anything reaches Redis; a good one is
+/// used over `LEASEHOLD_REDIS_URL`, with one warning line when others may read it; its
+/// password never shows.
+#[test]
+fn a_redis_file_is_read_checked_and_its_password_never_shown() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let server = RedisServer::start();
+    let dir = TempDir::new("redis-file");
+    let write = |name: &str, bytes: &[u8], mode: u32| {
+        let path = dir.path(name);
+        fs::write(&path, bytes).expect("write");
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).expect("chmod");
+        path
+    };
+    let empty = write("empty", b"\n", 0o600);
+    let long = write("long", &[b'x'; 5000], 0o600);
+    let not_utf8 = write("not-utf8", b"redis://\xff\n", 0o600);
+    let secret = write("secret", b"http://user:s3cret-word@127.0.0.1:1\n", 0o600);
+    let missing = dir.path("missing");
+    let directory = dir.path("");
+    let cases = [
+        missing.as_path(),
+        empty.as_path(),
+        long.as_path(),
+        not_utf8.as_path(),
+        secret.as_path(),
+        directory.as_path(),
+        std::path::Path::new("/dev/zero"),
+    ];
+    server.reset_stats();
+    for (i, path) in cases.iter().enumerate() {
+        let mut cmd = bare();
+        cmd.args(["run", "--resource", "x", "--redis-file"])
+            .arg(path)
+            .args(["--", "true"]);
+        let started = Instant::now();
+        let done = finish(cmd, &dir, &format!("case{i}"));
+        let what = format!("--redis-file {}", path.display());
+        done.assert_code(125, &what);
+        let lines = done.stderr_lines();
+        assert_eq!(lines.len(), 1, "{what}: stderr {:?}", done.stderr);
+        assert!(lines[0].contains("--redis-file"), "{what}: {:?}", lines[0]);
+        assert!(
+            !done.stderr.contains("s3cret-word"),
+            "{what}: {:?}",
+            lines[0]
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+        assert_eq!(server.command_calls(), 0, "{what}: leasehold sent commands");
+    }
+
+    // A good file, over a variable that names no server: the run takes the file's URL.
+    let good = write("good", format!("{}\n", server.url()).as_bytes(), 0o600);
+    let mut cmd = bare();
+    cmd.env("LEASEHOLD_REDIS_URL", "redis://127.0.0.1:1")
+        .args(["run", "--resource", "x", "--redis-file"])
+        .arg(&good)
+        .args(["--", "true"]);
+    let done = finish(cmd, &dir, "good");
+    done.assert_code(0, "a good --redis-file");
+    assert_eq!(done.stderr, "", "a private file: no warning");
+
+    // Readable by others: the run goes on, with one warning line.
+    fs::set_permissions(&good, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut cmd = bare();
+    cmd.args(["run", "--resource", "x", "--redis-file"])
+        .arg(&good)
+        .args(["--", "true"]);
+    let done = finish(cmd, &dir, "shared");
+    done.assert_code(0, "a --redis-file others may read");
+    let lines = done.stderr_lines();
+    assert_eq!(lines.len(), 1, "one warning: {:?}", done.stderr);
+    assert!(lines[0].contains("readable by others"), "{:?}", lines[0]);
+
+    // With --redis too: refused, naming both.
+    let mut cmd = bare();
+    cmd.args([
+        "run",
+        "--resource",
+        "x",
+        "--redis",
+        &server.url(),
+        "--redis-file",
+    ])
+    .arg(&good)
+    .args(["--", "true"]);
+    let done = finish(cmd, &dir, "both");
+    assert_ne!(done.code(), Some(0), "--redis with --redis-file ran");
+    assert!(done.stderr.contains("--redis-file"), "{:?}", done.stderr);
+}
+
 #[test]
 fn an_inherited_slot_is_not_passed_on() {
     let server = RedisServer::start();
@@ -451,6 +543,7 @@ fn run_help_lists_every_exit_status_and_option() {
         "--kill-after",
         "--wait-for-descendants",
         "--resource-file",
+        "--redis-file",
         "LEASEHOLD_NAMESPACE",
         "LEASEHOLD_RESOURCE",
         "--replicas",

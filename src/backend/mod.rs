@@ -1,4 +1,5 @@
-//! Backend layer: where leases are stored. Imports only [`crate::protocol`].
+//! Backend layer: where leases are stored. Imports only [`crate::protocol`] and the crate's
+//! error type.
 //!
 //! [`LeaseBackend`] is deliberately small: one method per operation of the script of
 //! docs/design.md §4 (acquire — also waiting for replicas —, renew, release, inspect), the

@@ -371,14 +371,15 @@ impl LeaseClient {
     }
 }
 
-/// `LEASEHOLD_*` variables leasehold reads somewhere (the library, the CLI, the command's
-/// environment), besides [`ENV_VARS`](crate::lease::ENV_VARS).
+/// `LEASEHOLD_*` variables leasehold reads somewhere (the library, the CLI) or sets in the
+/// command's environment, besides [`ENV_VARS`](crate::lease::ENV_VARS). The test
+/// `every_listed_variable_is_named_in_the_source_and_every_one_named_is_listed` holds this
+/// list to the source of `src/` and `cli/src/`.
 const OTHER_ENV_VARS: &[&str] = &[
     REDIS_URL_ENV,
     "LEASEHOLD_FENCING_TOKEN",
     "LEASEHOLD_SLOT",
     "LEASEHOLD_RESOURCE",
-    "LEASEHOLD_METRICS_ADDR",
     "LEASEHOLD_PID_NAMESPACE",
     #[cfg(test)]
     "LEASEHOLD_TEST_CHILD",
@@ -401,6 +402,67 @@ fn unread_env_vars(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `"LEASEHOLD_…"` string literal in the code of `src/` and `cli/src/` (the
+    /// binary's when its sources are beside the library's), test modules and the two lists
+    /// left out.
+    fn named_variables() -> std::collections::BTreeSet<String> {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let mut dirs = vec![root.join("src"), root.join("cli/src")];
+        let mut names = std::collections::BTreeSet::new();
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                let file = path.file_name().unwrap().to_string_lossy().into_owned();
+                if path.is_dir() {
+                    if file != "tests" {
+                        dirs.push(path);
+                    }
+                    continue;
+                }
+                if !file.ends_with(".rs") || file == "tests.rs" || file == "cli_tests.rs" {
+                    continue;
+                }
+                let mut source = std::fs::read_to_string(&path).unwrap();
+                // The lists themselves name every variable; what counts is the rest.
+                for list in ["const OTHER_ENV_VARS", "pub const ENV_VARS"] {
+                    if let Some(start) = source.find(list) {
+                        let end = start + source[start..].find("];").unwrap();
+                        source.replace_range(start..end, "");
+                    }
+                }
+                let code = source.split("#[cfg(test)]\nmod tests {").next().unwrap();
+                for piece in code.split('"').skip(1).step_by(2) {
+                    let is_name = piece.strip_prefix("LEASEHOLD_").is_some_and(|rest| {
+                        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                    });
+                    if is_name {
+                        names.insert(piece.to_string());
+                    }
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn every_listed_variable_is_named_in_the_source_and_every_one_named_is_listed() {
+        let named = named_variables();
+        let listed: std::collections::BTreeSet<String> = OTHER_ENV_VARS
+            .iter()
+            .copied()
+            .chain(crate::lease::ENV_VARS.iter().map(|(var, _)| *var))
+            .filter(|var| *var != "LEASEHOLD_TEST_CHILD")
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            listed, named,
+            "listed (left) and named in the source (right)"
+        );
+    }
 
     #[test]
     fn a_misspelled_variable_is_named_and_the_ones_leasehold_reads_are_not() {

@@ -1,6 +1,7 @@
 //! Lease core: the client, the handle and its state machine, outcomes, validity, the wait
-//! loop. Imports [`crate::protocol`] and [`crate::backend`]; never a concrete backend's
-//! internals (only the trait, plus constructors for convenience).
+//! loop. Imports [`crate::protocol`], [`crate::telemetry`], the error type and, of the
+//! backend, only what the crate root re-exports (the trait, the failure types, the two
+//! backends' constructors for convenience) — never a concrete backend's internals.
 
 mod acquire;
 mod client;

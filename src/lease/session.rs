@@ -1,11 +1,15 @@
 //! `Session`: what every lease operation needs — the backend and the settings — shared by
 //! a [`LeaseClient`](crate::LeaseClient), its clones and every handle it gave out. The
-//! modules of the lease core depend on it and never on each other in a circle:
+//! operations' modules depend on it along one chain:
 //!
 //! ```text
 //! client ─▶ wait ─▶ acquire ─▶ handle ─▶ release ─▶ session
 //!                                  └──▶ state
 //! ```
+//!
+//! `outcome` stands beside the chain, not in it: it and `handle` name each other
+//! (`AcquireOutcome::Acquired` carries a [`LeaseHandle`](crate::LeaseHandle), whose
+//! operations answer with outcomes).
 
 use std::fmt;
 use std::sync::Arc;

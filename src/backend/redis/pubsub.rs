@@ -7,9 +7,14 @@
 //!
 //! A channel is subscribed on the server while at least one subscription routes it. One
 //! task per connection, the writer, brings the server in line with the routes in rounds:
-//! each round takes every change made since the last one — a thousand waiters arriving
-//! together are one round — and sends them as a few `SUBSCRIBE`s and `UNSUBSCRIBE`s of up
-//! to [`CHANNELS_PER_COMMAND`] channels each, all in flight at once. Rounds run one at a
+//! each round takes every change made since the last one started and sends it as
+//! `SUBSCRIBE`s and `UNSUBSCRIBE`s of up to [`CHANNELS_PER_COMMAND`] channels each, all of
+//! them issued before any confirmation is awaited (joined, not one after another). Waiters
+//! share a round only when all of them routed their channels before the writer's next
+//! round started: `tests/notices.rs` shows a thousand waiters subscribing within one poll
+//! on one thread (no cooperative-budget cut) costing two `SUBSCRIBE`s of 500 channels;
+//! waiters arriving spread over time, or while a round is under way, take as many rounds
+//! as the writer found batches. Rounds run one at a
 //! time and each is decided from the routes as they are when it starts, so whatever order
 //! subscriptions come and go in, the server ends up subscribed to exactly the routed
 //! channels. A subscription is returned only once the server confirmed its channels (or they
