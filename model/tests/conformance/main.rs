@@ -31,9 +31,9 @@ use report::Report;
 /// their replies within its first half on a loaded machine (code.rs).
 const TICK: Duration = Duration::from_millis(50);
 /// Traces per configuration on a server, unless `LEASEHOLD_CONFORMANCE_TRACES` says.
-const SERVER_TRACES: u64 = 400;
+const SERVER_TRACES: u64 = 1000;
 /// Traces that run at once on a server, each on a lease of its own.
-const AT_ONCE: usize = 32;
+const AT_ONCE: usize = 64;
 
 fn seed() -> u64 {
     std::env::var("LEASEHOLD_CONFORMANCE_SEED")
