@@ -97,7 +97,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `tls` | yes | `rediss://` URLs, over rustls with the ring provider |
-//! | `fuzzing` | no | not for users, no stability promise: the script-reply decoders for the fuzz targets |
+//! | `fuzzing` | no | not for users, no stability promise: the script-reply decoders for the fuzz targets, a handle's holding for the model's conformance replay |
 //!
 //! The library itself needs tokio's `rt`, `time`, `sync` and `macros`; the application
 //! chooses its runtime flavour. The `leasehold` binary is the package `leasehold-cli`

@@ -21,6 +21,7 @@ pub mod config;
 pub mod model;
 mod native;
 pub mod properties;
+pub mod replay;
 pub mod server;
 pub mod state;
 mod step;

@@ -4,15 +4,9 @@
 
 use crate::client::{Client, Request, Timing};
 use crate::model::{Action, LeaseModel, request_of};
-use crate::server::{AcquireReply, Attempt, Call, Data, InspectReply, Reply};
+use crate::replay::{Answer, execute};
+use crate::server::{AcquireReply, Attempt, Call, Data, InspectReply};
 use crate::state::{State, breach};
-
-/// What a request's run answered.
-enum Answer {
-    Acquire(AcquireReply),
-    Renew(Reply),
-    Release(Reply),
-}
 
 impl LeaseModel {
     pub(crate) fn apply(&self, s: &mut State, action: Action) {
@@ -116,23 +110,7 @@ impl LeaseModel {
     fn run(&self, s: &mut State, attempt: Attempt, request: Request) -> Answer {
         let before = s.server.data.clone();
         let now = s.server_now();
-        let native = self.config.native;
-        let mut call = Call {
-            config: &self.config,
-            data: &mut s.server.data,
-            now,
-        };
-        let answer = match request {
-            Request::Acquire { .. } => Answer::Acquire(call.acquire(attempt)),
-            Request::Renew { slot, token, .. } if native => {
-                Answer::Renew(call.renew_native(slot, attempt, token))
-            }
-            Request::Renew { slot, .. } => Answer::Renew(call.renew(slot, attempt)),
-            Request::Release { slot, token } if native => {
-                Answer::Release(call.release_native(slot, attempt, token))
-            }
-            Request::Release { slot, .. } => Answer::Release(call.release(slot, attempt)),
-        };
+        let answer = execute(&self.config, &mut s.server.data, now, attempt, request);
         if let Answer::Acquire(AcquireReply::Acquired { token, slot }) = answer {
             self.judge_grant(s, &before, attempt, token, slot);
         }

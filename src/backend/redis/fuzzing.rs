@@ -1,15 +1,19 @@
 //! Not API: the script-reply decoders, reachable from outside the crate only with the
-//! `fuzzing` feature, for the fuzz targets in `fuzz/` and `tests/fuzz_corpus.rs`.
+//! `fuzzing` feature, for the fuzz targets in `fuzz/` and `tests/fuzz_corpus.rs`; and the
+//! [`Holding`] a handle builds, for the model's conformance replay (`model/tests/`), which
+//! renews and releases through the backends as a handle does.
 //!
-//! Each function is the decoder `RedisBackend` runs on what Redis sent, unchanged; nothing
-//! here may hold logic of its own, or the fuzz targets would test it instead of the
-//! decoders. No stability promise: names and signatures follow the decoders.
+//! Each function is the crate's own code `RedisBackend` or a handle runs, unchanged;
+//! nothing here may hold logic of its own, or the fuzz targets would test it instead of
+//! the decoders. No stability promise: names and signatures follow the decoders.
 
 use redis::Value;
 
 use super::{classify, parse};
 use crate::backend::SendFailure;
-use crate::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
+use crate::protocol::{
+    AcquireReply, FencingToken, Holding, InspectReply, LeaseRequest, ReleaseReply, RenewReply,
+};
 
 /// The decoder of one acquire item's reply; `Err` says why it is unreadable.
 pub fn acquire(value: Value) -> Result<AcquireReply, String> {
@@ -29,6 +33,12 @@ pub fn release(value: Value) -> Result<ReleaseReply, String> {
 /// The decoder of one inspect item's reply.
 pub fn inspect(value: Value) -> Result<InspectReply, String> {
     parse::inspect(value)
+}
+
+/// The holding a handle keeps for `request`'s acquisition that issued `token`: with the
+/// exact value of its lease key, which a server's own commands compare against.
+pub fn holding(request: &LeaseRequest, token: FencingToken) -> Holding {
+    Holding::acquired(request, token)
 }
 
 /// The decoder of a whole script call's reply: call `id` with `n` items.
