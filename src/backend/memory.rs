@@ -186,12 +186,25 @@ impl MemoryBackend {
     /// are the same connection.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// use leasehold::{MemoryBackend, MemoryFault};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use leasehold::*;
     /// let store = MemoryBackend::new();
     /// let partitioned = store.connection();
-    /// partitioned.set_connection_fault(Some(MemoryFault::LoseRequest)); // this one only
-    /// # }
+    /// partitioned.set_connection_fault(Some(MemoryFault::Unavailable)); // this one only
+    ///
+    /// let request = |client: &LeaseClient| {
+    ///     let attempt = client.new_attempt("job")?;
+    ///     LeaseRequest::builder(Purpose::new("reports")?, ResourceDigest::of(b"t"), attempt).build()
+    /// };
+    /// let cut_off = LeaseClient::new(partitioned, LeaseSettings::default())?;
+    /// let healthy = LeaseClient::new(store.clone(), LeaseSettings::default())?;
+    /// let refused = cut_off.acquire(&request(&cut_off)?).await?;
+    /// assert!(matches!(refused, AcquireOutcome::Unavailable { .. }));
+    /// let taken = healthy.acquire(&request(&healthy)?).await?;
+    /// assert!(matches!(taken, AcquireOutcome::Acquired(_)));
+    /// assert_eq!(store.held_leases(), 1);
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn connection(&self) -> MemoryBackend {
