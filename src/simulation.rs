@@ -1,6 +1,6 @@
 //! Hooks for leasehold's deterministic simulation (the `sim/` package): a seeded jitter and
-//! a renewal grid per run, so that one seed replays one history, and two deliberate bugs
-//! the simulation must find.
+//! a renewal grid per run, so that one seed replays one history, and deliberate bugs the
+//! simulation must find.
 //!
 //! Compiled only with the hidden `__simulation` feature, and even then inert until a thread
 //! turns it on: the settings are per thread, and a simulation runs each seed on a
@@ -26,10 +26,19 @@ pub struct Bugs {
     /// A drain forgets the lease actor admitted first: it is neither told to drain nor
     /// stopped at the deadline, so its lease outlives the drain.
     pub drain_forgets_a_lease: bool,
+    /// A supervisor abandons an acquisition of unknown end for a fresh attempt instead of
+    /// replaying it: if the first landed, the service has no leader until its TTL ends.
+    pub forget_unsettled: bool,
 }
 
 thread_local! {
-    static BUGS: Cell<Bugs> = const { Cell::new(Bugs { cancel_at_validity_end: false, drain_forgets_a_lease: false }) };
+    static BUGS: Cell<Bugs> = const {
+        Cell::new(Bugs {
+            cancel_at_validity_end: false,
+            drain_forgets_a_lease: false,
+            forget_unsettled: false,
+        })
+    };
     static RNG: RefCell<Option<Xoshiro256PlusPlus>> = const { RefCell::new(None) };
     static GRID_ORIGIN: Cell<Option<Instant>> = const { Cell::new(None) };
 }

@@ -11,12 +11,12 @@ use leasehold::__simulation::Bugs;
 use crate::checker::{Facts, Violation, check};
 use crate::driver;
 use crate::history::Event;
-use crate::schedule::{PERMITS, Schedule, TTL};
+use crate::schedule::{Action, PERMITS, Schedule, TTL};
 
 /// The variable that replays one seed.
 pub const SEED_VAR: &str = "LEASEHOLD_SIM_SEED";
-/// The variable that turns a deliberate bug on for a replay: `cancel_at_validity_end` or
-/// `drain_forgets_a_lease`.
+/// The variable that turns deliberate bugs on for a replay (names separated by commas):
+/// `cancel_at_validity_end`, `drain_forgets_a_lease`, `forget_unsettled`.
 pub const BUG_VAR: &str = "LEASEHOLD_SIM_BUG";
 
 /// The bugs [`BUG_VAR`] names (none if unset).
@@ -25,6 +25,7 @@ pub fn bugs_from_env() -> Bugs {
     Bugs {
         cancel_at_validity_end: named.contains("cancel_at_validity_end"),
         drain_forgets_a_lease: named.contains("drain_forgets_a_lease"),
+        forget_unsettled: named.contains("forget_unsettled"),
     }
 }
 
@@ -36,6 +37,9 @@ fn bug_setting(bugs: Bugs) -> String {
     }
     if bugs.drain_forgets_a_lease {
         names.push("drain_forgets_a_lease");
+    }
+    if bugs.forget_unsettled {
+        names.push("forget_unsettled");
     }
     if names.is_empty() {
         String::new()
@@ -108,6 +112,8 @@ pub struct Summary {
     pub seeds: u64,
     pub events: usize,
     pub faults: usize,
+    /// Store outages longer than the TTL after which a leader was required.
+    pub outages: usize,
     pub took: std::time::Duration,
     /// The smallest failing seed among those run, if any failed.
     pub found: Option<Found>,
@@ -120,6 +126,7 @@ pub fn explore(from: u64, count: u64, bugs: Bugs, threads: usize) -> Summary {
     let began = Instant::now();
     let next = AtomicU64::new(from);
     let (ran, events, faults) = (AtomicU64::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+    let outages = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let failures: Mutex<Vec<(u64, Violation)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -135,6 +142,11 @@ pub fn explore(from: u64, count: u64, bugs: Bugs, threads: usize) -> Summary {
                     ran.fetch_add(1, Ordering::Relaxed);
                     events.fetch_add(history.len(), Ordering::Relaxed);
                     faults.fetch_add(schedule.faults(), Ordering::Relaxed);
+                    let over = history
+                        .iter()
+                        .filter(|e| e.what == crate::history::What::OutageOver)
+                        .count();
+                    outages.fetch_add(over, Ordering::Relaxed);
                     if let Err(violation) = verdict {
                         failed.store(true, Ordering::Relaxed);
                         let mut list = failures.lock().unwrap_or_else(|e| e.into_inner());
@@ -154,21 +166,33 @@ pub fn explore(from: u64, count: u64, bugs: Bugs, threads: usize) -> Summary {
         seeds: ran.into_inner(),
         events: events.into_inner(),
         faults: faults.into_inner(),
+        outages: outages.into_inner(),
         took: began.elapsed(),
         found,
     }
 }
 
-/// Drops the steps of `seed`'s schedule one at a time, keeping each drop after which the
-/// run still breaks the same kind of property.
+/// Drops the steps of `seed`'s schedule one at a time (a fault with its heal), keeping each
+/// drop after which the run still breaks the same kind of property.
 pub fn shorten(seed: u64, violation: Violation, bugs: Bugs) -> Found {
     let full = Schedule::from_seed(seed);
     let (mut steps, mut found) = (full.steps.clone(), violation);
     let mut i = steps.len();
     while i > 0 {
         i -= 1;
+        if i >= steps.len() {
+            continue;
+        }
         let mut fewer = steps.clone();
-        fewer.remove(i);
+        let step = fewer.remove(i);
+        // A fault goes with its heal.
+        if let Action::Fault { client, .. } = step.action
+            && let Some(heal) = fewer[i..]
+                .iter()
+                .position(|s| matches!(s.action, Action::Heal { client: c, .. } if c == client))
+        {
+            fewer.remove(i + heal);
+        }
         let candidate = Schedule::with_steps(seed, full.kill.clone(), fewer);
         if let (_, Err(v)) = run(&candidate, bugs)
             && discriminant(&v) == discriminant(&found)

@@ -151,8 +151,9 @@ fn mark_outages(steps: &mut [Step]) {
             continue;
         };
         let healed = steps[i].at;
-        // The outage it ends: Redis stopped (down, or its process paused), not slow or
-        // losing replies of commands that ran.
+        // The outage it ends: Redis down (refusing), its requests lost, or its replies
+        // lost (an acquisition that landed unanswered: the supervisor's unsettled
+        // attempt, which it must replay rather than wait out); not merely slow.
         let began = steps[..i]
             .iter()
             .rev()
@@ -161,7 +162,7 @@ fn mark_outages(steps: &mut [Step]) {
                 matches!(
                     s.action,
                     Action::Fault {
-                        fault: Fault::Unavailable | Fault::LoseRequest,
+                        fault: Fault::Unavailable | Fault::LoseRequest | Fault::LoseReply,
                         ..
                     }
                 )

@@ -60,3 +60,19 @@ fn a_drain_forgetting_a_lease_is_found() {
         found.violation
     );
 }
+
+/// After a store outage longer than the TTL whose replies were lost, a supervisor that
+/// abandons its unsettled acquisition waits out the lease it took: no leader within one
+/// renewal period of the resume.
+#[test]
+fn a_supervisor_abandoning_its_unsettled_attempt_is_found() {
+    let found = finds(Bugs {
+        forget_unsettled: true,
+        ..Bugs::default()
+    });
+    assert!(
+        matches!(found.violation, Violation::NoLeader { .. }),
+        "{:?}",
+        found.violation
+    );
+}

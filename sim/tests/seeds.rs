@@ -43,8 +43,8 @@ fn every_seed_holds_every_property() {
         .unwrap_or(SEEDS);
     let summary = explore::explore(0, seeds, Bugs::default(), 2);
     say(&format!(
-        "simulation: {} seeds in {:.1?}: {} events recorded, {} faults, deletions, restarts and drains injected",
-        summary.seeds, summary.took, summary.events, summary.faults
+        "simulation: {} seeds in {:.1?}: {} events recorded, {} faults, deletions, restarts and drains injected, {} store outages longer than the TTL each followed by a leader",
+        summary.seeds, summary.took, summary.events, summary.faults, summary.outages
     ));
     if let Some(found) = summary.found {
         panic!("{}", found.report());
