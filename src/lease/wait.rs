@@ -4,8 +4,9 @@
 //!
 //! 1. One attempt throughout: every retry sends the request's attempt, so a try whose reply
 //!    was lost is replayed, never duplicated under another owner.
-//! 2. No sleep runs past the wait deadline — while contended, the contended one
-//!    ([`Patience`]); when the deadline comes, one last try is made and its outcome returned.
+//! 2. No sleep runs past the wait deadline — while contended, the contended one; while the
+//!    last try's end is unknown, the settling one ([`Patience`]); when the deadline comes,
+//!    one last try is made and its outcome returned.
 //! 3. Once any try may have reached Redis, a failed end is `Indeterminate`, never
 //!    `Unavailable` or `QueueFull` — that try may hold the lease.
 //! 4. The release subscription is live before the try whose `Contended` reply leads to a
@@ -50,6 +51,10 @@ pub(crate) struct Patience {
     pub(crate) wait: Duration,
     /// While the lease is contended or in its lock-delay (at least `wait`).
     pub(crate) contended: Duration,
+    /// Past `wait`, while the last try's end is unknown (`Indeterminate`, or `Unavailable`
+    /// after a try that may have landed): the same attempt is replayed this much longer,
+    /// so the wait ends knowing whether the attempt holds the lease.
+    pub(crate) settling: Duration,
 }
 
 impl Patience {
@@ -61,6 +66,20 @@ impl Patience {
         Self {
             wait,
             contended: wait,
+            settling: Duration::ZERO,
+        }
+    }
+
+    /// The runtime's entry points' (`spawn_under_lease`, `run_under_lease`): the request's
+    /// wait, and past it, while the last try's end is unknown, replays of the same attempt
+    /// for up to the request's TTL more. An acquisition that landed before the wait ended
+    /// is found by a replay (and its work runs) or, once a TTL has passed with no answer,
+    /// has expired — unless Redis ran it later still (a paused server reading a command
+    /// sent long before), which is the one case left `Indeterminate`.
+    pub(crate) fn settling(request: &LeaseRequest) -> Self {
+        Self {
+            settling: request.ttl(),
+            ..Self::of(request)
         }
     }
 
@@ -72,6 +91,7 @@ impl Patience {
         Self {
             wait,
             contended: wait.max(WAIT_TIMEOUT.max),
+            settling: Duration::ZERO,
         }
     }
 }
@@ -102,6 +122,8 @@ pub(crate) struct WaitPolicy {
     deadline: Instant,
     /// The deadline while contended (or lock-delayed): at or after `deadline`.
     contended_deadline: Instant,
+    /// The deadline while the last try's end is unknown: at or after `deadline`.
+    settling_deadline: Instant,
     /// Contended once: the loop keeps a subscription from then on (invariant 5).
     wants_notices: bool,
     /// When to subscribe again while there is no subscription: `None` while there is one.
@@ -118,6 +140,7 @@ impl WaitPolicy {
         Self {
             deadline: now + patience.wait,
             contended_deadline: now + patience.contended.max(patience.wait),
+            settling_deadline: now + patience.wait + patience.settling,
             wants_notices: false,
             resubscribe_at: Some(now),
             resubscribe: RESUBSCRIBE_MIN,
@@ -162,8 +185,17 @@ impl WaitPolicy {
             outcome,
             AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
         );
+        let unknown = match &outcome {
+            AcquireOutcome::Indeterminate { .. } => true,
+            AcquireOutcome::Unavailable { .. } | AcquireOutcome::QueueFull { .. } => {
+                self.maybe_sent.is_some()
+            }
+            _ => false,
+        };
         let deadline = if contended {
             self.contended_deadline
+        } else if unknown {
+            self.settling_deadline
         } else {
             self.deadline
         };

@@ -14,7 +14,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::lease::{AcquireOutcome, Patience};
+use crate::lease::AcquireOutcome;
 use crate::protocol::LeaseRequest;
 use crate::runtime::worker::{TaskEnd, Worker};
 use crate::runtime::{
@@ -80,6 +80,9 @@ impl LeaseRuntime {
     /// [`spawn_under_lease`](Self::spawn_under_lease) for a ractor worker that handles
     /// messages (the cancellation arrives as one) and may be linked into a supervision tree.
     ///
+    /// An acquisition of unknown end is replayed until it is settled, as
+    /// [`spawn_under_lease`](Self::spawn_under_lease) says.
+    ///
     /// # Errors
     /// As [`spawn_under_lease`](Self::spawn_under_lease).
     ///
@@ -100,7 +103,7 @@ impl LeaseRuntime {
         // The acquisition and the actor's start are boxed: this future rests in its
         // caller's task for as long as the lease is held, at the size of its largest state
         // (docs/performance.md, "Behind the constants").
-        let (handle, admission) = match Box::pin(self.take(request, Patience::of(request))).await? {
+        let (handle, admission) = match Box::pin(self.take_settled(request)).await? {
             Ok(held) => held,
             Err(other) => return Ok(RunOutcome::NotAcquired(other)),
         };

@@ -8,9 +8,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LeaseError;
-use crate::lease::{
-    AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience, ReleaseOutcome,
-};
+use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience};
 use crate::protocol::LeaseRequest;
 use crate::runtime::job::Started;
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
@@ -149,6 +147,16 @@ impl LeaseRuntime {
     /// `message_span_propogation`, so [`LeaseCancelled`] does not carry the lease's span
     /// unless the application turns that feature on.
     ///
+    /// # An acquisition of unknown end
+    /// A try whose reply was lost (`Indeterminate`: it may have taken the lease) is not
+    /// abandoned: the same attempt is replayed — past the wait timeout, for up to the
+    /// request's TTL more — until an answer says whether it holds the lease. If it does,
+    /// the worker starts under it; if not, that answer is the outcome (`Contended`, …).
+    /// [`SpawnOutcome::NotAcquired`] with `Indeterminate` comes only when no answer came in
+    /// that time: what the attempt took before then has expired, unless Redis ran the
+    /// command later still (a server paused with it unread). Send the same request again
+    /// (a replay) or [`LeaseClient::release_attempt`] it to settle that.
+    ///
     /// # Errors
     /// [`RuntimeError::Invalid`] for a request whose TTL (after its replica wait, if any)
     /// leaves no room for renewals
@@ -170,7 +178,7 @@ impl LeaseRuntime {
         W: Actor,
         W::Msg: From<LeaseCancelled>,
     {
-        let (handle, admission) = match self.take(request, Patience::of(request)).await? {
+        let (handle, admission) = match self.take_settled(request).await? {
             Ok(held) => held,
             Err(other) => return Ok(SpawnOutcome::NotAcquired(other)),
         };
@@ -280,10 +288,7 @@ impl LeaseRuntime {
                 // (owner-checked, so nobody else's lease is touched). A release that may
                 // not have run is said and counted (while the admission still lives).
                 let released = self.client.release_attempt(request).await;
-                if matches!(
-                    released,
-                    ReleaseOutcome::Indeterminate { .. } | ReleaseOutcome::Unavailable { .. }
-                ) {
+                if released.may_leave_it_held() {
                     tracing::warn!(
                         release = released.as_str(),
                         "an acquisition given up for the drain could not be released: if it \
@@ -299,6 +304,30 @@ impl LeaseRuntime {
             AcquireOutcome::Acquired(h) | AcquireOutcome::Replayed(h) => Ok((h, admission)),
             other => Err(other),
         })
+    }
+
+    /// [`take`](Self::take) for the entry points that answer once (`spawn_under_lease`,
+    /// `run_under_lease`): an acquisition of unknown end is replayed until an answer settles
+    /// it ([`Patience::settling`]). If none came, the attempt is given up by a release
+    /// (owner-checked), so the replays — each of which may have landed — leave nothing
+    /// held; a release whose end is unknown too is said, and the outcome stays
+    /// `Indeterminate`.
+    pub(crate) async fn take_settled(
+        &self,
+        request: &LeaseRequest,
+    ) -> Result<Result<(LeaseHandle, Admission), AcquireOutcome>, RuntimeError> {
+        let taken = self.take(request, Patience::settling(request)).await?;
+        if let Err(AcquireOutcome::Indeterminate { .. }) = &taken {
+            let released = self.client.release_attempt(request).await;
+            if released.may_leave_it_held() {
+                tracing::warn!(
+                    release = released.as_str(),
+                    "an acquisition of unknown end could not be settled or released: if it \
+                     took the lease, the lease stays held until its TTL ends"
+                );
+            }
+        }
+        Ok(taken)
     }
 
     /// Spawns the lease actor for `handle`; the worker is made from the lease's context.

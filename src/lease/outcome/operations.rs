@@ -196,6 +196,12 @@ impl ReleaseOutcome {
             Self::Unavailable { .. } => "unavailable",
         }
     }
+
+    /// Whether the lease may still be held after this release: it did not run, or its end
+    /// is unknown (the TTL ends it).
+    pub(crate) fn may_leave_it_held(&self) -> bool {
+        matches!(self, Self::Indeterminate { .. } | Self::Unavailable { .. })
+    }
 }
 
 /// What `inspect` found (read only).

@@ -51,6 +51,7 @@ const fn wait(wait: Duration) -> Patience {
     Patience {
         wait,
         contended: wait,
+        settling: Duration::ZERO,
     }
 }
 
@@ -60,6 +61,14 @@ const SECOND: Patience = wait(Duration::from_secs(1));
 const WHILE_CONTENDED: Option<Patience> = Some(Patience {
     wait: Duration::ZERO,
     contended: Duration::from_secs(10),
+    settling: Duration::ZERO,
+});
+
+/// The runtime's entry points': a try (no wait), settled for up to 3 s (the TTL).
+const SETTLING: Option<Patience> = Some(Patience {
+    wait: Duration::ZERO,
+    contended: Duration::ZERO,
+    settling: Duration::from_secs(3),
 });
 
 use Expect::{Done, Resubscribe, Retry, Subscribe};
@@ -129,6 +138,24 @@ const ROWS: &[Row] = &[
         (Try::Contended(5000), 2, Retry(5502, "contended")),
         (Try::Contended(5000), 5502, Retry(10000, "contended")),
         (Try::Contended(5000), 10000, Done("contended")),
+    ] },
+    Row { name: "an unknown end is replayed past the wait until an answer settles it", patience: SETTLING, tries: &[
+        (Try::Indeterminate, 0, Retry(10, "indeterminate")),
+        (Try::Unavailable, 10, Retry(20, "unavailable")),
+        (Try::Unavailable, 20, Retry(40, "unavailable")),
+        (Try::Indeterminate, 40, Retry(50, "indeterminate")),
+        (Try::Contended(100), 50, Done("contended")),
+    ] },
+    Row { name: "settling ends a TTL past the wait, unknown", patience: SETTLING, tries: &[
+        (Try::Indeterminate, 0, Retry(10, "indeterminate")),
+        (Try::Unavailable, 2900, Retry(2910, "unavailable")),
+        (Try::Unavailable, 3000, Done("indeterminate")),
+    ] },
+    Row { name: "settling replays only what may have landed: unavailable alone ends with the wait", patience: SETTLING, tries: &[
+        (Try::Unavailable, 0, Done("unavailable")),
+    ] },
+    Row { name: "without settling an unknown end ends with the wait", patience: None, tries: &[
+        (Try::Indeterminate, 1000, Done("indeterminate")),
     ] },
     Row { name: "a supervisor's wait ends on anything but contention", patience: WHILE_CONTENDED, tries: &[
         (Try::Contended(5000), 0, Subscribe),

@@ -160,10 +160,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
 async fn release_retrying(handle: &mut LeaseHandle) -> ReleaseOutcome {
     let mut release = handle.release().await;
     for _ in 1..RELEASE_ATTEMPTS {
-        if !matches!(
-            release,
-            ReleaseOutcome::Unavailable { .. } | ReleaseOutcome::Indeterminate { .. }
-        ) {
+        if !release.may_leave_it_held() {
             break;
         }
         tokio::time::sleep(RELEASE_RETRY_PAUSE).await;

@@ -293,20 +293,17 @@ where
 /// Says how an acquisition given up by its attempt was released: a release that may not
 /// have run leaves the lease, if the acquisition took it, held until its TTL ends.
 fn given_up(released: &ReleaseOutcome) {
-    match released {
-        ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner => {
-            tracing::debug!(
-                release = released.as_str(),
-                "lease supervisor gave up an acquisition"
-            );
-        }
-        ReleaseOutcome::Indeterminate { .. } | ReleaseOutcome::Unavailable { .. } => {
-            tracing::warn!(
-                release = released.as_str(),
-                "lease supervisor gave up an acquisition but could not release it: if it took \
-                 the lease, the lease stays held until its TTL ends"
-            );
-        }
+    if released.may_leave_it_held() {
+        tracing::warn!(
+            release = released.as_str(),
+            "lease supervisor gave up an acquisition but could not release it: if it took the \
+             lease, the lease stays held until its TTL ends"
+        );
+    } else {
+        tracing::debug!(
+            release = released.as_str(),
+            "lease supervisor gave up an acquisition"
+        );
     }
 }
 
