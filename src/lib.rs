@@ -98,6 +98,7 @@
 //! |---|---|---|
 //! | `tls` | yes | `rediss://` URLs, over rustls with the ring provider |
 //! | `fuzzing` | no | not for users, no stability promise: the script-reply decoders for the fuzz targets, a handle's holding for the model's conformance replay |
+//! | `__simulation` | no | not for users, no stability promise: the deterministic simulation's hooks (inert unless a thread turns them on) |
 //!
 //! The library itself needs tokio's `rt`, `time`, `sync` and `macros`; the application
 //! chooses its runtime flavour. The `leasehold` binary is the package `leasehold-cli`
@@ -155,6 +156,7 @@
 
 mod backend;
 mod error;
+mod jitter;
 mod lease;
 pub mod protocol;
 pub mod runtime;
@@ -163,6 +165,12 @@ pub mod telemetry;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use backend::fuzzing;
+#[cfg(feature = "__simulation")]
+#[doc(hidden)]
+#[path = "simulation.rs"]
+pub mod __simulation;
+#[cfg(feature = "__simulation")]
+use __simulation as simulation;
 pub use backend::{
     BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, MemoryBackend, MemoryFault,
     RedisBackend, RedisConfig, ReleaseNotices, ReplicatedReply, SendFailure, ServerCapabilities,

@@ -32,6 +32,11 @@ use crate::protocol::{
 /// behind its holder's back with [`delete`](Self::delete): that is how code built on
 /// leasehold tests its reaction to `Indeterminate`, UNKNOWN and LOST without Redis.
 ///
+/// For a fault that hits one client and not the others (a partitioned holder whose lease
+/// expires while another client takes it), give each client its own
+/// [`connection`](Self::connection): it shares the store, and
+/// [`set_connection_fault`](Self::set_connection_fault) applies to its calls only.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use leasehold::{MemoryBackend, MemoryFault};
@@ -44,6 +49,8 @@ use crate::protocol::{
 #[derive(Clone, Default)]
 pub struct MemoryBackend {
     store: Arc<Mutex<Store>>,
+    /// This connection's own fault, shared by its clones; ahead of the store's.
+    connection: Arc<Mutex<Option<MemoryFault>>>,
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -166,9 +173,56 @@ impl MemoryBackend {
         Self::default()
     }
 
-    /// Applies `fault` to every later call, or clears it with `None`.
+    /// Applies `fault` to every later call, or clears it with `None`: on every connection
+    /// to the store, like an outage of the server itself.
     pub fn set_fault(&self, fault: Option<MemoryFault>) {
         self.lock().fault = fault;
+    }
+
+    /// Another connection to the same store, as a second process would open: leases,
+    /// fencing counters, release notices and [`set_fault`](Self::set_fault) are shared
+    /// with every other connection, and it has a fault of its own
+    /// ([`set_connection_fault`](Self::set_connection_fault)), none at first. Its clones
+    /// are the same connection.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use leasehold::*;
+    /// let store = MemoryBackend::new();
+    /// let partitioned = store.connection();
+    /// partitioned.set_connection_fault(Some(MemoryFault::Unavailable)); // this one only
+    ///
+    /// let request = |client: &LeaseClient| {
+    ///     let attempt = client.new_attempt("job")?;
+    ///     LeaseRequest::builder(Purpose::new("reports")?, ResourceDigest::of(b"t"), attempt).build()
+    /// };
+    /// let cut_off = LeaseClient::new(partitioned, LeaseSettings::default())?;
+    /// let healthy = LeaseClient::new(store.clone(), LeaseSettings::default())?;
+    /// let refused = cut_off.acquire(&request(&cut_off)?).await?;
+    /// assert!(matches!(refused, AcquireOutcome::Unavailable { .. }));
+    /// let taken = healthy.acquire(&request(&healthy)?).await?;
+    /// assert!(matches!(taken, AcquireOutcome::Acquired(_)));
+    /// assert_eq!(store.held_leases(), 1);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn connection(&self) -> MemoryBackend {
+        MemoryBackend {
+            store: Arc::clone(&self.store),
+            connection: Arc::default(),
+        }
+    }
+
+    /// Applies `fault` to every later call made on this connection (and its clones), or
+    /// clears it with `None`. While set, it is the fault this connection's calls see,
+    /// whatever [`set_fault`](Self::set_fault) set for the store; cleared, they see the
+    /// store's again.
+    pub fn set_connection_fault(&self, fault: Option<MemoryFault>) {
+        *self
+            .connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fault;
     }
 
     /// Deletes a lease behind its holder's back, as an operator's `DEL` would. Publishes no
@@ -220,10 +274,14 @@ impl MemoryBackend {
         op: impl FnOnce(&mut Store, Instant) -> T + Send + 'a,
     ) -> BackendFuture<'a, T> {
         Box::pin(async move {
+            let own = *self
+                .connection
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let fault = {
                 let mut store = self.lock();
                 store.calls += 1;
-                store.fault
+                own.or(store.fault)
             };
             let lost = |what: &str| {
                 SendFailure::MaybeSent(FailureDetail::new(

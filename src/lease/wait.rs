@@ -19,7 +19,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt as _;
 use tokio::time::Instant;
 
 use crate::backend::{FailureDetail, ReleaseNotices};
@@ -331,7 +330,7 @@ fn random_jitter(max: Duration) -> Duration {
     if max.is_zero() {
         return Duration::ZERO;
     }
-    rand::rng().random_range(Duration::ZERO..=max)
+    crate::jitter::up_to(max)
 }
 
 #[cfg(test)]

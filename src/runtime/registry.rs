@@ -134,12 +134,29 @@ impl Registry {
         let actors = self.actors();
         self.permits.close();
         self.drain.cancel();
-        actors.by_id.values().flatten().cloned().collect()
+        Self::in_order(&actors)
     }
 
     /// The lease actors running now.
     pub(crate) fn running(&self) -> Vec<ActorRef<LeaseActorMsg>> {
-        self.actors().by_id.values().flatten().cloned().collect()
+        Self::in_order(&self.actors())
+    }
+
+    /// The running lease actors in the order they were admitted: a drain tells them in
+    /// that order, the same on every run.
+    fn in_order(actors: &Actors) -> Vec<ActorRef<LeaseActorMsg>> {
+        let mut running: Vec<_> = actors
+            .by_id
+            .iter()
+            .filter_map(|(id, actor)| Some((*id, actor.clone()?)))
+            .collect();
+        running.sort_unstable_by_key(|(id, _)| *id);
+        // A deliberate bug the simulation must find: the first lease is forgotten.
+        #[cfg(feature = "__simulation")]
+        if crate::simulation::bugs().drain_forgets_a_lease && !running.is_empty() {
+            running.remove(0);
+        }
+        running.into_iter().map(|(_, actor)| actor).collect()
     }
 
     /// Waits until no lease is admitted, or `deadline`; whether none is.

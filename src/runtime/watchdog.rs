@@ -274,6 +274,12 @@ impl Watchdog {
         self.cancel_at = valid_until
             .checked_sub(self.safety_margin)
             .unwrap_or(valid_until);
+        // A deliberate bug the simulation must find: the worker told at the instant it
+        // must have stopped.
+        #[cfg(feature = "__simulation")]
+        if crate::simulation::bugs().cancel_at_validity_end {
+            self.cancel_at = valid_until;
+        }
     }
 
     /// When to renew after a renewal at `now`: the cadence, or earlier if the budget is

@@ -117,6 +117,11 @@ pub(crate) fn stop_time(command_timeout: Duration) -> Duration {
 /// Where the renewal grid of every lease in this process starts: one origin, so leases
 /// renew at shared instants (see [`on_renewal_grid`](crate::runtime::watchdog::on_renewal_grid)).
 fn renewal_grid_origin() -> Instant {
+    // A simulated run sets its own: each runs on a clock of its own, and replays exactly.
+    #[cfg(feature = "__simulation")]
+    if let Some(origin) = crate::simulation::grid_origin() {
+        return origin;
+    }
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     *ORIGIN.get_or_init(Instant::now)
 }

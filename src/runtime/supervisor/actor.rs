@@ -329,7 +329,12 @@ where
         }
         // Invariant 2: a fresh attempt per term, but for an acquisition of unknown end,
         // which is replayed.
-        let request = match self.unsettled.take() {
+        let unsettled = self.unsettled.take();
+        // A deliberate bug the simulation must find: the unsettled attempt abandoned, its
+        // lease (if it landed) waited out.
+        #[cfg(feature = "__simulation")]
+        let unsettled = unsettled.filter(|_| !crate::simulation::bugs().forget_unsettled);
+        let request = match unsettled {
             Some(request) => request,
             None => self.request.with_new_attempt()?,
         };

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use rand::RngExt as _;
-
 use crate::lease::AcquireOutcome;
 use crate::runtime::supervisor::SupervisorConfig;
 
@@ -59,7 +57,7 @@ pub(crate) fn jittered(pause: Duration) -> Duration {
         return pause;
     }
     let quarter = pause / 4;
-    pause - quarter + rand::rng().random_range(Duration::ZERO..=quarter * 2)
+    pause - quarter + crate::jitter::up_to(quarter * 2)
 }
 
 #[cfg(test)]

@@ -1,0 +1,254 @@
+//! Runs one schedule: the clients' runtimes on one current-thread tokio runtime with the
+//! clock paused, over one in-memory store, the schedule's steps at their instants.
+
+use std::time::Duration;
+
+use leasehold::__simulation::{self, Bugs};
+use leasehold::runtime::{CancelPolicy, LeaseRuntime, RunOutcome, RuntimeError, SupervisorConfig};
+use leasehold::{
+    LeaseClient, LeaseKeys, LeaseRequest, LeaseSettings, MemoryBackend, MemoryFault, Purpose,
+    ResourceDigest,
+};
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt as _, SeedableRng as _};
+use tokio::time::Instant;
+
+use crate::history::{Event, What};
+use crate::schedule::{Action, CLIENTS, Fault, HORIZON, PERMITS, Schedule, TTL};
+use crate::workers::{self, Shared, Term, TermArgs};
+
+/// A drain's grace, mid-run and at the end.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// The history of `schedule` run with `bugs` on.
+pub fn run(schedule: &Schedule, bugs: Bugs) -> Vec<Event> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    __simulation::set_bugs(bugs);
+    __simulation::seed_jitter(Some(schedule.seed));
+    let events = runtime.block_on(simulate(schedule));
+    __simulation::set_bugs(Bugs::default());
+    __simulation::seed_jitter(None);
+    __simulation::set_grid_origin(None);
+    events
+}
+
+fn purpose(resource: usize) -> Purpose {
+    Purpose::new(["leader", "pool"][resource]).expect("a valid purpose")
+}
+
+fn digest(resource: usize) -> ResourceDigest {
+    ResourceDigest::of(["service", "workers"][resource])
+}
+
+fn request(client: &LeaseClient, resource: usize, op: &str) -> LeaseRequest {
+    LeaseRequest::builder(
+        purpose(resource),
+        digest(resource),
+        client.new_attempt(op).expect("an attempt"),
+    )
+    .ttl(TTL)
+    .permits(PERMITS[resource] as u32)
+    .wait_timeout(Duration::from_secs(1))
+    .build()
+    .expect("a valid request")
+}
+
+/// The key of `resource`'s lease, or of one of its slots.
+fn key(client: &LeaseClient, resource: usize, slot: u16) -> LeaseKeys {
+    let keys = client.keys(&purpose(resource), &digest(resource));
+    match PERMITS[resource] {
+        1 => keys,
+        permits => keys.counted(permits as u16).for_slot(slot),
+    }
+}
+
+struct Client {
+    runtime: LeaseRuntime,
+    connection: MemoryBackend,
+    drained: bool,
+}
+
+async fn simulate(schedule: &Schedule) -> Vec<Event> {
+    let shared = Shared::default();
+    shared.recorder.start();
+    let start = Instant::now();
+    __simulation::set_grid_origin(Some(start));
+    let store = MemoryBackend::new();
+    let settings = LeaseSettings::default();
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let connection = store.connection();
+        let client = LeaseClient::new(connection.clone(), settings.clone()).expect("a client");
+        let runtime = LeaseRuntime::new(client.clone());
+        let policy = policy(schedule.kill[c]);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(schedule.job_seed(c));
+        let reaction = Duration::from_millis(rng.random_range(0..400));
+        let term_shared = shared.clone();
+        runtime
+            .supervise(
+                request(&client, 0, &format!("leader-{c}")),
+                move |ctx| {
+                    let args = TermArgs {
+                        shared: term_shared.clone(),
+                        ctx,
+                        client: c,
+                        reaction,
+                    };
+                    (Term, args)
+                },
+                policy,
+                SupervisorConfig::backoff(Duration::from_millis(50), Duration::from_millis(500)),
+            )
+            .await
+            .expect("a supervisor");
+        tokio::spawn(jobs(runtime.clone(), shared.clone(), c, policy, rng));
+        clients.push(Client {
+            runtime,
+            connection,
+            drained: false,
+        });
+    }
+
+    for step in &schedule.steps {
+        tokio::time::sleep_until(start + step.at).await;
+        let rec = &shared.recorder;
+        match &step.action {
+            Action::Fault { client, fault } => {
+                let injected = Some(memory_fault(*fault));
+                match client {
+                    Some(c) => clients[*c].connection.set_connection_fault(injected),
+                    None => store.set_fault(injected),
+                }
+                rec.record(What::Fault {
+                    client: *client,
+                    fault: format!("{fault:?}"),
+                });
+            }
+            Action::Heal {
+                client,
+                outage_over,
+            } => {
+                match client {
+                    Some(c) => clients[*c].connection.set_connection_fault(None),
+                    None => store.set_fault(None),
+                }
+                rec.record(What::Healed { client: *client });
+                if *outage_over {
+                    rec.record(What::OutageOver);
+                }
+            }
+            Action::Delete { resource, slot } => {
+                let keys = key(clients[0].runtime.client(), *resource, *slot);
+                store.delete(&keys);
+                rec.record(What::Deleted {
+                    key: Some((*resource, *slot)),
+                });
+            }
+            Action::Restart => {
+                for (resource, &permits) in PERMITS.iter().enumerate() {
+                    for slot in 0..permits as u16 {
+                        store.delete(&key(clients[0].runtime.client(), resource, slot));
+                    }
+                }
+                rec.record(What::Deleted { key: None });
+            }
+            Action::Drain { client } => {
+                let c = &mut clients[*client];
+                if !c.drained {
+                    c.drained = true;
+                    rec.record(What::DrainBegan { client: *client });
+                    let (runtime, rec, client) = (c.runtime.clone(), rec.clone(), *client);
+                    tokio::spawn(async move {
+                        runtime.shutdown(GRACE).await;
+                        let held = runtime.held();
+                        rec.record(What::DrainEnded {
+                            client,
+                            held,
+                            keys_left: None,
+                        });
+                    });
+                }
+            }
+        }
+    }
+
+    // The end: every fault cleared, the leases settled, every runtime drained; then
+    // nothing may be held and no key left.
+    tokio::time::sleep_until(start + HORIZON).await;
+    store.set_fault(None);
+    for c in &clients {
+        c.connection.set_connection_fault(None);
+    }
+    shared.recorder.record(What::Healed { client: None });
+    tokio::time::sleep(TTL * 2).await;
+    let mut drains = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        if !c.drained {
+            shared.recorder.record(What::DrainBegan { client: i });
+        }
+        let runtime = c.runtime.clone();
+        drains.push(tokio::spawn(async move {
+            runtime.shutdown(GRACE).await;
+        }));
+    }
+    for drain in drains {
+        let _ = drain.await;
+    }
+    let keys_left = store.held_leases();
+    for (i, c) in clients.iter().enumerate() {
+        shared.recorder.record(What::DrainEnded {
+            client: i,
+            held: c.runtime.held(),
+            keys_left: Some(keys_left),
+        });
+    }
+    shared.recorder.events()
+}
+
+fn policy(kill: bool) -> CancelPolicy {
+    if kill {
+        CancelPolicy::Kill
+    } else {
+        CancelPolicy::NotifyOnly
+    }
+}
+
+fn memory_fault(fault: Fault) -> MemoryFault {
+    match fault {
+        Fault::Unavailable => MemoryFault::Unavailable,
+        Fault::LoseReply => MemoryFault::LoseReply,
+        Fault::LoseRequest => MemoryFault::LoseRequest,
+        Fault::Slow(d) => MemoryFault::Slow(d),
+    }
+}
+
+/// Client `c`'s loop of `run_under_lease` jobs on resource 1, until its runtime drains.
+async fn jobs(
+    runtime: LeaseRuntime,
+    shared: Shared,
+    c: usize,
+    policy: CancelPolicy,
+    mut rng: Xoshiro256PlusPlus,
+) {
+    for n in 0.. {
+        let work = Duration::from_millis(rng.random_range(100..6_000));
+        let reaction = Duration::from_millis(rng.random_range(0..400));
+        let pause = Duration::from_millis(rng.random_range(0..500));
+        let request = request(runtime.client(), 1, &format!("job-{c}-{n}"));
+        let shared = shared.clone();
+        let outcome = runtime
+            .run_under_lease(&request, policy, move |ctx| {
+                workers::job(shared, ctx, c, work, reaction)
+            })
+            .await;
+        match outcome {
+            Ok(RunOutcome::Ran { .. } | RunOutcome::NotAcquired(_)) => {}
+            Err(RuntimeError::ShuttingDown) | Err(_) => return,
+        }
+        tokio::time::sleep(pause).await;
+    }
+}

@@ -1,0 +1,150 @@
+//! The work the simulated clients run: each records what it sees of its lease.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use leasehold::ractor::{Actor, ActorProcessingErr, ActorRef};
+use leasehold::runtime::{CancelReason, LeaseCancelled, LeaseContext};
+
+use crate::history::{Recorder, What, WorkerId};
+
+/// What every worker of a run shares: the history and the next worker's id.
+#[derive(Debug, Clone, Default)]
+pub struct Shared {
+    pub recorder: Recorder,
+    next: Arc<AtomicU32>,
+}
+
+impl Shared {
+    /// Records a worker's start under `ctx` and returns its id and the guard that records
+    /// its end when dropped (the work returned, or was stopped).
+    pub fn start(&self, ctx: &LeaseContext, client: usize, resource: usize) -> Ended {
+        let worker = self.next.fetch_add(1, Ordering::Relaxed);
+        let rec = &self.recorder;
+        rec.record(What::Started {
+            worker,
+            client,
+            resource,
+            slot: ctx.slot().unwrap_or(0),
+            token: ctx.token().get(),
+            stop_by: rec.since_start(ctx.stop_by()),
+        });
+        // Every renewal's new validity, as the worker sees it, until the lease actor ends.
+        let mut watched = ctx.clone();
+        let recorder = rec.clone();
+        tokio::spawn(async move {
+            let mut last = watched.status().stop_by;
+            while watched.changed().await {
+                let status = watched.status();
+                if status.cancelled.is_none() && status.stop_by != last {
+                    last = status.stop_by;
+                    recorder.record(What::Validity {
+                        worker,
+                        stop_by: recorder.since_start(status.stop_by),
+                    });
+                }
+            }
+        });
+        Ended {
+            worker,
+            recorder: rec.clone(),
+        }
+    }
+
+    /// Records that `worker` was told, with its context's reason and validity end.
+    pub fn told(&self, worker: WorkerId, reason: CancelReason, stop_by: tokio::time::Instant) {
+        let stop_by = self.recorder.since_start(stop_by);
+        self.recorder.record(What::Told {
+            worker,
+            reason,
+            stop_by,
+        });
+    }
+}
+
+/// Records the worker's end when dropped.
+#[derive(Debug)]
+pub struct Ended {
+    pub worker: WorkerId,
+    recorder: Recorder,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.recorder.record(What::Ended {
+            worker: self.worker,
+        });
+    }
+}
+
+/// A `run_under_lease` job: works for `work`, or until told, then takes `reaction` to stop.
+pub async fn job(
+    shared: Shared,
+    ctx: LeaseContext,
+    client: usize,
+    work: Duration,
+    reaction: Duration,
+) {
+    let ended = shared.start(&ctx, client, 1);
+    tokio::select! {
+        biased;
+        () = ctx.cancelled() => {
+            let reason = ctx.cancel_reason().unwrap_or(CancelReason::Unknown);
+            shared.told(ended.worker, reason, ctx.stop_by());
+            tokio::time::sleep(reaction).await;
+        }
+        () = tokio::time::sleep(work) => {}
+    }
+}
+
+/// A supervisor's term: runs until told, then takes its reaction time to stop.
+pub struct Term;
+
+pub struct TermArgs {
+    pub shared: Shared,
+    pub ctx: LeaseContext,
+    pub client: usize,
+    pub reaction: Duration,
+}
+
+pub struct TermState {
+    shared: Shared,
+    reaction: Duration,
+    /// Dropped with the state: when the actor ends, stopped or killed.
+    ended: Ended,
+}
+
+impl Actor for Term {
+    type Msg = LeaseCancelled;
+    type State = TermState;
+    type Arguments = TermArgs;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<LeaseCancelled>,
+        args: TermArgs,
+    ) -> Result<TermState, ActorProcessingErr> {
+        let ended = args.shared.start(&args.ctx, args.client, 0);
+        Ok(TermState {
+            shared: args.shared,
+            reaction: args.reaction,
+            ended,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LeaseCancelled>,
+        cancelled: LeaseCancelled,
+        state: &mut TermState,
+    ) -> Result<(), ActorProcessingErr> {
+        let worker = state.ended.worker;
+        state
+            .shared
+            .told(worker, cancelled.reason, cancelled.stop_by);
+        tokio::time::sleep(state.reaction).await;
+        myself.stop(None);
+        Ok(())
+    }
+}
