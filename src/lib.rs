@@ -31,12 +31,14 @@
 //! | layer | where | what | may import |
 //! |---|---|---|---|
 //! | cli | `cli/src/` | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`), package `leasehold-cli` | runtime, lease core, backend, protocol, telemetry, error |
-//! | runtime | `src/runtime/` | [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core, protocol, telemetry, error, backend (`FailureDetail` and `FailureKind` only: the detail an outcome carries) |
-//! | lease core | `src/lease/` | [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | protocol, telemetry, error, backend (only what the crate root re-exports: the trait, the failure types, the two backends' constructors) |
+//! | runtime | `src/runtime/` | [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core, protocol, telemetry, error, jitter, simulation, backend (`FailureDetail` and `FailureKind` only: the detail an outcome carries) |
+//! | lease core | `src/lease/` | [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | protocol, telemetry, error, jitter, backend (only what the crate root re-exports: the trait, the failure types, the two backends' constructors) |
 //! | backend | `src/backend/` | [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol, error |
 //! | protocol | `src/protocol/` | [`protocol`]: keys, digests, attempts, requests, typed replies (pure) | error |
 //! | telemetry | `src/telemetry.rs` | [`telemetry`]: metric names and what records them | protocol |
 //! | error | `src/error.rs` | [`LeaseError`]: a value refused before any I/O | nothing |
+//! | jitter | `src/jitter.rs` | the random part of waits and pauses | simulation |
+//! | simulation | `src/simulation.rs` | with the `__simulation` feature only: the deterministic simulation's hooks (seeded jitter, deliberate bugs) | nothing |
 //!
 //! "May import" is checked, not only stated: `tests/layers.rs` reads this table and fails
 //! when a layer's code names (`crate::…`, in the binary `leasehold::…`) a layer, or an item

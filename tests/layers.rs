@@ -149,15 +149,27 @@ fn allowed(cell: &str) -> Vec<Allowed> {
 
 /// The crate's top-level modules (`mod x;`, `pub mod x;`).
 fn modules(lib: &str) -> BTreeSet<String> {
-    lib.lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            let l = l.strip_prefix("pub ").unwrap_or(l);
-            l.strip_prefix("mod ")?
-                .strip_suffix(';')
-                .map(str::to_string)
-        })
-        .collect()
+    // A module declared under `#[path = "file.rs"]` is named by its file, as the code
+    // names it through its `use … as` alias.
+    let mut path = None;
+    let mut names = BTreeSet::new();
+    for l in lib.lines() {
+        let l = l.trim();
+        if let Some(file) = l
+            .strip_prefix("#[path = \"")
+            .and_then(|f| f.strip_suffix(".rs\"]"))
+        {
+            path = Some(file.to_string());
+            continue;
+        }
+        let l = l.strip_prefix("pub ").unwrap_or(l);
+        if let Some(name) = l.strip_prefix("mod ").and_then(|m| m.strip_suffix(';')) {
+            names.insert(path.take().unwrap_or_else(|| name.to_string()));
+        } else if !l.starts_with("#[") {
+            path = None;
+        }
+    }
+    names
 }
 
 /// Each name the crate root re-exports (`pub use module::…;`), with its module.
