@@ -222,11 +222,15 @@ impl LeaseClient {
     ///   not confirmed (it failed, or its connection ended) it is made again after 50 ms,
     ///   doubling to 1 s, with a try each time — never a sleep of the holder's whole TTL;
     /// * `Indeterminate` is retried with the same attempt (a replay is safe);
-    /// * `Unavailable` is retried with exponential backoff.
+    /// * `Unavailable` is retried with exponential backoff;
+    /// * a grant whose reply came after its local validity had ended (a slow reply) is not
+    ///   returned: it counts as `Indeterminate` and is replayed — a replay's validity runs
+    ///   from its own send.
     ///
     /// The last outcome is returned when the wait runs out. If any try may have reached Redis
     /// and the last one did not succeed, the result is `Indeterminate`, never `Unavailable`.
-    /// With a wait timeout of 0 this is exactly [`try_acquire`](Self::try_acquire).
+    /// With a wait timeout of 0 this is one try, as [`try_acquire`](Self::try_acquire), but
+    /// for a grant that arrived spent.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire), before any I/O.

@@ -328,6 +328,13 @@ impl LeaseHandle {
         }
     }
 
+    /// Whether the handle is still ACTIVE at `now`, the clock applied: a handle whose
+    /// local validity has run out is LOST from then on, and its drop releases nothing.
+    pub(crate) fn active_at(&mut self, now: Instant) -> bool {
+        self.observe(now);
+        matches!(self.state, HandleState::Active { .. })
+    }
+
     /// Applies the clock: ACTIVE with no validity left becomes LOST (invariant 3).
     fn observe(&mut self, now: Instant) {
         let next = self.state.observe(now);

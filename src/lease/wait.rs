@@ -15,13 +15,15 @@
 //!    or the connection ended) a contended sleep lasts at most until the next attempt to
 //!    subscribe — [`RESUBSCRIBE_MIN`] doubling to [`RESUBSCRIBE_MAX`] — never the holder's
 //!    whole remaining TTL; each attempt is followed by a try.
+//! 6. A grant is handed out only with local validity left at the instant its reply is
+//!    handled; one that arrived spent is `Indeterminate`, and replayed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{FailureDetail, ReleaseNotices};
+use crate::backend::{FailureDetail, FailureKind, ReleaseNotices};
 use crate::lease::acquire;
 use crate::lease::outcome::AcquireOutcome;
 use crate::lease::session::Session;
@@ -181,6 +183,7 @@ impl WaitPolicy {
         now: Instant,
         jitter: &mut impl FnMut(Duration) -> Duration,
     ) -> Step {
+        let outcome = spent_on_arrival(outcome, now);
         let contended = matches!(
             outcome,
             AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
@@ -248,6 +251,28 @@ impl WaitPolicy {
             ) => AcquireOutcome::Indeterminate { attempt, detail },
             (outcome, _) => outcome,
         }
+    }
+}
+
+/// A grant whose reply came after its local validity had run out (a slow reply, a
+/// replay of a grant about to expire) is no lease to hand out: its holder would be told
+/// to stop the moment it started. The attempt may still hold the lease in Redis, so it is
+/// `Indeterminate` (invariant 6): replayed, its budget then runs from the replay's own
+/// send. The handle is LOST first, so that dropping it releases nothing the replay may
+/// find.
+fn spent_on_arrival(mut outcome: AcquireOutcome, now: Instant) -> AcquireOutcome {
+    let (AcquireOutcome::Acquired(lease) | AcquireOutcome::Replayed(lease)) = &mut outcome else {
+        return outcome;
+    };
+    if lease.active_at(now) {
+        return outcome;
+    }
+    AcquireOutcome::Indeterminate {
+        attempt: lease.attempt().clone(),
+        detail: FailureDetail::new(
+            FailureKind::Timeout,
+            "the grant's reply came after its local validity had ended",
+        ),
     }
 }
 

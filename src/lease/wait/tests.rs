@@ -274,3 +274,55 @@ fn the_pause_before_subscribing_again_stops_growing_at_its_maximum() {
     }
     assert_eq!(last, RESUBSCRIBE_MAX);
 }
+
+/// Invariant 6: a grant handled after its local validity ended is not handed out. It is
+/// replayed as an uncertain attempt (within the settling deadline), ends the wait
+/// `Indeterminate` past it, and its handle is LOST — dropping it releases nothing, so a
+/// replay still finds the lease. A grant with validity left is handed out as ever.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_grant_whose_validity_ended_before_its_reply_was_handled_is_replayed_not_handed_out() {
+    use crate::{LeaseClient, LeaseSettings, MemoryBackend};
+
+    let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default()).expect("client");
+    let request = client
+        .request("wait-test", "spent")
+        .expect("builder")
+        .ttl(Duration::from_secs(3))
+        .build()
+        .expect("request");
+    let mut grant = client.try_acquire(&request).await.expect("outcome");
+    let valid_until = match &mut grant {
+        AcquireOutcome::Acquired(lease) => lease.valid_until(),
+        _ => None,
+    }
+    .expect("acquired");
+    let mut jitter = |max: Duration| max;
+
+    let t0 = Instant::now();
+    let mut policy = WaitPolicy::new(t0, SETTLING.unwrap_or(SECOND));
+    match policy.handle_outcome(grant, valid_until, &mut jitter) {
+        Step::Retry { wake_at, why } => {
+            assert_eq!((wake_at - valid_until, why), (10 * MS, "indeterminate"));
+        }
+        other => panic!("a spent grant was not replayed: {other:?}"),
+    }
+    // Its drop released nothing: the same attempt is replayed, under the same token.
+    tokio::task::yield_now().await;
+    let replay = client.try_acquire(&request).await.expect("outcome");
+    assert_eq!(replay.as_str(), "replayed", "{replay:?}");
+
+    let mut policy = WaitPolicy::new(t0, wait(Duration::ZERO));
+    match policy.handle_outcome(replay, t0 + Duration::from_secs(30), &mut jitter) {
+        Step::Done(AcquireOutcome::Indeterminate { attempt, .. }) => {
+            assert_eq!(&attempt, request.attempt());
+        }
+        other => panic!("past the deadline a spent grant is indeterminate: {other:?}"),
+    }
+
+    let mut policy = WaitPolicy::new(t0, wait(Duration::ZERO));
+    let fresh = client.try_acquire(&request).await.expect("outcome");
+    match policy.handle_outcome(fresh, Instant::now(), &mut jitter) {
+        Step::Done(AcquireOutcome::Replayed(_)) => {}
+        other => panic!("a grant with validity left is handed out: {other:?}"),
+    }
+}
