@@ -71,6 +71,13 @@ pub enum Violation {
         held: usize,
         keys_left: Option<usize>,
     },
+    /// An observer reported a holder of the supervised resource under a token below one it
+    /// had reported before: it went back in time.
+    ObservedGoingBack {
+        client: usize,
+        token: u64,
+        previous: u64,
+    },
     /// No leader within one renewal period of a store outage's end.
     NoLeader { outage_over: Duration },
 }
@@ -98,6 +105,7 @@ struct Worker {
 pub fn check(events: &[Event], facts: &Facts) -> Result<(), Violation> {
     let mut workers: BTreeMap<WorkerId, Worker> = BTreeMap::new();
     let mut last_token: BTreeMap<(usize, u16), u64> = BTreeMap::new();
+    let mut last_observed: BTreeMap<usize, u64> = BTreeMap::new();
     for (i, event) in events.iter().enumerate() {
         let at = event.at;
         // Every worker whose validity ended before now, still running untold, or running
@@ -228,6 +236,21 @@ pub fn check(events: &[Event], facts: &Facts) -> Result<(), Violation> {
                     }
                 }
             }
+            What::Observed {
+                client,
+                token: Some(token),
+            } => {
+                let previous = last_observed.entry(*client).or_insert(*token);
+                if token < previous {
+                    return Err(Violation::ObservedGoingBack {
+                        client: *client,
+                        token: *token,
+                        previous: *previous,
+                    });
+                }
+                *previous = *token;
+            }
+            What::Observed { token: None, .. } => {}
             What::Fault { .. } | What::Healed { .. } => {}
             What::DrainBegan { .. } => {}
         }

@@ -4,10 +4,12 @@
 use std::time::Duration;
 
 use leasehold::__simulation::{self, Bugs};
-use leasehold::runtime::{CancelPolicy, LeaseRuntime, RunOutcome, RuntimeError, SupervisorConfig};
+use leasehold::runtime::{
+    CancelPolicy, LeaseRuntime, RunOutcome, RuntimeError, SpawnOutcome, SupervisorConfig,
+};
 use leasehold::{
     LeaseClient, LeaseKeys, LeaseRequest, LeaseSettings, MemoryBackend, MemoryFault, Purpose,
-    ResourceDigest,
+    ResourceDigest, ResourceHolder,
 };
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt as _, SeedableRng as _};
@@ -15,7 +17,10 @@ use tokio::time::Instant;
 
 use crate::history::{Event, What};
 use crate::schedule::{Action, CLIENTS, Fault, HORIZON, PERMITS, Schedule, TTL};
-use crate::workers::{self, Shared, Term, TermArgs};
+use crate::workers::{self, Job, JobArgs, Shared, Term, TermArgs};
+
+/// How often an observer reads the supervised resource besides the release notices.
+const OBSERVE_POLL: Duration = Duration::from_millis(500);
 
 /// A drain's grace, mid-run and at the end.
 const GRACE: Duration = Duration::from_secs(2);
@@ -106,6 +111,7 @@ async fn simulate(schedule: &Schedule) -> Vec<Event> {
             .await
             .expect("a supervisor");
         tokio::spawn(jobs(runtime.clone(), shared.clone(), c, policy, rng));
+        tokio::spawn(observe(client.clone(), shared.clone(), c));
         clients.push(Client {
             runtime,
             connection,
@@ -226,7 +232,23 @@ fn memory_fault(fault: Fault) -> MemoryFault {
     }
 }
 
-/// Client `c`'s loop of `run_under_lease` jobs on resource 1, until its runtime drains.
+/// Client `c`'s observer of the supervised resource: each holder it reports, recorded.
+async fn observe(client: LeaseClient, shared: Shared, c: usize) {
+    let request = request(&client, 0, &format!("observer-{c}"));
+    let Ok(mut observer) = client.observe(&request, OBSERVE_POLL) else {
+        return;
+    };
+    loop {
+        let token = match observer.changed().await {
+            ResourceHolder::Held { token, .. } => Some(token.get()),
+            ResourceHolder::Free => None,
+            _ => continue,
+        };
+        shared.recorder.record(What::Observed { client: c, token });
+    }
+}
+
+/// Client `c`'s loop of jobs on resource 1, until its runtime drains.
 async fn jobs(
     runtime: LeaseRuntime,
     shared: Shared,
@@ -240,14 +262,32 @@ async fn jobs(
         let pause = Duration::from_millis(rng.random_range(0..500));
         let request = request(runtime.client(), 1, &format!("job-{c}-{n}"));
         let shared = shared.clone();
-        let outcome = runtime
-            .run_under_lease(&request, policy, move |ctx| {
-                workers::job(shared, ctx, c, work, reaction)
-            })
-            .await;
-        match outcome {
-            Ok(RunOutcome::Ran { .. } | RunOutcome::NotAcquired(_)) => {}
-            Err(RuntimeError::ShuttingDown) | Err(_) => return,
+        // Every other job a worker actor of its own (`spawn_under_lease`), waited for.
+        if n % 2 == 1 {
+            let args = move |ctx| JobArgs {
+                shared,
+                ctx,
+                client: c,
+                work,
+                reaction,
+            };
+            match runtime.spawn_under_lease(&request, Job, args, policy).await {
+                Ok(SpawnOutcome::Started(job)) => {
+                    job.wait().await;
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        } else {
+            let outcome = runtime
+                .run_under_lease(&request, policy, move |ctx| {
+                    workers::job(shared, ctx, c, work, reaction)
+                })
+                .await;
+            match outcome {
+                Ok(RunOutcome::Ran { .. } | RunOutcome::NotAcquired(_)) => {}
+                Err(RuntimeError::ShuttingDown) | Err(_) => return,
+            }
         }
         tokio::time::sleep(pause).await;
     }

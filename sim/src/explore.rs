@@ -220,7 +220,9 @@ fn upto_violation(history: &[Event], violation: &Violation) -> usize {
         Violation::WrongReason { at, .. } => Some(*at),
         Violation::Untold { stop_by, .. } | Violation::NotStopped { stop_by, .. } => Some(*stop_by),
         Violation::NoLeader { outage_over } => Some(*outage_over + TTL),
-        Violation::TokenNotIncreasing { .. } | Violation::LeftAfterDrain { .. } => None,
+        Violation::TokenNotIncreasing { .. }
+        | Violation::LeftAfterDrain { .. }
+        | Violation::ObservedGoingBack { .. } => None,
     };
     at.map_or(history.len(), |at| {
         history.iter().take_while(|e| e.at <= at).count()

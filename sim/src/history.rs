@@ -58,6 +58,9 @@ pub enum What {
         held: usize,
         keys_left: Option<usize>,
     },
+    /// Client `client`'s observer of the supervised resource read a holder under `token`
+    /// (`None`: nobody held it).
+    Observed { client: usize, token: Option<u64> },
     /// A store-wide outage longer than the TTL ended, and a supervisor was running.
     OutageOver,
 }

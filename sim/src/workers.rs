@@ -98,6 +98,67 @@ pub async fn job(
     }
 }
 
+/// A `spawn_under_lease` job's worker actor: works for `work` (a message it sends itself),
+/// or until told, then takes its reaction time to stop.
+pub struct Job;
+
+/// What a [`Job`] hears: its lease's cancellation, or its own work's end.
+pub enum JobMsg {
+    Cancelled(LeaseCancelled),
+    Done,
+}
+
+impl From<LeaseCancelled> for JobMsg {
+    fn from(cancelled: LeaseCancelled) -> Self {
+        JobMsg::Cancelled(cancelled)
+    }
+}
+
+pub struct JobArgs {
+    pub shared: Shared,
+    pub ctx: LeaseContext,
+    pub client: usize,
+    pub work: Duration,
+    pub reaction: Duration,
+}
+
+impl Actor for Job {
+    type Msg = JobMsg;
+    type State = TermState;
+    type Arguments = JobArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<JobMsg>,
+        args: JobArgs,
+    ) -> Result<TermState, ActorProcessingErr> {
+        let ended = args.shared.start(&args.ctx, args.client, 1);
+        myself.send_after(args.work, || JobMsg::Done);
+        Ok(TermState {
+            shared: args.shared,
+            reaction: args.reaction,
+            ended,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<JobMsg>,
+        msg: JobMsg,
+        state: &mut TermState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let JobMsg::Cancelled(cancelled) = msg {
+            let worker = state.ended.worker;
+            state
+                .shared
+                .told(worker, cancelled.reason, cancelled.stop_by);
+            tokio::time::sleep(state.reaction).await;
+        }
+        myself.stop(None);
+        Ok(())
+    }
+}
+
 /// A supervisor's term: runs until told, then takes its reaction time to stop.
 pub struct Term;
 

@@ -253,3 +253,31 @@ fn a_holder_whose_key_was_deleted_does_not_count() {
     ];
     assert_eq!(check(&h, &facts()), Ok(()));
 }
+
+#[test]
+fn an_observer_going_back_to_an_older_token_breaks_it() {
+    let observed =
+        |ms: u64, client: usize, token: Option<u64>| ev(ms, What::Observed { client, token });
+    // Each observer on its own; nobody holding between two holders is no going back.
+    let kept = [
+        observed(0, 0, Some(3)),
+        observed(10, 1, Some(2)),
+        observed(20, 0, None),
+        observed(30, 0, Some(4)),
+        observed(40, 0, Some(4)),
+    ];
+    assert_eq!(check(&kept, &facts()), Ok(()));
+    let back = [
+        observed(0, 0, Some(3)),
+        observed(10, 0, None),
+        observed(20, 0, Some(2)),
+    ];
+    assert_eq!(
+        check(&back, &facts()),
+        Err(Violation::ObservedGoingBack {
+            client: 0,
+            token: 2,
+            previous: 3
+        })
+    );
+}
