@@ -66,7 +66,7 @@ fn a_negative_duration_is_its_options_bad_value() {
             let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
             let line = match crate::parse(&args) {
                 Ok(_) => panic!("{args:?} parsed"),
-                Err(e) => crate::parse_error(&e, sub == "run"),
+                Err(e) => crate::parse_error(&e, &args, sub == "run"),
             };
             let long = match option {
                 "-w" => "--wait",

@@ -19,8 +19,9 @@ use crate::inputs;
 use crate::keeper::Signal;
 use crate::say;
 
-/// The raw resource id's variable, so the id need not show in `ps`.
-const RESOURCE_ENV: &str = "LEASEHOLD_RESOURCE";
+use crate::variables::{
+    REDIS_FILE as REDIS_FILE_ENV, RESOURCE as RESOURCE_ENV, RESOURCE_FILE as RESOURCE_FILE_ENV,
+};
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 /// `--grace`: SIGTERM to SIGKILL. Bounded so that no arithmetic on it can overflow; it never
@@ -48,7 +49,8 @@ pub(crate) struct Connection {
     /// Read the Redis URL from this file (one trailing newline is dropped), so its password
     /// does not show in `ps`: a regular file of at most 4096 bytes, best readable by its
     /// owner only (a warning says when it is not). Like --redis, it overrides
-    /// LEASEHOLD_REDIS_URL.
+    /// LEASEHOLD_REDIS_URL [env: LEASEHOLD_REDIS_FILE; with LEASEHOLD_REDIS_URL set too,
+    /// leasehold refuses to guess].
     #[arg(long, value_name = "PATH")]
     redis_file: Option<PathBuf>,
     /// Key prefix isolating tenants or applications: [a-z0-9][a-z0-9._:-]{0,63}
@@ -70,7 +72,8 @@ pub(crate) struct Common {
     #[arg(long, value_name = "ID", conflicts_with = "resource_file")]
     resource: Option<String>,
     /// Read the resource id from this file (one trailing newline is dropped), so it does
-    /// not show in `ps`: a regular file of at most 4096 bytes.
+    /// not show in `ps`: a regular file of at most 4096 bytes [env: LEASEHOLD_RESOURCE_FILE;
+    /// with LEASEHOLD_RESOURCE set too, leasehold refuses to guess].
     #[arg(long, value_name = "PATH")]
     resource_file: Option<PathBuf>,
 }
@@ -143,30 +146,39 @@ impl Connection {
                 .validate()
                 .map_err(|e| durations::option_error(every.flag, false, &e))?;
         }
-        let from_file = match &self.redis_file {
-            Some(path) => {
-                let (url, warning) = inputs::redis_file(path)?;
+        // Set but empty counts as unset, as the library reads it.
+        let set = |var| inputs::variable(var).map(|v| v.filter(|v| !v.is_empty()));
+        let (env_url, env_file) = match (&self.redis, &self.redis_file) {
+            (None, None) => (set(REDIS_URL_ENV)?, set(REDIS_FILE_ENV)?),
+            _ => (None, None),
+        };
+        if env_url.is_some() && env_file.is_some() {
+            return Err(format!(
+                "{REDIS_URL_ENV} and {REDIS_FILE_ENV} are both set: unset one, or give --redis \
+                 or --redis-file"
+            ));
+        }
+        let env_file = env_file.map(PathBuf::from);
+        let file = match (&self.redis_file, &env_file) {
+            (Some(path), _) => Some(inputs::FileSource::Flag("--redis-file", path)),
+            (None, Some(path)) => Some(inputs::FileSource::Variable(REDIS_FILE_ENV, path)),
+            (None, None) => None,
+        };
+        let from_file = match file {
+            Some(file) => {
+                let (url, warning) = inputs::redis_file(&file)?;
                 if let Some(warning) = warning {
                     say::warn(warning);
                 }
-                Some((url, path))
+                Some((url, file))
             }
             None => None,
         };
-        let from_env = match (&self.redis, &from_file) {
-            (None, None) => inputs::variable(REDIS_URL_ENV)?.filter(|v| !v.is_empty()),
-            // Set but empty counts as unset, as the library reads it.
-            _ => None,
-        };
         // The URL may carry a password: it is shown masked.
-        let (url, source) = match (&self.redis, from_file, from_env) {
+        let (url, source) = match (&self.redis, from_file, env_url) {
             (Some(url), _, _) => (url.clone(), format!("--redis {}", diagnose::masked(url))),
-            (None, Some((url, path)), _) => {
-                let source = format!(
-                    "--redis-file {}: {}",
-                    path.display(),
-                    diagnose::masked(&url)
-                );
+            (None, Some((url, file)), _) => {
+                let source = format!("{file}: {}", diagnose::masked(&url));
                 (url, source)
             }
             (None, None, Some(url)) => {
@@ -212,21 +224,33 @@ impl Common {
     /// # Errors
     /// None given, an unreadable file, or an empty id; the id itself is never echoed.
     pub(crate) fn resource(&self) -> Result<ResourceDigest, String> {
-        let from_env = match (&self.resource, &self.resource_file) {
-            (None, None) => inputs::variable(RESOURCE_ENV)?,
-            _ => None,
-        };
-        let (raw, source) = match (&self.resource, &self.resource_file, from_env) {
-            (Some(raw), _, _) => (raw.clone().into_bytes(), "--resource".to_owned()),
-            (None, Some(path), _) => (
-                inputs::resource_file(path)?,
-                format!("--resource-file {}", path.display()),
+        let (from_env, env_file) = match (&self.resource, &self.resource_file) {
+            (None, None) => (
+                inputs::variable(RESOURCE_ENV)?,
+                inputs::variable(RESOURCE_FILE_ENV)?.map(PathBuf::from),
             ),
+            _ => (None, None),
+        };
+        if from_env.is_some() && env_file.is_some() {
+            return Err(format!(
+                "{RESOURCE_ENV} and {RESOURCE_FILE_ENV} are both set: unset one, or give \
+                 --resource or --resource-file"
+            ));
+        }
+        let file = match (&self.resource_file, &env_file) {
+            (Some(path), _) => Some(inputs::FileSource::Flag("--resource-file", path)),
+            (None, Some(path)) => Some(inputs::FileSource::Variable(RESOURCE_FILE_ENV, path)),
+            (None, None) => None,
+        };
+        let (raw, source) = match (&self.resource, file, from_env) {
+            (Some(raw), _, _) => (raw.clone().into_bytes(), "--resource".to_owned()),
+            (None, Some(file), _) => (inputs::resource_file(&file)?, file.to_string()),
             (None, None, Some(raw)) => (raw.into_bytes(), RESOURCE_ENV.to_owned()),
             // Set but empty: refused below, not mistaken for "not given".
             (None, None, None) => {
                 return Err(format!(
-                    "no resource: give --resource ID, --resource-file PATH or {RESOURCE_ENV}"
+                    "no resource: give --resource ID, --resource-file PATH, {RESOURCE_ENV} or \
+                     {RESOURCE_FILE_ENV}"
                 ));
             }
         };

@@ -115,8 +115,34 @@ pub(crate) fn variable(var: &str) -> Result<Option<String>, String> {
 ///
 /// # Errors
 /// One line naming the file: unreadable, not a regular file, or too long.
-pub(crate) fn resource_file(path: &Path) -> Result<Vec<u8>, String> {
-    small_file("--resource-file", path, "resource id", RESOURCE_FILE_MAX).map(|(bytes, _)| bytes)
+/// `source` names the file's flag or variable and the file, as errors show it
+/// ([`FileSource`]).
+pub(crate) fn resource_file(source: &FileSource<'_>) -> Result<Vec<u8>, String> {
+    small_file(source, "resource id", RESOURCE_FILE_MAX).map(|(bytes, _)| bytes)
+}
+
+/// A file named by a flag (`--redis-file PATH`) or a variable (`LEASEHOLD_REDIS_FILE=PATH`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FileSource<'a> {
+    Flag(&'static str, &'a Path),
+    Variable(&'static str, &'a Path),
+}
+
+impl FileSource<'_> {
+    fn path(&self) -> &Path {
+        match self {
+            Self::Flag(_, path) | Self::Variable(_, path) => path,
+        }
+    }
+}
+
+impl std::fmt::Display for FileSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Flag(flag, path) => write!(f, "{flag} {}", path.display()),
+            Self::Variable(var, path) => write!(f, "{var}={}", path.display()),
+        }
+    }
 }
 
 /// The Redis URL in `path`, read as [`resource_file`] reads its file (at most
@@ -125,10 +151,9 @@ pub(crate) fn resource_file(path: &Path) -> Result<Vec<u8>, String> {
 ///
 /// # Errors
 /// One line naming the file: unreadable, not a regular file, too long, not UTF-8, or empty.
-pub(crate) fn redis_file(path: &Path) -> Result<(String, Option<String>), String> {
-    let flag = "--redis-file";
-    let (bytes, mode) = small_file(flag, path, "Redis URL", REDIS_FILE_MAX)?;
-    let name = format!("{flag} {}", path.display());
+pub(crate) fn redis_file(source: &FileSource<'_>) -> Result<(String, Option<String>), String> {
+    let (bytes, mode) = small_file(source, "Redis URL", REDIS_FILE_MAX)?;
+    let name = source.to_string();
     let url = String::from_utf8(bytes)
         .map_err(|_| format!("{name}: not UTF-8 text; a Redis URL is read from it"))?;
     if url.is_empty() {
@@ -144,12 +169,13 @@ pub(crate) fn redis_file(path: &Path) -> Result<(String, Option<String>), String
     Ok((url, warning))
 }
 
-/// The bytes of `path` for `flag` and its permission bits: a regular file of at most `max`
+/// The bytes of `source`'s file and its permission bits: a regular file of at most `max`
 /// bytes, one trailing newline dropped. A FIFO or a device is refused without being read
 /// (opened non-blocking, so a FIFO without a writer does not hang the run).
-fn small_file(flag: &str, path: &Path, what: &str, max: u64) -> Result<(Vec<u8>, u32), String> {
+fn small_file(source: &FileSource<'_>, what: &str, max: u64) -> Result<(Vec<u8>, u32), String> {
     use std::os::unix::fs::PermissionsExt as _;
-    let name = format!("{flag} {}", path.display());
+    let name = source.to_string();
+    let path = source.path();
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)

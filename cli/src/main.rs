@@ -30,6 +30,7 @@ mod say;
 mod signals;
 mod supervise;
 mod ttl;
+mod variables;
 mod waiting;
 mod watch;
 
@@ -98,10 +99,14 @@ lost, every one of them gets SIGTERM, then SIGKILL (after --grace; within one re
 period once Redis says the lease is gone). The command starts with no_new_privs: setuid
 programs grant it nothing (--allow-new-privileges lifts it).
 
-Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
-LEASEHOLD_RESOURCE, LEASEHOLD_RENEW_EVERY, LEASEHOLD_PID_NAMESPACE; LEASEHOLD_COMMAND_TIMEOUT,
-LEASEHOLD_CONNECT_TIMEOUT, LEASEHOLD_DRIFT_BUDGET, LEASEHOLD_RETRY_AFTER_FALLBACK,
-LEASEHOLD_SAFETY_MARGIN (humantime durations). The command gets LEASEHOLD_FENCING_TOKEN:
+Environment: every option that says where Redis is, which lease and how it is held, or
+what leasehold prints has a variable, LEASEHOLD_ and its long name in capitals, - as _
+(--lock-delay: LEASEHOLD_LOCK_DELAY; --redis: LEASEHOLD_REDIS_URL), as its [env: …] says;
+a flag overrides its variable, which takes what the flag takes. The options about the
+command's processes and signals, and --no-wait, have none (--pid-namespace has one). Also
+read: LEASEHOLD_COMMAND_TIMEOUT, LEASEHOLD_CONNECT_TIMEOUT, LEASEHOLD_DRIFT_BUDGET,
+LEASEHOLD_RETRY_AFTER_FALLBACK, LEASEHOLD_SAFETY_MARGIN (humantime durations). The command
+gets LEASEHOLD_FENCING_TOKEN:
 pass it to every write the lease protects; under --permits also LEASEHOLD_SLOT, the slot
 it holds (0 ..= N-1), with which the token fences.";
 
@@ -111,8 +116,8 @@ Exit status:
   1     the resource is not held
   125   leasehold itself failed: invalid arguments, Redis unavailable
 
-Environment (a flag overrides its variable): LEASEHOLD_REDIS_URL, LEASEHOLD_NAMESPACE,
-LEASEHOLD_RESOURCE; LEASEHOLD_COMMAND_TIMEOUT, LEASEHOLD_CONNECT_TIMEOUT.";
+Environment: each option's [env: …] (a flag overrides its variable; --watch has none);
+also LEASEHOLD_COMMAND_TIMEOUT, LEASEHOLD_CONNECT_TIMEOUT.";
 
 const LIST_EXIT_STATUS_HELP: &str = "\
 Exit status:
@@ -236,24 +241,39 @@ fn subcommand(args: &[std::ffi::OsString]) -> Option<&str> {
         .find(|a| ["run", "inspect", "list", "doctor"].contains(a))
 }
 
-/// Parses the command line; `--ttl`'s help states the minimum the environment's settings
+/// The command line's definition: the derive's, with the variables
+/// ([`variables::with_variables`]) and `--ttl`'s help stating the minimum the environment's
+/// settings allow, so it is set here rather than in the derive.
+pub(crate) fn command() -> clap::Command {
+    variables::with_variables(Cli::command())
+        .mut_subcommand("run", |run| run.mut_arg("ttl", |ttl| ttl.help(ttl::help())))
+}
+
+/// Parses the command line ([`command`]); `--ttl`'s help states the minimum the environment's settings
 /// allow, so it is set here rather than in the derive.
 fn parse(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
-    let command =
-        Cli::command().mut_subcommand("run", |run| run.mut_arg("ttl", |ttl| ttl.help(ttl::help())));
+    let command = command();
     let args = inputs::negative_durations_attached(&command, args);
     let matches = command.try_get_matches_from(args)?;
+    if let Some(("run", run)) = matches.subcommand() {
+        variables::command_line_relations(run)?;
+    }
     Cli::from_arg_matches(&matches)
 }
 
 /// clap's error as leasehold's one line: a value refused with a line of leasehold's own
 /// (naming its option, the value and what is accepted) as that line, any other as
 /// [`one_line`].
-fn parse_error(e: &clap::Error, takes_command: bool) -> String {
+fn parse_error(e: &clap::Error, args: &[std::ffi::OsString], takes_command: bool) -> String {
     let own = std::error::Error::source(e).and_then(|s| s.downcast_ref::<durations::BadValue>());
-    match own {
+    let line = match own {
         Some(line) => line.to_string(),
         None => one_line(&e.render().to_string(), takes_command),
+    };
+    // A value from a variable: say so, or the operator looks for a flag that is not there.
+    match variables::refused_variable(e, args) {
+        Some(var) => format!("{var}: {line}"),
+        None => line,
     }
 }
 
@@ -264,7 +284,7 @@ fn main() -> ExitCode {
         say::json_lines();
     }
     // clap would refuse a value that is not UTF-8 without naming its option.
-    if let Err(message) = inputs::check_arguments(&args) {
+    if let Err(message) = inputs::check_arguments(&args).and_then(|()| variables::check_text()) {
         return ExitCode::from(fail(message));
     }
     let cli = match parse(&args) {
@@ -276,7 +296,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let takes_command = subcommand(&args) == Some("run");
-            return ExitCode::from(fail(parse_error(&e, takes_command)));
+            return ExitCode::from(fail(parse_error(&e, &args, takes_command)));
         }
     };
     if cli.log_format == LogFormat::Json {
@@ -353,8 +373,13 @@ fn asks_for_json_logs(args: &[std::ffi::OsString]) -> bool {
     // The command's own arguments are not leasehold's.
     let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let args = &args[..end];
-    args.iter().any(|a| a == "--log-format=json")
-        || args
-            .windows(2)
-            .any(|pair| pair[0] == "--log-format" && pair[1] == "json")
+    let flag = args.iter().position(|a| {
+        a == "--log-format" || a.to_str().is_some_and(|a| a.starts_with("--log-format="))
+    });
+    match flag {
+        Some(i) => {
+            args[i] == "--log-format=json" || args.get(i + 1).is_some_and(|next| next == "json")
+        }
+        None => std::env::var_os(variables::LOG_FORMAT).is_some_and(|v| v == "json"),
+    }
 }

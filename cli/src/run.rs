@@ -44,8 +44,9 @@ pub(crate) struct RunArgs {
     /// meanwhile (flock's -w) [default: 0s].
     #[arg(short = 'w', long, value_name = "DURATION", value_parser = config::parse_wait)]
     wait: Option<Duration>,
-    /// Do not wait for a held lease: try once, as --wait 0s (flock's -n).
-    #[arg(short = 'n', long, conflicts_with = "wait")]
+    /// Do not wait for a held lease: try once, as --wait 0s (flock's -n); it overrides
+    /// LEASEHOLD_WAIT.
+    #[arg(short = 'n', long)]
     no_wait: bool,
     /// Renewal cadence [env: LEASEHOLD_RENEW_EVERY] [default: ttl/3]; must be less than
     /// ttl − drift − safety margin.
@@ -100,15 +101,14 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         value_name = "DURATION",
-        value_parser = config::parse_replica_wait,
-        requires = "replicas"
+        value_parser = config::parse_replica_wait
     )]
     replica_wait: Option<Duration>,
     /// Do not run the command unless --replicas replicas acknowledged the lease: release it
     /// and exit 125. A failover to one of those replicas then keeps the lease; one to a
     /// replica that did not acknowledge, or one that loses a later renewal, can still let
     /// another run start while this one runs (renewals are not waited for).
-    #[arg(long, requires = "replicas")]
+    #[arg(long)]
     require_replicas: bool,
     /// Admit up to N holders at once (1 ..= 64): a counted lease, of which each run holds
     /// one slot with a fencing token of its own. Every holder must give the same N (it is
@@ -147,8 +147,11 @@ pub(crate) struct RunArgs {
 }
 
 impl RunArgs {
-    /// `--wait`, or none with `--no-wait`.
+    /// `--wait` (or `LEASEHOLD_WAIT`), or none with `--no-wait`.
     fn wait(&self) -> Duration {
+        if self.no_wait {
+            return Duration::ZERO;
+        }
         self.wait.unwrap_or(Duration::ZERO)
     }
 
