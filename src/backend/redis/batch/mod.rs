@@ -68,6 +68,8 @@
 mod deadline;
 mod item;
 mod queue;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -279,3 +279,6 @@ fn expired() -> SendFailure {
         "not sent before the call's deadline: earlier calls were still in flight",
     ))
 }
+
+#[cfg(test)]
+mod tests;
