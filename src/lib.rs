@@ -40,9 +40,12 @@
 //! | jitter | `src/jitter.rs` | the random part of waits and pauses | simulation |
 //! | simulation | `src/simulation.rs` | with the `__simulation` feature only: the deterministic simulation's hooks (seeded jitter, deliberate bugs) | nothing |
 //!
-//! "May import" is checked, not only stated: `tests/layers.rs` reads this table and fails
+//! "May import" is checked, not only stated: `tests/layers/` reads this table and fails
 //! when a layer's code names (`crate::…`, in the binary `leasehold::…`) a layer, or an item
-//! of one, that its row does not list.
+//! of one, that its row does not list — and, within the library and within the binary,
+//! when a file names a module that names it back, however many steps around (an
+//! acquisition's outcome holds a handle, so it lives beside the acquisition, above the
+//! handle).
 //!
 //! What a caller names every day is at the crate root, whatever its layer; [`runtime`],
 //! [`protocol`] (the request's builder, the scripts' replies, the bounds in
@@ -54,7 +57,8 @@
 //! [`LeaseClient::acquire`] repeats it until the request's `wait_timeout` runs out: it
 //! sleeps on `Contended` (waking early when the holder releases), replays `Indeterminate`
 //! with the same attempt, and backs off on `Unavailable`. With `wait_timeout` 0 (the
-//! default) the two are the same.
+//! default) the two are the same, but for a grant whose reply came after its local
+//! validity had ended: `acquire` hands out no such handle (`Indeterminate`).
 //!
 //! # `run_under_lease` vs `spawn_under_lease`
 //!

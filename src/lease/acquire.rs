@@ -1,6 +1,6 @@
 //! One acquisition attempt: the script (waiting for replicas when asked), its reply read as
-//! an [`AcquireOutcome`] (`outcome.rs` holds the mapping), and a handle for a lease acquired
-//! or replayed (docs/design.md §5, §6).
+//! an [`AcquireOutcome`] (`acquire/outcome.rs` holds the mapping), and a handle for a lease
+//! acquired or replayed (docs/design.md §5, §6).
 
 use std::sync::Arc;
 
@@ -8,10 +8,15 @@ use tokio::time::Instant;
 
 use crate::backend::SendFailure;
 use crate::lease::handle::LeaseHandle;
-use crate::lease::outcome::{AcquireOutcome, AcquireSent, Replication};
+use crate::lease::outcome::Replication;
 use crate::lease::session::Session;
 use crate::protocol::{AcquireReply, LeaseKeys, LeaseRequest};
 use crate::telemetry::{self, Operation};
+
+mod outcome;
+
+pub use outcome::AcquireOutcome;
+pub(crate) use outcome::AcquireSent;
 
 /// One acquisition attempt for a request already validated: `try_acquire`, and every try
 /// of the wait loop.

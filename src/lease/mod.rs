@@ -17,13 +17,13 @@ mod trace;
 pub(crate) mod validity;
 mod wait;
 
+pub use acquire::AcquireOutcome;
 pub use client::{LeaseClient, REDIS_URL_ENV};
 pub use handle::LeaseHandle;
 pub use list::{ListCoverage, ListOutcome, ListedLease, ListedSlot};
 pub use observe::{LeaseObserver, ResourceHolder, SlotHolder};
 pub use outcome::{
-    AcquireOutcome, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
-    Replication,
+    InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };
 pub use settings::{ENV_VARS, LeaseSettings};
 pub(crate) use wait::Patience;

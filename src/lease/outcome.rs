@@ -8,33 +8,26 @@
 //!
 //! # From replies
 //!
-//! This file is the one place where a script's result becomes an outcome:
-//! `AcquireOutcome::from_reply` (the caller makes the handle of a lease held, from what
-//! the mapping hands it), `From<Result<ReleaseReply, SendFailure>>` for [`ReleaseOutcome`],
+//! This file and the acquisition's (`lease/acquire/outcome.rs`, `AcquireOutcome::from_reply`:
+//! the caller makes the handle of a lease held, from what the mapping hands it) are where a
+//! script's result becomes an outcome: `From<Result<ReleaseReply, SendFailure>>` for
+//! [`ReleaseOutcome`],
 //! `From<Result<InspectReply, SendFailure>>` for [`InspectOutcome`],
 //! `Replication::of_wait`, and `TryFrom<RenewReply>` for [`LostReason`]. A renewal's
 //! outcome also depends on the handle's state and clock: the handle's state machine
 //! (`lease/state.rs`) decides it, reading the reply through that `TryFrom`.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
-
 use crate::backend::{FailureDetail, FailureKind, ReplicatedReply, SendFailure};
-use crate::lease::handle::LeaseHandle;
-use crate::lease::validity::ValidityBudget;
-use crate::protocol::{
-    AcquireReply, Attempt, FencingToken, InspectReply, ReleaseReply, RenewReply,
-};
+use crate::protocol::{InspectReply, ReleaseReply, RenewReply};
 
 mod operations;
 mod state;
 
-pub use operations::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
+pub use operations::{InspectOutcome, ReleaseOutcome, RenewOutcome};
 pub use state::{LeaseState, LostReason, Replication};
 
 /// How sure a backend's failure is that nothing happened, in the words outcomes use.
-enum Certainty {
+pub(crate) enum Certainty {
     /// Refused locally before anything was sent: the backend's queue was full.
     QueueFull(FailureDetail),
     /// Provably not executed.
@@ -51,86 +44,6 @@ impl From<SendFailure> for Certainty {
             }
             SendFailure::NotSent(detail) => Self::Unavailable(detail),
             SendFailure::MaybeSent(detail) => Self::Indeterminate(detail),
-        }
-    }
-}
-
-/// What an acquire reply is read against: the acquisition it answers.
-pub(crate) struct AcquireSent<'a> {
-    /// The attempt sent: what an `Indeterminate` retries.
-    pub(crate) attempt: &'a Attempt,
-    /// The lease's permits: a slot at or past them is not one this client can name.
-    pub(crate) permits: u16,
-    /// The instant just before the send: where a held lease's validity starts.
-    pub(crate) sent_at: Instant,
-    /// The TTL the request asked for: no grant is trusted for longer.
-    pub(crate) ttl: Duration,
-    /// The drift budget, subtracted from every grant.
-    pub(crate) drift: Duration,
-    /// The wait after a refusal whose reply carried no positive PTTL.
-    pub(crate) retry_after_fallback: Duration,
-}
-
-impl AcquireOutcome {
-    /// The one mapping from an acquire script's result to its outcome. A lease held —
-    /// acquired or replayed, in a slot this client can name — becomes a handle through
-    /// `hold`, from its validity budget, its token and its slot.
-    pub(crate) fn from_reply(
-        result: Result<AcquireReply, SendFailure>,
-        sent: &AcquireSent<'_>,
-        hold: impl FnOnce(ValidityBudget, FencingToken, u16) -> LeaseHandle,
-    ) -> Self {
-        let reply = match result {
-            Ok(reply) => reply,
-            Err(failure) => {
-                return match Certainty::from(failure) {
-                    Certainty::QueueFull(detail) => Self::QueueFull { detail },
-                    Certainty::Unavailable(detail) => Self::Unavailable { detail },
-                    Certainty::Indeterminate(detail) => Self::Indeterminate {
-                        attempt: sent.attempt.clone(),
-                        detail,
-                    },
-                };
-            }
-        };
-        let retry_after = |pttl: Duration| {
-            if pttl.is_zero() {
-                sent.retry_after_fallback
-            } else {
-                pttl
-            }
-        };
-        match reply {
-            AcquireReply::Acquired { slot, .. } | AcquireReply::Replayed { slot, .. }
-                if slot >= sent.permits =>
-            {
-                Self::Indeterminate {
-                    // The script may have stored the attempt in a slot this client cannot
-                    // name; a replay (or the TTL) settles it.
-                    attempt: sent.attempt.clone(),
-                    detail: FailureDetail::new(
-                        FailureKind::MalformedReply,
-                        format!("slot {slot} of a lease of {} permits", sent.permits),
-                    ),
-                }
-            }
-            AcquireReply::Acquired { ttl, token, slot } => {
-                let budget = ValidityBudget::acquired(sent.sent_at, sent.ttl, ttl, sent.drift);
-                Self::Acquired(hold(budget, token, slot))
-            }
-            AcquireReply::Replayed { pttl, token, slot } => {
-                let budget = ValidityBudget::replayed(sent.sent_at, sent.ttl, pttl, sent.drift);
-                Self::Replayed(hold(budget, token, slot))
-            }
-            AcquireReply::Contended { pttl } => Self::Contended {
-                retry_after: retry_after(pttl),
-            },
-            AcquireReply::Delayed { pttl } => Self::LockDelayed {
-                retry_after: retry_after(pttl),
-            },
-            AcquireReply::Conflict { pttl } => Self::OwnerOperationConflict {
-                retry_after: retry_after(pttl),
-            },
         }
     }
 }

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::backend::{FailureDetail, FailureKind, ReleaseNotices};
 use crate::lease::acquire;
-use crate::lease::outcome::AcquireOutcome;
+use crate::lease::acquire::AcquireOutcome;
 use crate::lease::session::Session;
 use crate::protocol::limits::WAIT_TIMEOUT;
 use crate::protocol::{Attempt, LeaseRequest};

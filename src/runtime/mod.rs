@@ -2,7 +2,7 @@
 //! protects (docs/design.md §8). Imports the lease core, the protocol, telemetry and the
 //! error type; of the backend only the failure an outcome carries (`FailureDetail`,
 //! `FailureKind`) — never a backend (the crate docs' layer table, checked by
-//! `tests/layers.rs`).
+//! `tests/layers/`).
 //!
 //! * [`LeaseRuntime::spawn_under_lease`] — acquire, then run a worker actor under the lease.
 //! * [`LeaseRuntime::run_under_lease`] — the same for a plain future.

@@ -1,109 +1,12 @@
-//! What each operation achieved — acquire, renew, release, inspect — in the certainty it
-//! has; each is made from a reply only in the parent module.
+//! What renew, release and inspect achieved, in the certainty each has; each is made from a
+//! reply only in the parent module (an acquisition's outcome is beside the acquisition,
+//! `lease/acquire/outcome.rs`).
 
 use std::time::Duration;
 
 use crate::backend::FailureDetail;
-use crate::lease::handle::LeaseHandle;
 use crate::lease::outcome::{LeaseState, LostReason};
-use crate::protocol::{Attempt, FencingToken, HolderLabel};
-
-/// What `try_acquire` or `acquire` achieved.
-#[must_use = "an acquisition may hold a lease until its TTL; inspect the outcome"]
-#[derive(Debug)]
-pub enum AcquireOutcome {
-    /// *When*: the lease was absent and the script stored this attempt (`ACQUIRED`).
-    /// *What to do*: run the work; renew before [`LeaseHandle::remaining_validity`] runs out;
-    /// pass [`LeaseHandle::token`] to every write the lease protects.
-    Acquired(LeaseHandle),
-    /// *When*: this very attempt already held the lease (`REPLAYED`), e.g. a retry after an
-    /// indeterminate reply. The handle's validity comes from the server's remaining PTTL and
-    /// the token is the original one.
-    /// *What to do*: as for `Acquired`.
-    Replayed(LeaseHandle),
-    /// *When*: someone else holds it (`CONTENDED`), and the wait timeout (if any) ran out.
-    /// *What to do*: try later; `retry_after` is the holder's remaining PTTL (or the
-    /// configured fallback when the server reported none).
-    Contended {
-        /// When the current holder's lease would expire if not renewed.
-        retry_after: Duration,
-    },
-    /// *When*: the last holder's lease ended without a release (it expired: a crash, a
-    /// partition, a pause) and its lock-delay
-    /// ([`LeaseRequestBuilder::lock_delay`](crate::protocol::LeaseRequestBuilder::lock_delay))
-    /// refuses every acquisition until it runs out (`DELAYED`); for a counted lease, every
-    /// slot is taken and the earliest to free is in its lock-delay.
-    /// *What to do*: as for `Contended` — `acquire` waits it out within its wait timeout.
-    /// Nobody holds the lease, but the last holder's work may still be running.
-    LockDelayed {
-        /// When the lock-delay ends (or the configured fallback when the server reported
-        /// no time).
-        retry_after: Duration,
-    },
-    /// *When*: the same owner token holds it under another operation id (`CONFLICT`).
-    /// *What to do*: this is a caller bug — one owner token per operation; use a new attempt.
-    OwnerOperationConflict {
-        /// The other operation's remaining time.
-        retry_after: Duration,
-    },
-    /// *When*: the command provably did not run (no connection, refused, `LOADING`, `BUSY`,
-    /// `OOM`…). *What to do*: retry later with the same or a new attempt; nothing is held.
-    Unavailable {
-        /// What failed.
-        detail: FailureDetail,
-    },
-    /// *When*: refused locally, at once: the backend already had as many operations waiting
-    /// to be sent as it admits
-    /// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)) — this process's own
-    /// burst, not the server's failure. Nothing was sent; nothing is held.
-    /// *What to do*: send fewer at once, or retry once some have been answered.
-    QueueFull {
-        /// The refusal (kind [`FailureKind::QueueFull`](crate::FailureKind::QueueFull)).
-        detail: FailureDetail,
-    },
-    /// *When*: the command may have reached Redis (timeout or connection lost after the
-    /// write, unreadable reply). *What to do*: retry with the same `attempt` (a replay
-    /// returns the same token) or `inspect` it; never assume the lease is not yours — it may
-    /// be held until its TTL.
-    Indeterminate {
-        /// The attempt to retry or inspect.
-        attempt: Attempt,
-        /// What failed.
-        detail: FailureDetail,
-    },
-}
-
-impl AcquireOutcome {
-    /// snake_case name for logs, metrics and the CLI.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Acquired(_) => "acquired",
-            Self::Replayed(_) => "replayed",
-            Self::Contended { .. } => "contended",
-            Self::LockDelayed { .. } => "lock_delayed",
-            Self::OwnerOperationConflict { .. } => "owner_operation_conflict",
-            Self::Unavailable { .. } => "unavailable",
-            Self::QueueFull { .. } => "queue_full",
-            Self::Indeterminate { .. } => "indeterminate",
-        }
-    }
-
-    /// The token issued, for `Acquired` and `Replayed`.
-    pub(crate) fn token(&self) -> Option<FencingToken> {
-        match self {
-            Self::Acquired(h) | Self::Replayed(h) => Some(h.token()),
-            _ => None,
-        }
-    }
-
-    /// The handle, for `Acquired` and `Replayed`.
-    pub fn into_handle(self) -> Option<LeaseHandle> {
-        match self {
-            Self::Acquired(h) | Self::Replayed(h) => Some(h),
-            _ => None,
-        }
-    }
-}
+use crate::protocol::{FencingToken, HolderLabel};
 
 /// What `renew` achieved.
 #[must_use = "a renewal can lose the lease; inspect the outcome"]

@@ -3,9 +3,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{FailureDetail, FailureKind, ReplicatedReply, SendFailure};
-use crate::lease::outcome::{
-    AcquireOutcome, AcquireSent, InspectOutcome, LostReason, ReleaseOutcome, Replication,
-};
+use crate::lease::acquire::{AcquireOutcome, AcquireSent};
+use crate::lease::outcome::{InspectOutcome, LostReason, ReleaseOutcome, Replication};
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, InspectReply, OperationId, ReleaseReply, RenewReply,
 };

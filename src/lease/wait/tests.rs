@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{BACKOFF_MAX, Patience, RESUBSCRIBE_MAX, Step, WaitPolicy};
 use crate::backend::{FailureDetail, FailureKind};
-use crate::lease::outcome::AcquireOutcome;
+use crate::lease::acquire::AcquireOutcome;
 use crate::protocol::{Attempt, OperationId};
 
 const MS: Duration = Duration::from_millis(1);
