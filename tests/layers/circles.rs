@@ -1,6 +1,6 @@
 //! No circle among a crate's files: the module a file is (`src/lease/handle.rs`:
-//! `lease::handle`) never names, through `crate::`, a module that names it back, however
-//! many steps around. A file and the modules above or below it are one place and may name
+//! `lease::handle`) never names, through `crate::` or `super::`, a module that names it
+//! back, however many steps around. A file and the modules above or below it are one place and may name
 //! each other (a `mod.rs` re-exports its children; a child names a sibling through its
 //! parent). Test code — `tests.rs`, files under a `tests/` folder, `cli_tests.rs`, a
 //! trailing `#[cfg(test)] mod tests { … }` — is left out: a test may reach anywhere.
@@ -35,6 +35,25 @@ fn module_name(base: &Path, file: &Path) -> Option<String> {
     Some(parts.join("::"))
 }
 
+/// A `super::…` path named in `module`'s file, from the crate root: `super` is the module
+/// above (`keeper::wire`: `keeper`), `super::super` the one above that. `None` for a path
+/// that climbs past the root.
+fn above(module: &str, path: &[String]) -> Option<Vec<String>> {
+    let mut base: Vec<String> = module
+        .split("::")
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    base.pop()?;
+    let mut rest = path;
+    while rest.first().is_some_and(|p| p == "super") {
+        base.pop()?;
+        rest = &rest[1..];
+    }
+    base.extend(rest.iter().cloned());
+    Some(base)
+}
+
 /// Whether one of `a` and `b` is the other or above it.
 fn related(a: &str, b: &str) -> bool {
     let under = |inner: &str, outer: &str| {
@@ -44,7 +63,8 @@ fn related(a: &str, b: &str) -> bool {
 }
 
 /// The modules under `base` (e.g. `src/`) and, for each, the unrelated modules its code
-/// names through `crate::` — each path resolved to the deepest module it goes through.
+/// names through `crate::` or `super::` — each path resolved to the deepest module it goes
+/// through.
 fn graph(base: &Path) -> Graph {
     let mut sources = BTreeMap::new();
     for file in rust_files(base) {
@@ -62,7 +82,11 @@ fn graph(base: &Path) -> Graph {
             .next()
             .unwrap_or_default();
         let edges = graph.entry(module.clone()).or_default();
-        for (_, path) in named_paths(code, "crate") {
+        let from_root = named_paths(code, "crate").into_iter().map(|(_, path)| path);
+        let from_parent = named_paths(code, "super")
+            .into_iter()
+            .filter_map(|(_, path)| above(module, &path));
+        for path in from_root.chain(from_parent) {
             let named = (1..=path.len())
                 .rev()
                 .map(|n| path[..n].join("::"))
@@ -174,4 +198,14 @@ fn the_circle_finder_finds_each_circle_and_nothing_else() {
     assert_eq!(two.len(), 2, "{two:?}");
     assert!(related("lease", "lease::handle") && related("", "runtime"));
     assert!(!related("lease::handle", "lease::outcome"));
+    let path = |p: &str| p.split("::").map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        above("keeper::wire", &path("machine::Nanos")),
+        Some(path("keeper::machine::Nanos"))
+    );
+    assert_eq!(
+        above("keeper::wire", &path("super::Policy")),
+        Some(path("Policy"))
+    );
+    assert_eq!(above("keeper", &path("super::super::x")), None);
 }

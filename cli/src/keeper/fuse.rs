@@ -22,9 +22,10 @@
 use std::io::Read as _;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 
-use super::machine::Nanos;
 use super::namespace::{self, Refusal, Step};
+use super::pipe;
 use super::process::{self, Spec};
+use super::wire::Nanos;
 
 /// A deadline as it travels to the fuse: nanoseconds on `CLOCK_MONOTONIC`.
 pub(crate) const DEADLINE_FRAME: usize = 8;
@@ -98,7 +99,7 @@ pub(crate) fn run(setup: Setup) -> ! {
     }
     // Armed after the namespaces are entered: a change of credentials would clear it.
     die_with_parent(Some(parent), None);
-    let Ok((lifeline_read, lifeline_write)) = process::pipe(false) else {
+    let Ok((lifeline_read, lifeline_write)) = pipe::pipe(false) else {
         say_ready(
             &ready,
             Refusal {

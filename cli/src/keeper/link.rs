@@ -9,9 +9,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
-use super::machine::Nanos;
 use super::namespace::Containment;
 use super::tree;
+use super::wire::Nanos;
 use super::wire::{Event, FRAME, Order, Signal};
 use super::{Detachment, to_nanos};
 

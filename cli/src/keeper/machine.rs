@@ -5,10 +5,8 @@
 //! when the process tree is gone — is here, as a pure function of what happened and the
 //! monotonic time; [`super::process`] does the system calls and feeds the results back.
 
+pub(crate) use super::wire::Nanos;
 use super::wire::{Event, Signal};
-
-/// Nanoseconds on `CLOCK_MONOTONIC`, which leasehold and the keeper share.
-pub(crate) type Nanos = u64;
 
 /// How often SIGKILL is sent again while the tree is being killed: a process that forked
 /// between the walk of the tree and the signal is caught by the next round.

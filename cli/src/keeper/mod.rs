@@ -40,6 +40,7 @@ mod fuse;
 mod link;
 mod machine;
 mod namespace;
+mod pipe;
 mod process;
 mod tree;
 mod wire;
@@ -61,7 +62,7 @@ pub(crate) use namespace::{Containment, NewPrivileges, PidNamespace, Refusal};
 pub(crate) use process::Spec;
 pub(crate) use wire::{Event, Order, Signal};
 
-use machine::Nanos;
+use wire::Nanos;
 
 /// Serialises the tests of this binary that start child processes: the keeper loop under
 /// test reaps every child of the test process.
@@ -227,8 +228,8 @@ impl Keeper {
 
     /// The keeper as leasehold's own child, a child subreaper.
     fn fork_plain(spec: Spec) -> io::Result<Keeper> {
-        let (orders_read, orders_write) = process::pipe(false)?;
-        let (events_read, events_write) = process::pipe(false)?;
+        let (orders_read, orders_write) = pipe::pipe(false)?;
+        let (events_read, events_write) = pipe::pipe(false)?;
         // SAFETY: single-threaded (the caller's promise); the child never returns from here.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
@@ -251,10 +252,10 @@ impl Keeper {
     /// The fuse as leasehold's child and the keeper as the init of a new PID namespace
     /// under it; waits (a millisecond or so) until the namespace is ready or refused.
     fn fork_fused(spec: &Spec, user: bool) -> io::Result<Result<Keeper, Refusal>> {
-        let (orders_read, orders_write) = process::pipe(false)?;
-        let (events_read, events_write) = process::pipe(false)?;
-        let (deadlines_read, deadlines_write) = process::pipe(false)?;
-        let (ready_read, ready_write) = process::pipe(false)?;
+        let (orders_read, orders_write) = pipe::pipe(false)?;
+        let (events_read, events_write) = pipe::pipe(false)?;
+        let (deadlines_read, deadlines_write) = pipe::pipe(false)?;
+        let (ready_read, ready_write) = pipe::pipe(false)?;
         // SAFETY: getpid reads this process's id.
         let parent = unsafe { libc::getpid() };
         // SAFETY: single-threaded (the caller's promise); the child never returns from here.

@@ -282,7 +282,7 @@ pub(crate) fn probe() -> Result<Option<Containment>, Refusal> {
         step: Step::Fork,
         errno: e.raw_os_error().unwrap_or(libc::EIO),
     };
-    let (read, write) = super::process::pipe(false).map_err(io_refusal)?;
+    let (read, write) = super::pipe::pipe(false).map_err(io_refusal)?;
     // SAFETY: single-threaded (the caller's promise); the child only calls `enter`, fork,
     // mount, write and _exit.
     match unsafe { libc::fork() } {

@@ -13,9 +13,9 @@ use std::os::unix::process::CommandExt as _;
 
 use super::machine::{Action, Input, Keeper, Policy};
 use super::namespace::{NewPrivileges, PidNamespace};
-use super::tree;
 use super::wire::{Event, FRAME, Order, Signal};
 use super::{mono_now, set_child_subreaper};
+use super::{pipe, tree};
 
 /// What the keeper runs, and how.
 #[derive(Debug, Clone)]
@@ -76,21 +76,6 @@ pub(crate) fn detach() {
     }
 }
 
-/// A non-blocking, close-on-exec pipe: (read, write).
-pub(crate) fn pipe(nonblocking: bool) -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    let flags = libc::O_CLOEXEC | if nonblocking { libc::O_NONBLOCK } else { 0 };
-    // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are open and owned by nobody else.
-    Ok(unsafe {
-        use std::os::fd::FromRawFd as _;
-        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
-    })
-}
-
 /// The keeper's life: never returns.
 pub(crate) fn run(spec: Spec, orders: OwnedFd, events: OwnedFd) -> ! {
     let code = match Process::new(spec, orders, events) {
@@ -121,7 +106,7 @@ struct Process {
 
 impl Process {
     fn new(spec: Spec, orders: OwnedFd, events: OwnedFd) -> io::Result<Process> {
-        let wake = pipe(true)?;
+        let wake = pipe::pipe(true)?;
         install_signal_dispositions(&wake.1);
         set_child_subreaper();
         // `ps -o comm` and `top` show what it is (its argv stays leasehold's).
@@ -395,8 +380,8 @@ mod tests {
     #[test]
     fn orders_that_end_while_the_command_runs_still_get_every_event_up_to_gone() {
         let _serial = TEST_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let (orders_read, orders_write) = pipe(false).expect("pipe");
-        let (events_read, events_write) = pipe(false).expect("pipe");
+        let (orders_read, orders_write) = pipe::pipe(false).expect("pipe");
+        let (events_read, events_write) = pipe::pipe(false).expect("pipe");
         let spec = Spec {
             program: "sh".into(),
             args: vec!["-c".into(), "sleep 30 & sleep 30".into()],

@@ -2,7 +2,9 @@
 //! frames (a tag and two little-endian `u64`), each written with one `write(2)` of less
 //! than `PIPE_BUF` bytes, so a frame is never torn or interleaved.
 
-use super::machine::Nanos;
+/// Nanoseconds on `CLOCK_MONOTONIC`, which leasehold and the keeper share: what the
+/// frames carry for every instant and span.
+pub(crate) type Nanos = u64;
 
 /// The length of every frame.
 pub(crate) const FRAME: usize = 17;
