@@ -72,6 +72,14 @@ pub mod names {
     pub const MIN_REMAINING_VALIDITY_SECONDS: &str = "leasehold_min_remaining_validity_seconds";
 }
 
+/// What a metric labels by name — an outcome, a state, a reason, a cause: the enums that
+/// name what happened. Every label of an outcome, a state, a reason or a cause comes
+/// through this trait, never as free text, so its values are the enums' names.
+pub(crate) trait Label {
+    /// The snake_case name the label carries.
+    fn label(&self) -> &'static str;
+}
+
 /// The four operations with an outcome counter and a latency histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Operation {
@@ -105,12 +113,8 @@ fn purpose_label(purpose: &Purpose) -> SharedString {
     SharedString::from(purpose.shared())
 }
 
-pub(crate) fn operation(
-    op: Operation,
-    purpose: &Purpose,
-    outcome: &'static str,
-    latency: Duration,
-) {
+pub(crate) fn operation(op: Operation, purpose: &Purpose, outcome: &impl Label, latency: Duration) {
+    let outcome = outcome.label();
     counter!(op.counter_name(), "purpose" => purpose_label(purpose), "outcome" => outcome)
         .increment(1);
     histogram!(
@@ -121,12 +125,12 @@ pub(crate) fn operation(
     .record(latency.as_secs_f64());
 }
 
-pub(crate) fn transition(purpose: &Purpose, from: &'static str, to: &'static str) {
+pub(crate) fn transition(purpose: &Purpose, from: &impl Label, to: &impl Label) {
     counter!(
         names::STATE_TRANSITIONS_TOTAL,
         "purpose" => purpose_label(purpose),
-        "from" => from,
-        "to" => to
+        "from" => from.label(),
+        "to" => to.label()
     )
     .increment(1);
 }
@@ -142,7 +146,8 @@ pub(crate) fn waiting(purpose: &Purpose) {
     start_at_zero("waiting", AT_ZERO_WAITING, purpose);
 }
 
-pub(crate) fn wait_retry(purpose: &Purpose, cause: &'static str) {
+pub(crate) fn wait_retry(purpose: &Purpose, cause: &impl Label) {
+    let cause = cause.label();
     counter!(names::WAIT_RETRIES_TOTAL, "purpose" => purpose_label(purpose), "cause" => cause)
         .increment(1);
 }
@@ -151,12 +156,14 @@ pub(crate) fn wait_wakeup(purpose: &Purpose) {
     counter!(names::WAIT_WAKEUPS_TOTAL, "purpose" => purpose_label(purpose)).increment(1);
 }
 
-pub(crate) fn waited(purpose: &Purpose, outcome: &'static str, waited: Duration) {
+pub(crate) fn waited(purpose: &Purpose, outcome: &impl Label, waited: Duration) {
+    let outcome = outcome.label();
     histogram!(names::WAIT_SECONDS, "purpose" => purpose_label(purpose), "outcome" => outcome)
         .record(waited.as_secs_f64());
 }
 
-pub(crate) fn cancellation(purpose: &Purpose, reason: &'static str, delay: Option<Duration>) {
+pub(crate) fn cancellation(purpose: &Purpose, reason: &impl Label, delay: Option<Duration>) {
+    let reason = reason.label();
     counter!(names::CANCELLATIONS_TOTAL, "purpose" => purpose_label(purpose), "reason" => reason)
         .increment(1);
     if let Some(delay) = delay {

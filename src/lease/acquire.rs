@@ -49,12 +49,7 @@ pub(crate) async fn try_acquire(session: &Arc<Session>, request: &LeaseRequest) 
         )
     });
     let latency = sent_at.elapsed();
-    telemetry::operation(
-        Operation::Acquire,
-        request.purpose(),
-        outcome.as_str(),
-        latency,
-    );
+    telemetry::operation(Operation::Acquire, request.purpose(), &outcome, latency);
     outcome
 }
 

@@ -211,7 +211,7 @@ impl LeaseClient {
             .await;
         trace::record_token(&span, outcome.token());
         // The per-try metrics are recorded inside, once for every try of `acquire` too.
-        trace::finish(&span, None, outcome.as_str(), started);
+        trace::finish(&span, None, &outcome, started);
         Ok(outcome)
     }
 
@@ -262,8 +262,8 @@ impl LeaseClient {
             .instrument(span.clone())
             .await;
         trace::record_token(&span, outcome.token());
-        telemetry::waited(request.purpose(), outcome.as_str(), started.elapsed());
-        trace::finish(&span, None, outcome.as_str(), started);
+        telemetry::waited(request.purpose(), &outcome, started.elapsed());
+        trace::finish(&span, None, &outcome, started);
         Ok(outcome)
     }
 
@@ -352,7 +352,7 @@ impl LeaseClient {
             .await;
         let outcome = InspectOutcome::from(result);
         let metric = Some((Operation::Inspect, purpose));
-        trace::finish(&span, metric, outcome.as_str(), started);
+        trace::finish(&span, metric, &outcome, started);
         outcome
     }
 

@@ -209,7 +209,7 @@ impl LeaseHandle {
         let started = Instant::now();
         let outcome = self.renew_inner(limit).instrument(span.clone()).await;
         let metric = Some((Operation::Renew, &self.purpose));
-        trace::finish(&span, metric, outcome.as_str(), started);
+        trace::finish(&span, metric, &outcome, started);
         outcome
     }
 
@@ -366,11 +366,7 @@ impl LeaseHandle {
             to = next.public().as_str(),
             "lease state changed"
         );
-        telemetry::transition(
-            &self.purpose,
-            self.state.public().as_str(),
-            next.public().as_str(),
-        );
+        telemetry::transition(&self.purpose, &self.state.public(), &next.public());
         self.state = next;
         // Only ACTIVE handles count as held.
         self.held = None;

@@ -47,7 +47,7 @@ pub(crate) async fn release(session: &Session, release: Release<'_>) -> ReleaseO
     .await;
     let outcome = of_slots(results.into_iter().map(ReleaseOutcome::from));
     let metric = Some((Operation::Release, release.purpose));
-    trace::finish(&span, metric, outcome.as_str(), started);
+    trace::finish(&span, metric, &outcome, started);
     outcome
 }
 

@@ -8,7 +8,7 @@
 use tokio::time::Instant;
 
 use crate::protocol::{FencingToken, Purpose};
-use crate::telemetry::{self, Operation};
+use crate::telemetry::{self, Label, Operation};
 
 /// Opens an `INFO` span named `$name` with the standard fields; `outcome` and `latency_us`
 /// are filled in by [`finish`].
@@ -32,7 +32,7 @@ pub(crate) use span;
 pub(crate) fn finish(
     span: &tracing::Span,
     metric: Option<(Operation, &Purpose)>,
-    outcome: &'static str,
+    outcome: &impl Label,
     started: Instant,
 ) {
     let latency = started.elapsed();
@@ -40,6 +40,7 @@ pub(crate) fn finish(
         telemetry::operation(op, purpose, outcome, latency);
     }
     let latency_us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+    let outcome = outcome.label();
     span.record("outcome", outcome);
     span.record("latency_us", latency_us);
     span.in_scope(|| tracing::debug!(outcome, latency_us, "lease operation finished"));

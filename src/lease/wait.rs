@@ -110,8 +110,31 @@ pub(crate) enum Step {
     /// again.
     Subscribe,
     /// Sleep until `wake_at` (a release notice wakes the loop earlier), then try again;
-    /// `why` names the outcome for the retry metric.
-    Retry { wake_at: Instant, why: &'static str },
+    /// `why` is the outcome that made it, for the retry metric.
+    Retry { wake_at: Instant, why: Retried },
+}
+
+/// Why the wait loop tries again: the kind of the try's outcome before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retried {
+    Contended,
+    LockDelayed,
+    Indeterminate,
+    Unavailable,
+    QueueFull,
+}
+
+impl telemetry::Label for Retried {
+    /// The outcome's own name (`AcquireOutcome::as_str`).
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Contended => "contended",
+            Self::LockDelayed => "lock_delayed",
+            Self::Indeterminate => "indeterminate",
+            Self::Unavailable => "unavailable",
+            Self::QueueFull => "queue_full",
+        }
+    }
 }
 
 /// The wait loop's decisions, sans I/O: the deadline, whether the loop listens for
@@ -224,16 +247,26 @@ impl WaitPolicy {
                     Some(at) => pause.min(at.saturating_duration_since(now)),
                     None => pause,
                 };
-                (pause, outcome.as_str())
+                let why = if matches!(outcome, AcquireOutcome::Contended { .. }) {
+                    Retried::Contended
+                } else {
+                    Retried::LockDelayed
+                };
+                (pause, why)
             }
             AcquireOutcome::Indeterminate { attempt, detail } => {
                 self.maybe_sent = Some((attempt.clone(), detail.clone()));
-                (INDETERMINATE_PAUSE, "indeterminate")
+                (INDETERMINATE_PAUSE, Retried::Indeterminate)
             }
             AcquireOutcome::Unavailable { .. } | AcquireOutcome::QueueFull { .. } => {
                 let pause = self.backoff / 2 + jitter(self.backoff / 2);
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-                (pause, outcome.as_str())
+                let why = if matches!(outcome, AcquireOutcome::QueueFull { .. }) {
+                    Retried::QueueFull
+                } else {
+                    Retried::Unavailable
+                };
+                (pause, why)
             }
         };
         Step::Retry {
@@ -293,14 +326,14 @@ pub(crate) async fn acquire_with_wait(
         let outcome = acquire::try_acquire(session, request).await;
         let (wake_at, why) = match policy.handle_outcome(outcome, Instant::now(), &mut jitter) {
             Step::Done(outcome) => return outcome,
-            Step::Subscribe => (None, "contended"),
+            Step::Subscribe => (None, Retried::Contended),
             Step::Retry { wake_at, why } => (Some(wake_at), why),
         };
         if !waiting {
             telemetry::waiting(request.purpose());
             waiting = true;
         }
-        telemetry::wait_retry(request.purpose(), why);
+        telemetry::wait_retry(request.purpose(), &why);
         if let Some(wake_at) = wake_at {
             sleep(&mut notices, &mut policy, wake_at, request).await;
         }

@@ -64,6 +64,12 @@ pub enum CancelReason {
     Shutdown,
 }
 
+impl crate::telemetry::Label for CancelReason {
+    fn label(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl CancelReason {
     /// snake_case name for logs, metrics and the CLI.
     pub fn as_str(self) -> &'static str {

@@ -77,6 +77,12 @@ pub enum AcquireOutcome {
     },
 }
 
+impl crate::telemetry::Label for AcquireOutcome {
+    fn label(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl AcquireOutcome {
     /// snake_case name for logs, metrics and the CLI.
     pub fn as_str(&self) -> &'static str {

@@ -47,6 +47,12 @@ pub enum RenewOutcome {
     },
 }
 
+impl crate::telemetry::Label for RenewOutcome {
+    fn label(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl RenewOutcome {
     /// snake_case name for logs, metrics and the CLI.
     pub fn as_str(&self) -> &'static str {
@@ -86,6 +92,12 @@ pub enum ReleaseOutcome {
         /// What failed.
         detail: FailureDetail,
     },
+}
+
+impl crate::telemetry::Label for ReleaseOutcome {
+    fn label(&self) -> &'static str {
+        self.as_str()
+    }
 }
 
 impl ReleaseOutcome {
@@ -177,6 +189,12 @@ pub enum InspectOutcome {
 
 /// What a read of a held lease says: remaining time, token, holder label.
 pub(crate) type Held = (Duration, FencingToken, Option<HolderLabel>);
+
+impl crate::telemetry::Label for InspectOutcome {
+    fn label(&self) -> &'static str {
+        self.as_str()
+    }
+}
 
 impl InspectOutcome {
     /// The holding, whoever holds it; `None` when absent; the detail when nothing is

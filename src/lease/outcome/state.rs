@@ -89,6 +89,12 @@ pub enum LeaseState {
     Released,
 }
 
+impl crate::telemetry::Label for LeaseState {
+    fn label(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
 impl LeaseState {
     /// snake_case name for logs, metrics and the CLI.
     pub fn as_str(self) -> &'static str {

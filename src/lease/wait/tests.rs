@@ -10,6 +10,7 @@ use super::{BACKOFF_MAX, Patience, RESUBSCRIBE_MAX, Step, WaitPolicy};
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::acquire::AcquireOutcome;
 use crate::protocol::{Attempt, OperationId};
+use crate::telemetry::Label as _;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -226,7 +227,7 @@ fn every_row_of_the_wait_policy_table() {
                 Step::Subscribe => Subscribe,
                 Step::Retry { wake_at, why } => {
                     let ms = wake_at.duration_since(t0).as_millis();
-                    Retry(u64::try_from(ms).unwrap_or(u64::MAX), why)
+                    Retry(u64::try_from(ms).unwrap_or(u64::MAX), why.label())
                 }
             };
             assert_eq!(got, expect, "{}: {t:?} at {ms}", row.name);
@@ -302,7 +303,10 @@ async fn a_grant_whose_validity_ended_before_its_reply_was_handled_is_replayed_n
     let mut policy = WaitPolicy::new(t0, SETTLING.unwrap_or(SECOND));
     match policy.handle_outcome(grant, valid_until, &mut jitter) {
         Step::Retry { wake_at, why } => {
-            assert_eq!((wake_at - valid_until, why), (10 * MS, "indeterminate"));
+            assert_eq!(
+                (wake_at - valid_until, why),
+                (10 * MS, super::Retried::Indeterminate)
+            );
         }
         other => panic!("a spent grant was not replayed: {other:?}"),
     }

@@ -83,7 +83,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
             remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
             "lease cancelled"
         );
-        telemetry::cancellation(self.handle.purpose(), reason.as_str(), unconfirmed_for);
+        telemetry::cancellation(self.handle.purpose(), &reason, unconfirmed_for);
         self.cancelled = Some(message.clone());
         // Published before the token fires, so work woken by it reads the reason.
         self.publish();
