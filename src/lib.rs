@@ -30,7 +30,7 @@
 //!
 //! | layer | where | what | may import |
 //! |---|---|---|---|
-//! | cli | `cli/src/` | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`), package `leasehold-cli` | runtime, lease core, backend, protocol, telemetry, error |
+//! | cli | `cli/src/` | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`, `completions`, `man`), package `leasehold-cli` | runtime, lease core, backend, protocol, telemetry, error |
 //! | runtime | `src/runtime/` | [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core, protocol, telemetry, error, jitter, simulation, backend (`FailureDetail` and `FailureKind` only: the detail an outcome carries) |
 //! | lease core | `src/lease/` | [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | protocol, telemetry, error, jitter, backend (only what the crate root re-exports: the trait, the failure types, the two backends' constructors) |
 //! | backend | `src/backend/` | [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol, error |

@@ -14,6 +14,7 @@ macro_rules! say {
 mod acquire;
 #[cfg(test)]
 mod cli_tests;
+mod completions;
 mod config;
 mod diagnose;
 mod doctor;
@@ -23,6 +24,7 @@ mod inputs;
 mod inspect;
 mod keeper;
 mod list;
+mod manual;
 mod recheck;
 mod replicas;
 mod run;
@@ -136,6 +138,11 @@ Exit status:
 Each finding is one line on stdout: ok, warn or FAIL, then what it means (with --json, one
 object).";
 
+const DOCS_EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0     printed (or written)
+  125   invalid arguments, or the output could not be written";
+
 /// Run a command under a Redis lease, or inspect one.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version)]
@@ -200,6 +207,18 @@ enum Command {
     /// for a held lease. It takes and releases a throwaway lease (purpose `doctor`).
     #[command(after_help = DOCTOR_EXIT_STATUS_HELP)]
     Doctor(doctor::DoctorArgs),
+    /// Print the completion script for a shell on stdout, generated from leasehold's own
+    /// options (the Debian package installs all three).
+    ///
+    /// Where a user's shell finds it: bash, ~/.local/share/bash-completion/completions/leasehold;
+    /// zsh, a file _leasehold in a directory of $fpath (before compinit runs); fish,
+    /// ~/.config/fish/completions/leasehold.fish.
+    #[command(after_help = DOCS_EXIT_STATUS_HELP)]
+    Completions(completions::CompletionsArgs),
+    /// Print leasehold's manual page (roff) on stdout, or write every page (leasehold.1,
+    /// leasehold-run.1, …) to a directory; generated from the options `--help` shows.
+    #[command(after_help = DOCS_EXIT_STATUS_HELP)]
+    Man(manual::ManArgs),
 }
 
 /// Prints one line on stderr and returns 125.
@@ -238,19 +257,32 @@ fn subcommand(args: &[std::ffi::OsString]) -> Option<&str> {
     args.iter()
         .skip(1)
         .filter_map(|a| a.to_str())
-        .find(|a| ["run", "inspect", "list", "doctor"].contains(a))
+        .find(|a| ["run", "inspect", "list", "doctor", "completions", "man"].contains(a))
 }
 
 /// The command line's definition: the derive's, with the variables
-/// ([`variables::with_variables`]) and `--ttl`'s help stating the minimum the environment's
-/// settings allow, so it is set here rather than in the derive.
-pub(crate) fn command() -> clap::Command {
+/// ([`variables::with_variables`]) and `--ttl`'s help, which states a minimum that depends
+/// on the settings, so it is set here rather than in the derive.
+fn command_with_ttl_help(ttl_help: String) -> clap::Command {
     variables::with_variables(Cli::command())
-        .mut_subcommand("run", |run| run.mut_arg("ttl", |ttl| ttl.help(ttl::help())))
+        .mut_subcommand("run", |run| run.mut_arg("ttl", |ttl| ttl.help(ttl_help)))
 }
 
-/// Parses the command line ([`command`]); `--ttl`'s help states the minimum the environment's settings
-/// allow, so it is set here rather than in the derive.
+/// The command line's definition as `parse` reads it: `--ttl`'s help under the
+/// environment's settings.
+pub(crate) fn command() -> clap::Command {
+    command_with_ttl_help(ttl::help())
+}
+
+/// The command line's definition as the manual page and the completions describe it: the
+/// parser's own, with `--ttl`'s minimum under the default settings rather than under the
+/// environment of whoever generates them.
+pub(crate) fn documented_command() -> clap::Command {
+    command_with_ttl_help(ttl::documented_help())
+}
+
+/// Parses the command line; `--ttl`'s help states the minimum the environment's settings
+/// allow.
 fn parse(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
     let command = command();
     let args = inputs::negative_durations_attached(&command, args);
@@ -317,6 +349,9 @@ fn main() -> ExitCode {
             }
         },
         Command::Inspect(_) | Command::List(_) | Command::Doctor(_) => None,
+        // Text generated from the definitions: no Redis, no runtime, no keeper.
+        Command::Completions(args) => return ExitCode::from(completions::print(args)),
+        Command::Man(args) => return ExitCode::from(manual::man(args)),
     };
     // Likewise the throwaway namespace `doctor` tries: forked while there is one thread.
     let probe = matches!(cli.command, Command::Doctor(_)).then(keeper::probe_namespace);
@@ -336,6 +371,8 @@ fn main() -> ExitCode {
             (Command::Inspect(args), _) => inspect::inspect(args).await,
             (Command::List(args), _) => list::list(args).await,
             (Command::Doctor(args), _) => doctor::doctor(args, probe.unwrap_or(Ok(None))).await,
+            // Returned before the runtime started.
+            (Command::Completions(_) | Command::Man(_), _) => status::FAILED,
         }
     });
     ExitCode::from(code)

@@ -188,15 +188,30 @@ fn margins(settings: &LeaseSettings) -> String {
 /// it gives invalid ones: the run itself says what is wrong with them).
 pub(crate) fn help() -> String {
     let settings = LeaseSettings::from_env().unwrap_or_default();
-    let min = minimum(&settings).map_or_else(
+    help_with(&settings, "with the settings in force")
+}
+
+/// `--ttl`'s help as the manual page and the completions state it: the minimum under the
+/// default settings, whatever the environment of the machine that generated them, which is
+/// not the reader's.
+pub(crate) fn documented_help() -> String {
+    help_with(
+        &LeaseSettings::default(),
+        "with the default settings (`leasehold run --help` states it for the settings in force)",
+    )
+}
+
+/// `--ttl`'s help with the minimum under `settings`, which `which` names.
+fn help_with(settings: &LeaseSettings, which: &str) -> String {
+    let min = minimum(settings).map_or_else(
         || "none".to_owned(),
         |d| humantime::format_duration(d).to_string(),
     );
     format!(
-        "Lease time to live, renewed while the command runs: {min} ..= 1h with the settings \
-         in force. The minimum is 1.5 × (drift budget + safety margin) when renewing every \
-         ttl/3, renew-every + drift budget + safety margin with --renew-every; the safety \
-         margin is the command timeout unless LEASEHOLD_SAFETY_MARGIN [default: {}]",
+        "Lease time to live, renewed while the command runs: {min} ..= 1h {which}. The \
+         minimum is 1.5 × (drift budget + safety margin) when renewing every ttl/3, \
+         renew-every + drift budget + safety margin with --renew-every; the safety margin is \
+         the command timeout unless LEASEHOLD_SAFETY_MARGIN [default: {}]",
         humantime::format_duration(DEFAULT)
     )
 }

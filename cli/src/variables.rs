@@ -210,6 +210,8 @@ mod tests {
         "watch",
         "limit",
         "budget",
+        // Where `man --out-dir` writes its pages.
+        "out-dir",
         // clap's own.
         "help",
         "version",
