@@ -353,7 +353,7 @@ async fn run_command(
         mut ctx,
         span,
         done,
-        mut work,
+        work,
         request,
     } = held;
     let stopping = Stopping {
@@ -367,8 +367,7 @@ async fn run_command(
     if let Some(after) = args.timeout {
         signals.time_out(after, args.signal.unwrap_or(Signal::Term));
     }
-    let mut work_done = None;
-    let end = supervise(
+    let (end, work) = supervise(
         &mut ctx,
         keeper,
         &mut signals,
@@ -377,8 +376,7 @@ async fn run_command(
             client: &plan.client,
             request: &request,
         },
-        &mut work,
-        &mut work_done,
+        work,
     )
     .instrument(span)
     .await;
@@ -392,10 +390,7 @@ async fn run_command(
         std::process::exit(i32::from(status::NOT_STOPPED));
     }
     drop(done);
-    let outcome = match work_done {
-        Some(outcome) => outcome,
-        None => work.await,
-    };
+    let outcome = work.outcome().await;
     if let Ok(RunOutcome::Ran { report, .. }) = &outcome {
         report_release(&report.release, &plan.server);
     }

@@ -22,6 +22,25 @@ use crate::signals::Signals;
 pub(crate) type Work<'a> =
     Pin<Box<dyn Future<Output = Result<RunOutcome<()>, RuntimeError>> + Send + 'a>>;
 
+/// The lease's work once supervision returned: ended first (the lease actor ended before
+/// the command did), or still running, to be awaited once the command's end is settled.
+// Returned once per run and consumed at once, never stored: boxing would only allocate.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum WorkEnd<'a> {
+    Ended(Result<RunOutcome<()>, RuntimeError>),
+    Running(Work<'a>),
+}
+
+impl WorkEnd<'_> {
+    /// The work's outcome: the one it ended with, or the one it ends with now.
+    pub(crate) async fn outcome(self) -> Result<RunOutcome<()>, RuntimeError> {
+        match self {
+            Self::Ended(outcome) => outcome,
+            Self::Running(work) => work.await,
+        }
+    }
+}
+
 /// How long leasehold keeps killing the command's processes itself — the keeper died, or
 /// the instant the tree must be gone came — before it gives up on a process that will not
 /// go (one stuck in the kernel, SIGKILL pending).
@@ -110,17 +129,17 @@ async fn answer(asking: &mut Asking<'_>) -> Option<LostReason> {
 /// by SIGKILLing every descendant it finds ([`KeeperLink::kill_tree`]), so a keeper that
 /// is stopped or starved cannot let the tree outlive the lease. `work` is the lease's
 /// `run_under_lease` future: if it ends first (the lease actor ended), the same happens.
+/// Returns how the command ended and the work: ended, or still running.
 /// A lease that became unknown is asked about again ([`Recheck`]) every renewal period;
 /// Redis saying it is gone brings the SIGKILL forward.
-pub(crate) async fn supervise(
+pub(crate) async fn supervise<'a>(
     ctx: &mut LeaseContext,
     keeper: &mut KeeperLink,
     signals: &mut Signals,
     stopping: Stopping,
     recheck: Recheck<'_>,
-    work: &mut Work<'_>,
-    work_done: &mut Option<Result<RunOutcome<()>, RuntimeError>>,
-) -> CommandEnd {
+    mut work: Work<'a>,
+) -> (CommandEnd, WorkEnd<'a>) {
     keeper
         .start(ctx.token().get(), ctx.slot(), ctx.stop_by())
         .await;
@@ -140,10 +159,13 @@ pub(crate) async fn supervise(
         tokio::select! {
             event = keeper.next_event() => {
                 if let Some(end) = run.on_event(event, keeper).await {
-                    return end;
+                    return (end, WorkEnd::Running(work));
                 }
             }
-            () = &mut kill_at => return run.kill(keeper, kill_at.deadline()).await,
+            () = &mut kill_at => {
+                let end = run.kill(keeper, kill_at.deadline()).await;
+                return (end, WorkEnd::Running(work));
+            }
             () = cancel.cancelled(), if !run.stop_sent => {
                 let at = run.on_cancel(ctx, keeper).await;
                 kill_at.as_mut().reset(at);
@@ -175,11 +197,11 @@ pub(crate) async fn supervise(
                 }
             }
             Some(signal) = signals.recv() => forward(keeper, signal).await,
-            outcome = work.as_mut(), if work_done.is_none() => {
+            outcome = work.as_mut() => {
                 // The lease actor ended before the command did: the lease can no longer be
                 // vouched for. Kill the tree here; the keeper does too when its orders end.
-                *work_done = Some(outcome);
-                return run.kill(keeper, Instant::now()).await;
+                let end = run.kill(keeper, Instant::now()).await;
+                return (end, WorkEnd::Ended(outcome));
             }
         }
     }
