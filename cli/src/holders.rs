@@ -10,7 +10,7 @@ use crate::diagnose::Server;
 /// What one lease (or slot) holds at the read: remaining time, token, label, and whether
 /// the lease ended and this is its lock-delay (`remaining` then being the delay's).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Holding {
+pub(crate) struct Holder {
     pub(crate) remaining: Duration,
     pub(crate) token: FencingToken,
     pub(crate) holder: Option<HolderLabel>,
@@ -26,12 +26,12 @@ pub(crate) async fn read(
     client: &LeaseClient,
     server: &Server,
     request: &LeaseRequest,
-) -> Result<Vec<Option<Holding>>, String> {
+) -> Result<Vec<Option<Holder>>, String> {
     let slots = client.inspect_slots(request).await;
     let mut held = Vec::with_capacity(slots.len());
     for outcome in slots {
         let holding = |remaining, token, holder, delayed| {
-            Some(Holding {
+            Some(Holder {
                 remaining,
                 token,
                 holder,
@@ -95,8 +95,8 @@ pub(crate) fn about(d: Duration) -> String {
 /// Who holds what a read saw, in words: `held by web-7:4242 (fencing token 17), which ends
 /// in 28s unless renewed`; for a counted lease every holder and the earliest end; for a
 /// lock-delay how long it refuses holders. `None` when nothing is held.
-pub(crate) fn describe(slots: &[Option<Holding>]) -> Option<String> {
-    let held: Vec<&Holding> = slots.iter().flatten().collect();
+pub(crate) fn describe(slots: &[Option<Holder>]) -> Option<String> {
+    let held: Vec<&Holder> = slots.iter().flatten().collect();
     let first = held.iter().min_by_key(|h| h.remaining)?;
     if held.iter().all(|h| h.delayed) {
         return Some(format!(
@@ -134,7 +134,7 @@ pub(crate) fn describe(slots: &[Option<Holding>]) -> Option<String> {
 
 /// The JSON fields of what a read saw (for `--log-format json` lines): the holder, token
 /// and remaining time of the slot that ends first.
-pub(crate) fn fields(slots: &[Option<Holding>]) -> serde_json::Value {
+pub(crate) fn fields(slots: &[Option<Holder>]) -> serde_json::Value {
     let first = slots.iter().flatten().min_by_key(|h| h.remaining);
     match first {
         Some(h) => serde_json::json!({
@@ -151,8 +151,8 @@ pub(crate) fn fields(slots: &[Option<Holding>]) -> serde_json::Value {
 mod tests {
     use super::*;
 
-    fn holding(ms: u64, token: u64, holder: Option<&str>, delayed: bool) -> Option<Holding> {
-        Some(Holding {
+    fn holding(ms: u64, token: u64, holder: Option<&str>, delayed: bool) -> Option<Holder> {
+        Some(Holder {
             remaining: Duration::from_millis(ms),
             token: FencingToken::new(token),
             holder: holder.map(|h| HolderLabel::new(h).expect("label")),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::{HolderLabel, LeaseRequest};
 
-use crate::holders::{self, Holding};
+use crate::holders::{self, Holder};
 use crate::{Common, config, fail, status, watch};
 
 #[derive(Debug, Args)]
@@ -116,7 +116,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
 }
 
 /// One lease's (or slot's) object of `--json`.
-fn json(key: &str, held: Option<&Holding>) -> serde_json::Value {
+fn json(key: &str, held: Option<&Holder>) -> serde_json::Value {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     match held {
         Some(h) if h.delayed => serde_json::json!({
@@ -138,7 +138,7 @@ fn json(key: &str, held: Option<&Holding>) -> serde_json::Value {
 }
 
 /// One lease's (or slot's) lines of text.
-fn text(held: Option<&Holding>) {
+fn text(held: Option<&Holder>) {
     match held {
         Some(h) if h.delayed => {
             println!("held: no");

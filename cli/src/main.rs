@@ -52,6 +52,8 @@ pub(crate) mod status {
     pub const NOT_STOPPED: u8 = 122;
     /// The lease was lost or became unknown while the command ran; it was stopped.
     pub const LEASE_LOST: u8 = 124;
+    /// `--timeout` ran out first: the status timeout(1) gives, which is the same number.
+    pub const TIMED_OUT: u8 = 124;
     /// leasehold itself failed: bad arguments, Redis unavailable, acquisition unconfirmed.
     pub const FAILED: u8 = 125;
     /// The command exists but cannot be executed.

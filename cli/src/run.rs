@@ -466,7 +466,7 @@ fn exit_status(
                 lost_before_exit || (lost_before_gone && ended.leftovers == Leftovers::Wait);
             match status {
                 // timeout(1)'s status: the command did not end within its time.
-                Some(_) if !cut_short && ended.timed_out => status::LEASE_LOST,
+                Some(_) if !cut_short && ended.timed_out => status::TIMED_OUT,
                 Some(status) if !cut_short => {
                     if lost_before_gone {
                         say!("the lease was lost after the command exited");

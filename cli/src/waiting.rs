@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::diagnose::Server;
-use crate::holders::{self, Holding};
+use crate::holders::{self, Holder};
 use crate::say;
 
 /// How often the observer reads without a notice (a key deleted from outside).
@@ -28,7 +28,7 @@ const TICK: Duration = Duration::from_secs(1);
 enum Seen {
     /// A read (or the observer's) of every slot, at `at`.
     Slots {
-        slots: Vec<Option<Holding>>,
+        slots: Vec<Option<Holder>>,
         at: Instant,
     },
     /// No read succeeded: what the refusal said.
@@ -157,7 +157,7 @@ impl Waiting {
         }
         self.shown = Some((token, holder.clone()));
         self.seen = Seen::Slots {
-            slots: vec![Some(Holding {
+            slots: vec![Some(Holder {
                 remaining: expires_at.saturating_duration_since(now),
                 token,
                 holder,
@@ -174,7 +174,7 @@ impl Waiting {
         let (who, fields) = match &self.seen {
             Seen::Slots { slots, at } => {
                 let elapsed = now.saturating_duration_since(*at);
-                let aged: Vec<Option<Holding>> = slots
+                let aged: Vec<Option<Holder>> = slots
                     .iter()
                     .map(|slot| {
                         slot.clone().map(|mut h| {

@@ -30,13 +30,13 @@ pub(crate) enum Deadline {
     Cancel(Instant),
     /// Fires at local validity end, after a cancellation, if the worker must be stopped (or,
     /// attached, let go of).
-    StopWorker(Instant),
+    KillWorker(Instant),
 }
 
 impl Deadline {
     pub(crate) fn at(self) -> Instant {
         match self {
-            Self::Renew(t) | Self::Cancel(t) | Self::StopWorker(t) => t,
+            Self::Renew(t) | Self::Cancel(t) | Self::KillWorker(t) => t,
         }
     }
 }
@@ -72,7 +72,7 @@ pub(crate) enum Action {
     /// Send the one cancellation, as decided here.
     Cancel(Cancellation),
     /// Stop the worker: local validity ended under [`CancelPolicy::Kill`].
-    StopWorker,
+    KillWorker,
     /// Validity ended for an attached worker's lease: release it and end the actor.
     FinishAttached,
 }
@@ -168,7 +168,7 @@ impl Watchdog {
             }),
             Phase::Cancelled { killed, .. } => {
                 let kill_due = self.policy == CancelPolicy::Kill && worker.alive && !killed;
-                (worker.attached || kill_due).then_some(Deadline::StopWorker(self.valid_until))
+                (worker.attached || kill_due).then_some(Deadline::KillWorker(self.valid_until))
             }
         }
     }
@@ -242,8 +242,8 @@ impl Watchdog {
             return Vec::new();
         };
         let mut actions = vec![Action::Cancel(cancellation)];
-        if cancellation.remaining.is_zero() && self.stop_worker(worker) {
-            actions.push(Action::StopWorker);
+        if cancellation.remaining.is_zero() && self.kill_worker(worker) {
+            actions.push(Action::KillWorker);
         }
         actions
     }
@@ -319,8 +319,8 @@ impl Watchdog {
     /// The worker's time is up: stop it if it must be, let an attached one go.
     fn end_of_work(&mut self, worker: WorkerView) -> Vec<Action> {
         let mut actions = Vec::new();
-        if self.stop_worker(worker) {
-            actions.push(Action::StopWorker);
+        if self.kill_worker(worker) {
+            actions.push(Action::KillWorker);
         }
         if worker.attached {
             actions.push(Action::FinishAttached);
@@ -330,7 +330,7 @@ impl Watchdog {
 
     /// Whether the worker must be stopped now (cancelled, under `Kill`, still running, not
     /// stopped yet); if so, it counts as stopped from here on.
-    fn stop_worker(&mut self, worker: WorkerView) -> bool {
+    fn kill_worker(&mut self, worker: WorkerView) -> bool {
         let Phase::Cancelled {
             reason,
             killed: false,

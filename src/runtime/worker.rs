@@ -144,8 +144,9 @@ impl Running {
         }
     }
 
-    /// Stops it and waits, up to `wait`, for its end.
-    pub(crate) async fn stop(self, wait: Duration) {
+    /// Kills it (ractor's `kill`: no `post_stop` wait, a task aborted) and waits, up to
+    /// `wait`, for its end.
+    pub(crate) async fn kill_and_wait(self, wait: Duration) {
         match self {
             Running::Actor(cell) => {
                 let _ = cell.kill_and_wait(Some(wait)).await;

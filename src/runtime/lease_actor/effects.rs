@@ -35,7 +35,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
                 }
                 Action::Confirmed => self.publish(),
                 Action::Cancel(cancellation) => self.send_cancellation(cancellation),
-                Action::StopWorker => self.stop_worker(),
+                Action::KillWorker => self.kill_worker(),
                 Action::FinishAttached => {
                     let end = self.end_for_exit();
                     self.finish(end).await;
@@ -101,10 +101,10 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     }
 
     /// Stops the worker; the watchdog decided it must be.
-    fn stop_worker(&self) {
+    fn kill_worker(&self) {
         tracing::warn!(
             token = self.handle.token().get(),
-            "worker still running at the end of local validity; stopping it"
+            "worker still running at the end of local validity; killing it"
         );
         match &self.worker {
             WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => worker.kill(),
@@ -213,7 +213,7 @@ impl<M> Drop for LeaseActorState<M> {
         let (mut handle, admission) = (self.handle.take(), self.admission.take());
         runtime.spawn(async move {
             if let Some(running) = running {
-                running.stop(KILL_WAIT).await;
+                running.kill_and_wait(KILL_WAIT).await;
             }
             let release = release_retrying(&mut handle).await;
             tracing::info!(

@@ -412,7 +412,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         let end = match running {
             None => state.end_for_exit(),
             Some(running) => {
-                running.stop(KILL_WAIT).await;
+                running.kill_and_wait(KILL_WAIT).await;
                 JobEnd::Aborted
             }
         };

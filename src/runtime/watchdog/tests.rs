@@ -40,7 +40,7 @@ enum Did {
     Renew,
     Confirmed,
     Cancel(CancelReason),
-    StopWorker,
+    KillWorker,
     FinishAttached,
 }
 
@@ -51,7 +51,7 @@ fn did(actions: &[Action]) -> Vec<Did> {
             Action::Renew { .. } => Did::Renew,
             Action::Confirmed => Did::Confirmed,
             Action::Cancel(c) => Did::Cancel(c.reason),
-            Action::StopWorker => Did::StopWorker,
+            Action::KillWorker => Did::KillWorker,
             Action::FinishAttached => Did::FinishAttached,
         })
         .collect()
@@ -79,7 +79,7 @@ enum Step {
     /// A cancellation for this reason at this time; these actions (none if one was sent).
     Cancel(CancelReason, u64, &'static [Did]),
     /// Whether the worker must be stopped now.
-    StopWorker(bool),
+    KillWorker(bool),
     /// A drain's deadline passed at this time; these actions.
     DrainDeadline(u64, &'static [Did]),
     /// The release begins.
@@ -93,7 +93,7 @@ enum Timer {
     Renew(u64),
     /// Milliseconds after t0, or before it when negative.
     Cancel(i64),
-    StopWorker(u64),
+    KillWorker(u64),
 }
 
 struct Row {
@@ -106,7 +106,7 @@ struct Row {
 }
 
 use Step::{
-    Cancel, DrainDeadline, Ended as End, Finish, Renewed, StopWorker, Timeout, Unavailable,
+    Cancel, DrainDeadline, Ended as End, Finish, KillWorker, Renewed, Timeout, Unavailable,
 };
 
 mod rows;
@@ -193,7 +193,7 @@ fn run(dog: &mut Watchdog, t0: Instant, row: &Row, step: Step) {
                 "{what}"
             );
         }
-        StopWorker(expected) => assert_eq!(dog.stop_worker(worker), expected, "{what}"),
+        KillWorker(expected) => assert_eq!(dog.kill_worker(worker), expected, "{what}"),
         DrainDeadline(ms, expected) => {
             let actions = dog.handle_drain_deadline(at(t0, ms), worker);
             assert_eq!(did(&actions), expected, "{what}");
@@ -215,7 +215,7 @@ fn every_row_of_the_watchdog_table() {
             Timer::None => None,
             Timer::Renew(ms) => Some(Deadline::Renew(at(t0, ms))),
             Timer::Cancel(ms) => Some(Deadline::Cancel(signed(t0, ms))),
-            Timer::StopWorker(ms) => Some(Deadline::StopWorker(at(t0, ms))),
+            Timer::KillWorker(ms) => Some(Deadline::KillWorker(at(t0, ms))),
         };
         assert_eq!(deadline, expected, "{}: timer", row.name);
     }

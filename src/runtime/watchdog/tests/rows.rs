@@ -1,7 +1,7 @@
 //! The rows of the watchdog's table (see the parent module for the setting).
 
 use super::Step::{
-    Cancel, DrainDeadline, Ended as End, Finish, Renewed, StopWorker, Timeout, Unavailable,
+    Cancel, DrainDeadline, Ended as End, Finish, KillWorker, Renewed, Timeout, Unavailable,
 };
 use super::{ATTACHED, CHILD, Did, Ended, GONE, LOST, Row, Timer, VALID};
 use crate::lease::{LeaseState, LostReason};
@@ -38,7 +38,7 @@ pub(super) const ROWS: &[Row] = &[
         worker: CHILD,
         valid: 150,
         steps: &[Timeout(0, &[Did::Cancel(CancelReason::RenewalUnconfirmed)])],
-        timer: Timer::StopWorker(150),
+        timer: Timer::KillWorker(150),
     },
     Row {
         name: "a timer fired early does nothing",
@@ -82,7 +82,7 @@ pub(super) const ROWS: &[Row] = &[
             Timeout(1000, &[Did::Renew]),
             End(Ended::Lost(LostReason::Absent), 1000, &[Did::Cancel(LOST)]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "renewal indeterminate → cancel, unknown",
@@ -94,7 +94,7 @@ pub(super) const ROWS: &[Row] = &[
             1000,
             &[Did::Cancel(CancelReason::Unknown)],
         )],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "renewal refused, the handle lost → cancel for the loss; otherwise unknown",
@@ -109,7 +109,7 @@ pub(super) const ROWS: &[Row] = &[
             ),
             End(Ended::Refused(LeaseState::Unknown), 1100, &[]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "renewal refused, the handle unknown → cancel, unknown",
@@ -121,7 +121,7 @@ pub(super) const ROWS: &[Row] = &[
             1000,
             &[Did::Cancel(CancelReason::Unknown)],
         )],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "unconfirmed until validity − margin → cancel",
@@ -132,7 +132,7 @@ pub(super) const ROWS: &[Row] = &[
             Unavailable(1000, 2750),
             Timeout(2800, &[Did::Cancel(CancelReason::RenewalUnconfirmed)]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "unavailable just before the cancellation deadline: one more try half-way to it",
@@ -148,7 +148,7 @@ pub(super) const ROWS: &[Row] = &[
         worker: CHILD,
         valid: VALID,
         steps: &[Cancel(LOST, 1000, &[Did::Cancel(LOST)])],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "a second cancellation is not sent",
@@ -159,7 +159,7 @@ pub(super) const ROWS: &[Row] = &[
             Cancel(LOST, 1000, &[Did::Cancel(LOST)]),
             Cancel(CancelReason::Unknown, 1500, &[]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "cancelled: a timer before validity end does nothing",
@@ -167,7 +167,7 @@ pub(super) const ROWS: &[Row] = &[
         worker: CHILD,
         valid: VALID,
         steps: &[Cancel(LOST, 1000, &[Did::Cancel(LOST)]), Timeout(2999, &[])],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "validity end, child still running → stop it, once",
@@ -176,7 +176,7 @@ pub(super) const ROWS: &[Row] = &[
         valid: VALID,
         steps: &[
             Cancel(LOST, 1000, &[Did::Cancel(LOST)]),
-            Timeout(3000, &[Did::StopWorker]),
+            Timeout(3000, &[Did::KillWorker]),
             Timeout(3001, &[]),
         ],
         timer: Timer::None,
@@ -204,9 +204,9 @@ pub(super) const ROWS: &[Row] = &[
         valid: VALID,
         steps: &[
             Cancel(LOST, 1000, &[Did::Cancel(LOST)]),
-            Timeout(3000, &[Did::StopWorker, Did::FinishAttached]),
+            Timeout(3000, &[Did::KillWorker, Did::FinishAttached]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "attached (notify-only): let go of at validity end, not stopped",
@@ -217,7 +217,7 @@ pub(super) const ROWS: &[Row] = &[
             Cancel(LOST, 1000, &[Did::Cancel(LOST)]),
             Timeout(3000, &[Did::FinishAttached]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "a cancellation with no validity left stops the worker at once",
@@ -225,8 +225,8 @@ pub(super) const ROWS: &[Row] = &[
         worker: CHILD,
         valid: VALID,
         steps: &[
-            Cancel(LOST, 3000, &[Did::Cancel(LOST), Did::StopWorker]),
-            StopWorker(false),
+            Cancel(LOST, 3000, &[Did::Cancel(LOST), Did::KillWorker]),
+            KillWorker(false),
         ],
         timer: Timer::None,
     },
@@ -241,7 +241,7 @@ pub(super) const ROWS: &[Row] = &[
                 1000,
                 &[Did::Cancel(CancelReason::Shutdown)],
             ),
-            DrainDeadline(1500, &[Did::StopWorker]),
+            DrainDeadline(1500, &[Did::KillWorker]),
             DrainDeadline(1600, &[]),
             Timeout(3000, &[]),
         ],
@@ -258,9 +258,9 @@ pub(super) const ROWS: &[Row] = &[
                 1000,
                 &[Did::Cancel(CancelReason::Shutdown)],
             ),
-            DrainDeadline(1500, &[Did::StopWorker, Did::FinishAttached]),
+            DrainDeadline(1500, &[Did::KillWorker, Did::FinishAttached]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "drained (notify-only): nothing at the drain's deadline; validity end as usual",
@@ -276,7 +276,7 @@ pub(super) const ROWS: &[Row] = &[
             DrainDeadline(1500, &[]),
             Timeout(3000, &[Did::FinishAttached]),
         ],
-        timer: Timer::StopWorker(3000),
+        timer: Timer::KillWorker(3000),
     },
     Row {
         name: "drain deadline before the drain's cancellation (Kill): both; when finishing: nothing",
@@ -286,7 +286,7 @@ pub(super) const ROWS: &[Row] = &[
         steps: &[
             DrainDeadline(
                 1000,
-                &[Did::Cancel(CancelReason::Shutdown), Did::StopWorker],
+                &[Did::Cancel(CancelReason::Shutdown), Did::KillWorker],
             ),
             Finish,
             DrainDeadline(1100, &[]),
@@ -298,7 +298,7 @@ pub(super) const ROWS: &[Row] = &[
         policy: CancelPolicy::Kill,
         worker: CHILD,
         valid: VALID,
-        steps: &[StopWorker(false)],
+        steps: &[KillWorker(false)],
         timer: Timer::Renew(1000),
     },
     Row {
