@@ -3,7 +3,12 @@
 //! returning the next state and the outcome the caller sees. [`LeaseHandle`] sends, retries,
 //! records telemetry and applies what this module decides.
 //!
+//! `HandleState` is the machine's state; what callers see of it, [`LeaseState`], lives with
+//! the outcomes that carry it (`lease/outcome/state.rs`): this machine produces outcomes, so
+//! the outcomes cannot name it back (`tests/layers/circles.rs`).
+//!
 //! [`LeaseHandle`]: crate::LeaseHandle
+//! [`LeaseState`]: crate::LeaseState
 
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
 //! The words outcomes carry about a lease: its handle's state, why it was lost, and how many
-//! replicas hold its acquisition.
+//! replicas hold its acquisition. [`LeaseState`] is the public face of the handle's state
+//! machine (`HandleState`, `lease/state.rs`), which produces the outcomes and so names this
+//! module, never the other way around.
 
 use std::fmt;
 
