@@ -108,10 +108,17 @@ for a = 2, #ARGV, 2 do
   if not ok then
     -- Redis 7.0 raises a redis.call error as its text ('NOPERM …'), later versions as a
     -- table {err = …}; either way the error code stays first, for the client to classify.
+    -- Redis 6.2 raises the refusals it makes before running a command (OOM, READONLY,
+    -- MISCONF, NOREPLICAS) as '@user_script: <line>: -<CODE> …': its code is put first
+    -- again, as 7.0 words it, so that the client reads it as not run here too.
+    local refused = type(reply) == 'string' and
+      string.match(reply, '^@user_script: %d+: %-(%u[%u_]+ .-)%s*$')
     if type(reply) == 'table' and reply.err then
       reply = {err = reply.err}
     elseif type(reply) == 'string' and string.find(reply, '^%u[%u_]+ ') then
       reply = {err = reply}
+    elseif refused then
+      reply = {err = refused}
     else
       reply = {err = 'ERR leasehold batch: ' .. tostring(reply)}
     end

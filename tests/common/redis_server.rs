@@ -174,6 +174,9 @@ impl RedisServer {
             "on",
             ">s3cret",
             "~leasehold:*",
+            // Redis 6.2 gives a new user every channel (acl-pubsub-default allchannels)
+            // and refuses a channel pattern on top of it; 7.0 starts with none.
+            "resetchannels",
             "&leasehold:*",
             "+@all",
         ]);

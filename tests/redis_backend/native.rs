@@ -3,7 +3,8 @@
 //! Valkey 9, in CI's server matrix: `SET … IFEQ`), and that both give the same outcomes —
 //! also where only the script can answer (a lock-delay, a replay under another label) and
 //! where the configuration keeps the script — and, against the commands the server itself
-//! has (not the backend's reading of `INFO server`), that renewals and releases take them.
+//! has and to the paths docs/design.md §4 states per server (not the backend's reading of
+//! `INFO server`), that acquisitions, renewals and releases take them.
 
 use std::time::Duration;
 
@@ -198,6 +199,7 @@ async fn a_user_refused_the_servers_own_release_still_releases_by_the_script() {
         "on",
         ">pw",
         "~leasehold:lease:v2:*",
+        "resetchannels",
         "&leasehold:lease:v2:*",
         "+evalsha",
         "+eval",
@@ -253,30 +255,114 @@ fn commands_the_server_has(server: &RedisServer) -> (bool, bool) {
     (set_ifeq, delifeq)
 }
 
-/// The path each operation takes, from `INFO commandstats`, against the commands the
-/// server has (asked of it, not of the backend's reading of `INFO server`): on Valkey 9 a
-/// renewal is one `SET` and a release one `DELIFEQ`, no script; on Redis 7 both are the
-/// script (`EVALSHA`). A misread `INFO server` cannot put a server that has the commands on
-/// the script path unnoticed.
+/// Which path leasehold takes on each server, as docs/design.md §4 states it, by the
+/// server's name and version in `INFO server`: `(server_name, from version, renewals by
+/// SET … IFEQ, releases by DELIFEQ)`, the first row that matches. Written out here, not
+/// read from the backend's `ServerCapabilities`, so that a detection gone wrong shows as a
+/// path that differs from this table. Redis 8.4 has the same compare-and-set
+/// (`SET … IFEQ`, `DELEX … IFEQ`), but leasehold keeps the script there until its suites
+/// run on that server: every Redis row is the script.
+const PATHS: &[(&str, (u32, u32), bool, bool)] = &[
+    ("valkey", (9, 0), true, true),
+    ("valkey", (8, 1), true, false),
+    ("valkey", (0, 0), false, false),
+    ("redis", (0, 0), false, false),
+];
+
+/// The server's name and `major.minor` version, from its `INFO server`: Valkey names
+/// itself (`server_name:valkey`, `valkey_version`); Redis has `redis_version` alone.
+fn server_of(info: &str) -> (String, (u32, u32), String) {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let (name, version) = match field("server_name") {
+        Some("valkey") => ("valkey", field("valkey_version").expect("valkey_version")),
+        _ => ("redis", field("redis_version").expect("redis_version")),
+    };
+    let mut parts = version
+        .split('.')
+        .map(|p| p.parse::<u32>().expect("a version"));
+    let major_minor = (
+        parts.next().expect("a major version"),
+        parts.next().unwrap_or(0),
+    );
+    (name.to_owned(), major_minor, version.to_owned())
+}
+
+/// The path each operation takes, from the server's own `INFO commandstats` after
+/// `CONFIG RESETSTAT`, against the table above (not the backend's reading of `INFO
+/// server`): an acquisition is the script everywhere; on Valkey 9 a renewal is one `SET`
+/// and a release one `DELIFEQ`, no script; on Redis (6.2, 7.0, 8.2) both are the script
+/// (`EVALSHA`). A detection that misreads the server cannot put it on the other path
+/// unnoticed. The table is held to the server too: a path it names is a command the server
+/// has (`commands_the_server_has`).
 #[tokio::test]
-async fn renewals_and_releases_run_as_the_servers_own_commands_exactly_where_it_has_them() {
+async fn acquisitions_renewals_and_releases_take_the_path_the_servers_name_and_version_give() {
     let server = RedisServer::start();
-    let (set_ifeq, delifeq) = commands_the_server_has(&server);
     let info: String = server.query(&["INFO", "server"]);
-    if info.contains("valkey_version:9.") {
-        assert!(set_ifeq && delifeq, "Valkey 9 has SET … IFEQ and DELIFEQ");
-    }
+    let (name, version, text) = server_of(&info);
+    let &(_, _, renews, releases) = PATHS
+        .iter()
+        .find(|(server, from, ..)| *server == name && version >= *from)
+        .expect("every server has a row");
+    let (set_ifeq, delifeq) = commands_the_server_has(&server);
+    assert!(
+        (!renews || set_ifeq) && (!releases || delifeq),
+        "{name} {text}: the table names a command the server lacks (SET … IFEQ {set_ifeq}, \
+         DELIFEQ {delifeq})"
+    );
+
     let client = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    // The first call loads the script (EVALSHA, NOSCRIPT, SCRIPT LOAD): not measured.
+    let mut first = acquired(&client, &request(&client, "first")).await;
+    assert_eq!(first.release().await, ReleaseOutcome::Released);
+    let calls = |server: &RedisServer| {
+        (
+            server.calls_of("set"),
+            server.calls_of("delifeq"),
+            server.calls_of("evalsha") + server.calls_of("eval"),
+        )
+    };
+
+    server.reset_stats();
     let mut lease = acquired(&client, &request(&client, "r")).await;
-    let renewed = renew_counting(&server, &mut lease).await;
+    let acquisition = (
+        server.calls_of("delifeq"),
+        server.calls_of("evalsha"),
+        server.calls_of("eval"),
+    );
+    server.reset_stats();
+    let outcome = lease.renew().await;
+    assert!(
+        matches!(outcome, RenewOutcome::Renewed { .. }),
+        "{outcome:?}"
+    );
+    let renewal = calls(&server);
     server.reset_stats();
     assert_eq!(lease.release().await, ReleaseOutcome::Released);
-    let released = (server.calls_of("delifeq"), server.calls_of("evalsha"));
+    let release = calls(&server);
+    assert!(!crate::lease_exists(&server, lease.keys()));
     println!(
-        "measured: SET … IFEQ {set_ifeq}, DELIFEQ {delifeq}: renewal (set, evalsha) {renewed:?}, \
-         release (delifeq, evalsha) {released:?}"
+        "{name} {text}: acquisition (delifeq, evalsha, eval) {acquisition:?}, renewal \
+         (set, delifeq, scripts) {renewal:?}, release {release:?}"
     );
-    let by = |native: bool| if native { (1, 0) } else { (0, 1) };
-    assert_eq!(renewed, by(set_ifeq), "renewal: SET … IFEQ {set_ifeq}");
-    assert_eq!(released, by(delifeq), "release: DELIFEQ {delifeq}");
+
+    assert_eq!(
+        acquisition,
+        (0, 1, 0),
+        "{name} {text}: an acquisition is the script"
+    );
+    // The script's renewal is a PEXPIRE inside it (no SET); the script's release a DEL.
+    let renewal_expected = if renews { (1, 0, 0) } else { (0, 0, 1) };
+    assert_eq!(
+        renewal, renewal_expected,
+        "{name} {text}: renewal, SET … IFEQ {renews}"
+    );
+    let release_expected = if releases { (0, 1, 0) } else { (0, 0, 1) };
+    assert_eq!(
+        release, release_expected,
+        "{name} {text}: release, DELIFEQ {releases}"
+    );
 }

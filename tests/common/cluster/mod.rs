@@ -7,9 +7,9 @@
 //! `CLUSTER INFO` says `cluster_state:ok`.
 //!
 //! [`ClusterTopology::start_proxied`]: the same, with a [`Proxy`] in front of each node and
-//! every node announcing its proxy's port (`cluster-announce-port`), so the slot map and
-//! every `MOVED` name the proxies and a backend's replies can be dropped. Returns once
-//! every node's `CLUSTER SLOTS` names the proxies only.
+//! every node announcing its proxy's port (`--cluster-announce-port`, from its start), so
+//! the slot map and every `MOVED` name the proxies and a backend's replies can be dropped.
+//! Returns once every node's `CLUSTER SLOTS` names the proxies only.
 //!
 //! Drop kills every process by PID and removes the temporary directories. Everything is
 //! synchronous (std only), independent of the test's tokio runtime.
@@ -50,46 +50,12 @@ pub struct ClusterTopology {
 
 impl ClusterTopology {
     pub fn start() -> Self {
-        // The server the harness runs (`LEASEHOLD_REDIS_SERVER`: CI's matrix runs Valkey's
-        // too); Debian's redis-cli creates the cluster for either.
-        let server = super::redis_server::find_binary();
-        let cli = find_binary("redis-cli", CLI_NOT_FOUND);
-        let nodes: Vec<ClusterNode> = (0..PRIMARIES).map(|_| start_node(&server)).collect();
-        let mut create = Command::new(&cli);
-        create.arg("--cluster").arg("create");
-        for node in &nodes {
-            create.arg(format!("127.0.0.1:{}", node.port));
-        }
-        let output = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cli.display()));
-        assert!(
-            output.status.success(),
-            "redis-cli --cluster create failed: {}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let topology = Self {
-            nodes,
-            proxies: Vec::new(),
-        };
-        topology.wait_ok();
-        topology
+        Self::start_announcing(false)
     }
 
     /// Three primaries, each behind a proxy whose port it announces.
     pub fn start_proxied() -> Self {
-        let mut topology = Self::start();
-        for node in &topology.nodes {
-            let proxy = Proxy::start((Ipv4Addr::LOCALHOST, node.port).into());
-            let bus = (u32::from(node.port) + 10_000).to_string();
-            let announced = proxy.addr().port().to_string();
-            node.query::<()>(&["CONFIG", "SET", "cluster-announce-bus-port", &bus]);
-            node.query::<()>(&["CONFIG", "SET", "cluster-announce-port", &announced]);
-            topology.proxies.push(proxy);
-        }
+        let topology = Self::start_announcing(true);
         let ports: Vec<i64> = topology
             .proxies
             .iter()
@@ -107,6 +73,52 @@ impl ClusterTopology {
             );
             thread::sleep(POLL);
         }
+        topology
+    }
+
+    /// The nodes, with a proxy in front of each whose port it announces if `proxied`; the
+    /// cluster is created on the nodes' own ports (its bus ports are the nodes').
+    fn start_announcing(proxied: bool) -> Self {
+        // The server the harness runs (`LEASEHOLD_REDIS_SERVER`: CI's matrix runs Valkey's
+        // too); Debian's redis-cli creates the cluster for either.
+        let server = super::redis_server::find_binary();
+        let cli = find_binary("redis-cli", CLI_NOT_FOUND);
+        let mut nodes = Vec::new();
+        let mut proxies = Vec::new();
+        for _ in 0..PRIMARIES {
+            // The proxy is started before its node, so that the node can announce its port
+            // from the start; one per attempt, since a failed attempt moves to another port.
+            let mut proxy = None;
+            let mut announce = |port: u16| {
+                if !proxied {
+                    return None;
+                }
+                let started = Proxy::start((Ipv4Addr::LOCALHOST, port).into());
+                let announced = started.addr().port();
+                proxy = Some(started);
+                Some(announced)
+            };
+            nodes.push(start_node(&server, &mut announce));
+            proxies.extend(proxy);
+        }
+        let mut create = Command::new(&cli);
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let output = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cli.display()));
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let topology = Self { nodes, proxies };
+        topology.wait_ok();
         topology
     }
 

@@ -104,12 +104,25 @@ fn free_port_with_bus() -> u16 {
 }
 
 /// A cluster-mode `redis-server` answering `PING`, retried on another port if it fails.
-pub fn start_node(binary: &Path) -> ClusterNode {
+///
+/// `announce` is called with each attempt's port before the server starts; the port it
+/// returns, if any, is the one the node announces to clients and the other nodes
+/// (`--cluster-announce-port`, its bus port unchanged). It is given on the command line,
+/// not by `CONFIG SET` once the node runs: Redis 6.2 keeps announcing, for its own slots in
+/// its `CLUSTER SLOTS`, the port it started with.
+pub fn start_node(binary: &Path, announce: &mut dyn FnMut(u16) -> Option<u16>) -> ClusterNode {
     let mut problems = Vec::new();
     for _ in 0..START_ATTEMPTS {
         let port = free_port_with_bus();
         let dir = make_temp_dir("cluster");
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(announced) = announce(port) {
+            let bus = (u32::from(port) + 10_000).to_string();
+            command
+                .args(["--cluster-announce-port", &announced.to_string()])
+                .args(["--cluster-announce-bus-port", &bus]);
+        }
+        let mut child = command
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes"])

@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,33 @@ pub fn find_binary() -> PathBuf {
         );
     }
     find_on_path("redis-server").unwrap_or_else(|| panic!("{NOT_FOUND}"))
+}
+
+/// Whether `binary` gates `DEBUG` behind `enable-debug-command` (Redis 7.0 and later, every
+/// Valkey), from its `--version` (`Redis server v=6.2.14 …`), asked once per binary. Redis
+/// 6.2 always allows `DEBUG` and refuses to start on the option it does not know.
+fn gates_debug_command(binary: &Path) -> bool {
+    static FOUND: Mutex<Vec<(PathBuf, bool)>> = Mutex::new(Vec::new());
+    let mut found = FOUND
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, gates)) = found.iter().find(|(path, _)| path == binary) {
+        return *gates;
+    }
+    let output = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", binary.display()));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let major = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .and_then(|version| version.split('.').next()?.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("{} --version: no v=<version> in {text:?}", binary.display()));
+    let gates = major >= 7;
+    found.push((binary.to_owned(), gates));
+    gates
 }
 
 /// Runs `binary` on `port` in `dir` and waits up to `timeout` for it to answer `PING`
@@ -69,11 +97,13 @@ pub fn spawn_and_wait(
         .args(["--save", ""])
         .args(["--daemonize", "no"])
         .args(["--protected-mode", "no"])
-        .args(["--enable-debug-command", "local"])
         .arg("--dir")
         .arg(dir)
         .arg("--logfile")
         .arg(&log);
+    if gates_debug_command(binary) {
+        cmd.args(["--enable-debug-command", "local"]);
+    }
     if persistent {
         cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
     } else {
