@@ -77,8 +77,9 @@ Exit status:
                   of the command was stopped (or it ended while leasehold could not vouch
                   for the lease); or, as timeout(1), --timeout ran out first
   125             leasehold itself failed: invalid arguments, Redis unavailable,
-                  acquisition never confirmed, or (--require-replicas) fewer replicas
-                  acknowledged the lease than --replicas; the command was not run
+                  acquisition never confirmed, (--require-replicas) fewer replicas
+                  acknowledged the lease than --replicas, or the fuse did not arm its
+                  timer before local validity's end; the command was not run
   126 / 127       the command cannot be executed / was not found
   128+N           signal N (HUP, INT, QUIT, TERM, USR1, USR2, ALRM) reached leasehold
                   before the command started: it was not run, and whatever was acquired

@@ -447,6 +447,9 @@ fn exit_status(
                 status::CANNOT_EXECUTE
             }
         }
+        CommandEnd::Unarmed(unarmed) => fail(format!(
+            "{unarmed}; the command was not started; release: {release}"
+        )),
         // Handled before the release, which it skips.
         CommandEnd::Survived { .. } => status::NOT_STOPPED,
         CommandEnd::Gone {

@@ -13,7 +13,7 @@ use leasehold::LostReason;
 use leasehold::runtime::{CancelReason, LeaseContext, RunOutcome, RuntimeError};
 use tokio::time::Instant;
 
-use crate::keeper::{self, Event, KeeperLink, Leftovers, Order, Signal};
+use crate::keeper::{self, Event, KeeperLink, Leftovers, Order, Signal, Unarmed};
 use crate::recheck::Recheck;
 use crate::signals::Signals;
 
@@ -62,6 +62,8 @@ pub(crate) enum CommandEnd {
     },
     /// It could not be started.
     NotStarted(io::Error),
+    /// It was not started: the fuse's timer was not armed.
+    Unarmed(Unarmed),
     /// The keeper died; the processes it left were killed here.
     KeeperDied { killed: usize },
     /// A process of the command still runs after leasehold's SIGKILL — it refused it (it
@@ -140,9 +142,12 @@ pub(crate) async fn supervise<'a>(
     recheck: Recheck<'_>,
     mut work: Work<'a>,
 ) -> (CommandEnd, WorkEnd<'a>) {
-    keeper
+    if let Err(unarmed) = keeper
         .start(ctx.token().get(), ctx.slot(), ctx.stop_by())
-        .await;
+        .await
+    {
+        return (CommandEnd::Unarmed(unarmed), WorkEnd::Running(work));
+    }
     let mut run = Supervision::new(stopping);
     let mut watching = true;
     // Its own handle on the token: `ctx` is borrowed mutably to watch for renewals.

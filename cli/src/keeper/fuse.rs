@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! leasehold ──deadlines──▶ fuse (kernel timer: SIGKILL to itself at the deadline)
+//!     │ ◀──────armed─────── │
 //!     │                     └─ keeper = the namespace's init (dies with the fuse)
 //!     └──orders/events──────────▶  └─ command … (die with the keeper)
 //! ```
@@ -14,6 +15,10 @@
 //! a stopped process, so leasehold, the fuse and the keeper all frozen (SIGSTOP) cannot keep
 //! the command running past the lease — no process of leasehold's needs to run for the
 //! tree to end.
+//!
+//! The timer stands behind the command only once the fuse has read the first deadline and
+//! armed it, which a fuse frozen or starved since before the grant never does: it says so
+//! on the `armed` pipe ([`Arming`]), and leasehold starts the command only after hearing it.
 //!
 //! It does nothing else: it reads deadlines, arms the timer, and when leasehold closes the
 //! deadlines pipe (nothing of the command is left) it disarms it, waits for the keeper and
@@ -30,6 +35,33 @@ use super::wire::Nanos;
 /// A deadline as it travels to the fuse: nanoseconds on `CLOCK_MONOTONIC`.
 pub(crate) const DEADLINE_FRAME: usize = 8;
 
+/// What the fuse says, once, after it read the first deadline: one byte on the `armed`
+/// pipe, which it then closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arming {
+    /// The kernel's timer is set to the first deadline.
+    Armed,
+    /// The kernel refused a timer: the keeper and leasehold enforce the deadline alone.
+    NoTimer,
+}
+
+impl Arming {
+    pub(crate) fn encode(self) -> u8 {
+        match self {
+            Arming::Armed => 1,
+            Arming::NoTimer => 0,
+        }
+    }
+
+    pub(crate) fn decode(byte: u8) -> Option<Arming> {
+        match byte {
+            1 => Some(Arming::Armed),
+            0 => Some(Arming::NoTimer),
+            _ => None,
+        }
+    }
+}
+
 /// Where the fuse reports whether the namespace is ready.
 pub(crate) struct Setup {
     pub(crate) spec: Spec,
@@ -39,6 +71,8 @@ pub(crate) struct Setup {
     pub(crate) orders: OwnedFd,
     pub(crate) events: OwnedFd,
     pub(crate) deadlines: OwnedFd,
+    /// Where the fuse says it armed its timer ([`Arming`]).
+    pub(crate) armed: OwnedFd,
     pub(crate) ready: OwnedFd,
 }
 
@@ -85,6 +119,7 @@ pub(crate) fn run(setup: Setup) -> ! {
         orders,
         events,
         deadlines,
+        armed,
         ready,
     } = setup;
     process::detach();
@@ -128,7 +163,7 @@ pub(crate) fn run(setup: Setup) -> ! {
         }
         0 => {
             // The keeper: PID 1 of the new namespace.
-            drop((lifeline_write, deadlines));
+            drop((lifeline_write, deadlines, armed));
             die_with_parent(None, Some(&lifeline_read));
             drop(lifeline_read);
             if let Err(refusal) = namespace::mount_proc() {
@@ -144,20 +179,33 @@ pub(crate) fn run(setup: Setup) -> ! {
             // Only the keeper may hold these: its death must end the events pipe and the
             // ready pipe for leasehold.
             drop((orders, events, ready, lifeline_read));
-            burn(keeper, deadlines, lifeline_write)
+            burn(keeper, deadlines, armed, lifeline_write)
         }
     }
 }
 
-/// Arms the timer at every deadline leasehold sends; once it closes the pipe, disarms it,
-/// waits for the keeper and exits.
-fn burn(keeper: libc::pid_t, deadlines: OwnedFd, _lifeline: OwnedFd) -> ! {
+/// Arms the timer at every deadline leasehold sends, saying so after the first; once
+/// leasehold closes the pipe, disarms it, waits for the keeper and exits.
+fn burn(keeper: libc::pid_t, deadlines: OwnedFd, armed: OwnedFd, _lifeline: OwnedFd) -> ! {
     let timer = Timer::new();
     let mut deadlines = std::fs::File::from(deadlines);
     let mut frame = [0u8; DEADLINE_FRAME];
+    let mut armed = Some(armed);
     while deadlines.read_exact(&mut frame).is_ok() {
         if let Some(timer) = &timer {
             timer.arm_at(u64::from_le_bytes(frame));
+        }
+        // Said after the timer is set, never before: leasehold starts the command on it.
+        if let Some(armed) = armed.take() {
+            let said = if timer.is_some() {
+                Arming::Armed
+            } else {
+                Arming::NoTimer
+            };
+            // SAFETY: one write of one byte from a local.
+            unsafe {
+                libc::write(armed.as_raw_fd(), [said.encode()].as_ptr().cast(), 1);
+            }
         }
     }
     if let Some(timer) = &timer {

@@ -9,6 +9,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
+use super::FuseEnds;
+use super::fuse::Arming;
 use super::namespace::Containment;
 use super::tree;
 use super::wire::Nanos;
@@ -22,8 +24,8 @@ pub(crate) struct KeeperLink {
     pid: libc::pid_t,
     orders: Option<pipe::Sender>,
     events: pipe::Receiver,
-    /// The fuse's deadlines, in a namespace.
-    fuse: Option<pipe::Sender>,
+    /// The fuse's pipes, in a namespace.
+    fuse: Option<FuseLink>,
     containment: Containment,
     /// The last local validity end sent: the fuse's timer fires there.
     last_deadline: Option<Instant>,
@@ -37,19 +39,47 @@ pub(crate) struct KeeperLink {
     command_group: Option<u32>,
 }
 
+/// leasehold's side of the fuse: deadlines out; whether it armed its timer, once.
+#[derive(Debug)]
+struct FuseLink {
+    deadlines: pipe::Sender,
+    /// Read once, when the command is to start.
+    armed: Option<pipe::Receiver>,
+}
+
+/// The command was not started: nothing confirmed that the kernel would end its tree at
+/// local validity's end, should leasehold, the fuse and the keeper all be frozen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unarmed {
+    /// The fuse did not say it armed its timer before the deadline it was given (it is
+    /// stopped or starved).
+    #[error("the fuse (pid {pid}) did not arm its timer before local validity's end")]
+    Late { pid: libc::pid_t },
+    /// The fuse ended without saying it.
+    #[error("the fuse (pid {pid}) ended before it armed its timer")]
+    Gone { pid: libc::pid_t },
+}
+
 impl KeeperLink {
     /// The link over the keeper's pipes (orders, events), and the fuse's in a namespace.
     pub(super) fn new(
         pid: libc::pid_t,
         (orders, events): (OwnedFd, OwnedFd),
-        fuse: Option<OwnedFd>,
+        fuse: Option<FuseEnds>,
         containment: Containment,
     ) -> io::Result<KeeperLink> {
+        let fuse = match fuse {
+            Some(FuseEnds { deadlines, armed }) => Some(FuseLink {
+                deadlines: pipe::Sender::from_owned_fd(deadlines)?,
+                armed: Some(pipe::Receiver::from_owned_fd(armed)?),
+            }),
+            None => None,
+        };
         Ok(KeeperLink {
             pid,
             orders: Some(pipe::Sender::from_owned_fd(orders)?),
             events: pipe::Receiver::from_owned_fd(events)?,
-            fuse: fuse.map(pipe::Sender::from_owned_fd).transpose()?,
+            fuse,
             containment,
             last_deadline: None,
             closed: false,
@@ -68,18 +98,62 @@ impl KeeperLink {
     }
 
     /// Start the command (under a counted lease, with its slot); nothing of it may run past
-    /// `deadline`.
-    pub(crate) async fn start(&mut self, token: u64, slot: Option<u16>, deadline: Instant) {
+    /// `deadline`. In a namespace, only once the fuse said its timer is armed: it is what
+    /// ends the tree when every leasehold process is frozen, and a fuse frozen or starved
+    /// since before the grant would never have read the deadline. Waits for that until
+    /// `deadline` at most; then the command is not started.
+    ///
+    /// # Errors
+    /// [`Unarmed`]: the fuse did not say so by `deadline`, or ended first.
+    pub(crate) async fn start(
+        &mut self,
+        token: u64,
+        slot: Option<u16>,
+        deadline: Instant,
+    ) -> Result<(), Unarmed> {
+        let at = to_nanos(deadline);
+        self.arm_fuse(deadline, at).await;
+        self.fuse_armed(deadline).await?;
         if let Some(slot) = slot {
             self.send(Order::Slot(slot)).await;
         }
-        let at = to_nanos(deadline);
-        self.arm_fuse(deadline, at).await;
         self.send(Order::Start {
             token,
             deadline: at,
         })
         .await;
+        Ok(())
+    }
+
+    /// Waits, until `deadline` at most, for the fuse to say it armed its timer.
+    async fn fuse_armed(&mut self, deadline: Instant) -> Result<(), Unarmed> {
+        let pid = self.pid;
+        let Some(armed) = self.fuse.as_mut().and_then(|fuse| fuse.armed.take()) else {
+            return Ok(());
+        };
+        let mut armed = armed;
+        let mut byte = [0u8; 1];
+        let said = tokio::time::timeout_at(deadline, armed.read_exact(&mut byte)).await;
+        let armed = match said {
+            Err(_) => Err(Unarmed::Late { pid }),
+            Ok(Err(_)) => Err(Unarmed::Gone { pid }),
+            Ok(Ok(_)) => match Arming::decode(byte[0]) {
+                Some(Arming::Armed) => Ok(()),
+                Some(Arming::NoTimer) => {
+                    tracing::warn!(
+                        "the kernel refused the fuse a timer: leasehold and the keeper \
+                         enforce local validity's end alone (all of leasehold's processes \
+                         frozen at once would go unanswered)"
+                    );
+                    Ok(())
+                }
+                None => Err(Unarmed::Gone { pid }),
+            },
+        };
+        // Not armed, the command is never started: nothing of it is left, and a fuse that
+        // has not answered by now is stopped — `finish` need not wait for it.
+        self.tree_gone = armed.is_err();
+        armed
     }
 
     /// The local validity end moved.
@@ -94,7 +168,7 @@ impl KeeperLink {
     async fn arm_fuse(&mut self, at: Instant, nanos: Nanos) {
         self.last_deadline = Some(at);
         if let Some(fuse) = &mut self.fuse {
-            let _ = fuse.write_all(&nanos.to_le_bytes()).await;
+            let _ = fuse.deadlines.write_all(&nanos.to_le_bytes()).await;
         }
     }
 

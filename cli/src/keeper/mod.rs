@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub(crate) use link::{KeeperLink, Killed};
+pub(crate) use link::{KeeperLink, Killed, Unarmed};
 pub(crate) use machine::{Leftovers, Policy};
 pub(crate) use namespace::{Containment, NewPrivileges, PidNamespace, Refusal};
 pub(crate) use process::Spec;
@@ -183,6 +183,13 @@ pub(crate) fn probe_namespace() -> Result<Option<Containment>, Refusal> {
     namespace::probe()
 }
 
+/// leasehold's ends of the fuse's pipes: deadlines out, [`fuse::Arming`] in.
+#[derive(Debug)]
+pub(crate) struct FuseEnds {
+    pub(crate) deadlines: OwnedFd,
+    pub(crate) armed: OwnedFd,
+}
+
 /// The keeper process, as leasehold holds it before its async runtime starts.
 #[derive(Debug)]
 pub(crate) struct Keeper {
@@ -190,8 +197,8 @@ pub(crate) struct Keeper {
     pid: libc::pid_t,
     orders: OwnedFd,
     events: OwnedFd,
-    /// The fuse's deadlines pipe, in a namespace.
-    fuse: Option<OwnedFd>,
+    /// The fuse's pipes, in a namespace.
+    fuse: Option<FuseEnds>,
     containment: Containment,
     /// Why `--pid-namespace auto` ran without a namespace, when it tried one.
     refusal: Option<Refusal>,
@@ -255,6 +262,7 @@ impl Keeper {
         let (orders_read, orders_write) = pipe::pipe(false)?;
         let (events_read, events_write) = pipe::pipe(false)?;
         let (deadlines_read, deadlines_write) = pipe::pipe(false)?;
+        let (armed_read, armed_write) = pipe::pipe(false)?;
         let (ready_read, ready_write) = pipe::pipe(false)?;
         // SAFETY: getpid reads this process's id.
         let parent = unsafe { libc::getpid() };
@@ -262,7 +270,13 @@ impl Keeper {
         let pid = match unsafe { libc::fork() } {
             -1 => return Err(io::Error::last_os_error()),
             0 => {
-                drop((orders_write, events_read, deadlines_write, ready_read));
+                drop((
+                    orders_write,
+                    events_read,
+                    deadlines_write,
+                    armed_read,
+                    ready_read,
+                ));
                 fuse::run(fuse::Setup {
                     spec: spec.clone(),
                     user,
@@ -270,12 +284,19 @@ impl Keeper {
                     orders: orders_read,
                     events: events_write,
                     deadlines: deadlines_read,
+                    armed: armed_write,
                     ready: ready_write,
                 })
             }
             pid => pid,
         };
-        drop((orders_read, events_write, deadlines_read, ready_write));
+        drop((
+            orders_read,
+            events_write,
+            deadlines_read,
+            armed_write,
+            ready_write,
+        ));
         let mut word = [0u8; 5];
         let said = std::io::Read::read_exact(&mut std::fs::File::from(ready_read), &mut word);
         let refusal = match said {
@@ -300,7 +321,10 @@ impl Keeper {
             pid,
             orders: orders_write,
             events: events_read,
-            fuse: Some(deadlines_write),
+            fuse: Some(FuseEnds {
+                deadlines: deadlines_write,
+                armed: armed_read,
+            }),
             containment: Containment::Namespace { user },
             refusal: None,
         }))

@@ -384,3 +384,101 @@ fn every_leasehold_process_frozen_cannot_keep_the_command_past_the_lease() {
     }
     assert_no_overlap("kill -STOP of leasehold, the fuse and the keeper", &trials);
 }
+
+/// The process leasehold forked as the fuse, once it has named itself.
+fn fuse_of(leasehold: u32) -> u32 {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let fuse = crate::common::pids::descendants_of(leasehold)
+            .into_iter()
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim_end() == "leasehold-fuse")
+            });
+        if let Some(fuse) = fuse {
+            return fuse;
+        }
+        assert!(
+            Instant::now() < until,
+            "no fuse under leasehold {leasehold}"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The fuse's timer is what ends the tree when every leasehold process is frozen, so the
+/// command must not start before the fuse has armed it: a fuse frozen (or starved) from
+/// before the grant — it never reads its first deadline — is the case where leasehold and
+/// the keeper frozen next would leave the tree running for ever.
+#[test]
+fn the_command_does_not_start_before_the_fuse_has_armed_its_timer() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("unarmed");
+    let resource = "unarmed";
+    let go = dir.path("go");
+    let mut holder = run_cmd(&server, resource);
+    holder
+        .args(["--ttl", "3s", "--", "bash", "-c"])
+        .arg(format!(
+            "while [ ! -e {} ]; do sleep 0.01; done",
+            go.display()
+        ));
+    let mut holder = Running::spawn(holder, &dir, "holder");
+    let key = keys_of(resource).lease().to_owned();
+    let until = Instant::now() + Duration::from_secs(10);
+    while expiry_micros(&server, &key).is_none() {
+        assert!(Instant::now() < until, "the holder did not acquire");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut old = Witnessed::spawn(
+        &server,
+        &dir,
+        resource,
+        &["--wait", "20s", "--ttl", "3s"],
+        false,
+        &[],
+    );
+    let fuse = fuse_of(old.run.pid());
+    kill_all(&[fuse], "STOP");
+    assert!(
+        wait_for_state(fuse, 'T', Duration::from_secs(5)),
+        "the fuse did not stop"
+    );
+    std::fs::write(&go, "").expect("the holder's signal");
+    let released = Instant::now();
+    holder
+        .finish_within(EXIT_TIMEOUT, "the holder")
+        .assert_code(0, "the holder");
+    let until = Instant::now() + EXIT_TIMEOUT;
+    let done = loop {
+        assert!(
+            !old.pidfile.exists(),
+            "the command started though the fuse never armed its timer"
+        );
+        if let Some(done) = old.run.try_finish() {
+            break done;
+        }
+        assert!(
+            Instant::now() < until,
+            "leasehold, its fuse frozen, still runs"
+        );
+        thread::sleep(Duration::from_millis(5));
+    };
+    println!(
+        "measured: leasehold, its fuse frozen, exited {:?} after the holder released: {}",
+        done.ended_at - released,
+        done.stderr.trim_end()
+    );
+    done.assert_code(125, "leasehold, its fuse frozen");
+    // It waited out local validity (under 3 s) for the fuse, then did not wait for it.
+    assert!(
+        done.ended_at - released < Duration::from_secs(6),
+        "leasehold kept waiting for its frozen fuse"
+    );
+    assert!(
+        done.stderr.contains("fuse"),
+        "the reason names the fuse: {}",
+        done.stderr
+    );
+    assert_eq!(expiry_micros(&server, &key), None, "the lease was released");
+}
