@@ -65,24 +65,54 @@ async fn contended_sleeps_until_the_holders_expiry_not_longer() {
     assert!(waited <= Duration::from_millis(1_100), "{waited:?}");
 }
 
+/// A notice can be lost, so a subscribed waiter looks again (every 600–750 ms), but no
+/// more often while the holder keeps the lease.
 #[tokio::test(start_paused = true)]
-async fn contended_does_not_poll_while_the_holder_keeps_the_lease() {
+async fn contended_looks_again_no_more_than_once_per_600ms_while_the_holder_keeps_the_lease() {
     let (client, backend) = setup();
     let _holder = hold(&client, Duration::from_secs(30)).await;
     let calls = backend.calls();
-    let req = request(&client, Duration::from_secs(30), Duration::from_secs(2));
+    let req = request(&client, Duration::from_secs(30), Duration::from_secs(6));
     let started = Instant::now();
     assert!(matches!(
         client.acquire(&req).await.unwrap(),
         AcquireOutcome::Contended { .. }
     ));
-    assert_eq!(started.elapsed(), Duration::from_secs(2));
-    // First try, the try right after subscribing, the try at the deadline: one subscription
-    // call besides.
+    assert_eq!(started.elapsed(), Duration::from_secs(6));
+    // The first try, one subscription call, the try right after subscribing, a look every
+    // 600 ms at least (10 in 6 s), the try at the deadline.
+    let made = backend.calls() - calls;
+    assert!(made <= 3 + 10 + 1, "{made} calls");
+    // ... and at least one every 750 ms (7 before the deadline's try).
+    let least = 3 + 7 + 1;
+    assert!(made >= least, "{made} calls: the waiter did not look again");
+}
+
+/// A release whose notice is lost (here: sent by no one — the holder's key is deleted
+/// behind leasehold's back) still reaches a subscribed waiter within 750 ms and a try.
+#[tokio::test(start_paused = true)]
+async fn a_freed_lease_whose_notice_is_lost_is_found_within_750ms() {
+    let (client, backend) = setup();
+    let holder = hold(&client, Duration::from_secs(30)).await;
+    let req = request(&client, Duration::from_secs(30), Duration::from_secs(20));
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move { client.acquire(&req).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let probe = request(&client, Duration::from_secs(30), Duration::ZERO);
+    assert!(backend.delete(&client.keys(probe.purpose(), probe.resource())));
+    std::mem::forget(holder);
+    let freed = Instant::now();
+    let outcome = waiter.await.unwrap();
     assert!(
-        backend.calls() - calls <= 4,
-        "{} calls",
-        backend.calls() - calls
+        matches!(outcome, AcquireOutcome::Acquired(_)),
+        "{outcome:?}"
+    );
+    assert!(
+        freed.elapsed() <= Duration::from_millis(750),
+        "{:?}",
+        freed.elapsed()
     );
 }
 
@@ -153,4 +183,34 @@ async fn release_notice_wakes_the_waiter_at_once() {
         "{outcome:?}"
     );
     assert_eq!(released_at.elapsed(), Duration::ZERO, "woken, not polled");
+}
+
+/// A release whose notice went out while the waiter was still subscribing (its SUBSCRIBE
+/// slow to land) is found by the try the waiter makes once subscribed (invariant 4), not
+/// at the next look.
+#[tokio::test(start_paused = true)]
+async fn a_release_noticed_before_the_waiter_subscribed_is_found_by_its_next_try() {
+    let (holder_client, backend) = setup();
+    let mut holder = hold(&holder_client, Duration::from_secs(30)).await;
+    let connection = backend.connection();
+    connection.set_connection_fault(Some(MemoryFault::Slow(Duration::from_millis(100))));
+    let waiter = LeaseClient::new(connection, LeaseSettings::default()).unwrap();
+    let req = request(&waiter, Duration::from_secs(30), Duration::from_secs(20));
+    let started = Instant::now();
+    let task = tokio::spawn(async move { waiter.acquire(&req).await.unwrap() });
+    // The first try lands at 100 ms (contended), the subscription at 200 ms.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+    let released = started.elapsed();
+    let outcome = task.await.unwrap();
+    assert!(
+        matches!(outcome, AcquireOutcome::Acquired(_)),
+        "{outcome:?}"
+    );
+    // The try after subscribing lands at 300 ms.
+    let found = started.elapsed() - released;
+    assert!(
+        found <= Duration::from_millis(150),
+        "found {found:?} after the release"
+    );
 }

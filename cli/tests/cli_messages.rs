@@ -197,6 +197,75 @@ fn a_user_without_publish_still_releases_the_lease() {
     );
 }
 
+/// A holder whose ACL refuses PUBLISH releases without a notice: a `run --wait` waiter
+/// still runs its command within a second of the release, not at the holder's 30 s TTL.
+#[test]
+fn a_waiter_runs_within_a_second_of_a_release_that_sent_no_notice() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("nopub-wait");
+    server.cmd(&[
+        "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "&*", "+@all", "-publish",
+    ]);
+    let go = dir.path("go");
+    let started = dir.path("started");
+    let mut holder = bare();
+    holder
+        .args(["run", "--redis"])
+        .arg(format!("redis://nopub:pw@{}", server.addr()))
+        .args(["--resource", "nopub", "--ttl", "30s", "--", "bash", "-c"])
+        .arg(format!(
+            "while [ ! -e {} ]; do sleep 0.01; done",
+            go.display()
+        ));
+    let mut holder = Running::spawn(holder, &dir, "holder");
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while lease_keys(&server).is_empty() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the holder did not acquire"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut waiter = bare();
+    waiter
+        .args(["run", "--redis", &server.url()])
+        .args(["--resource", "nopub", "--wait", "20s", "--", "bash", "-c"])
+        .arg(format!("echo $EPOCHREALTIME > {}", started.display()));
+    let mut waiter = Running::spawn(waiter, &dir, "waiter");
+    // The waiter has tried, subscribed and gone to sleep.
+    thread::sleep(Duration::from_millis(500));
+    let released = std::time::SystemTime::now();
+    std::fs::write(&go, "").expect("the holder's signal");
+    holder
+        .finish_within(EXIT_TIMEOUT, "the holder")
+        .assert_code(0, "the holder");
+    waiter
+        .finish_within(EXIT_TIMEOUT, "the waiter")
+        .assert_code(0, "the waiter");
+    let started: f64 = std::fs::read_to_string(&started)
+        .expect("the waiter's command ran")
+        .trim()
+        .parse()
+        .expect("a time");
+    let released = released
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64();
+    let after = started - released;
+    println!(
+        "measured: the waiter's command started {after:.3} s after the holder's command was told to end"
+    );
+    assert!(
+        after < 1.0,
+        "the waiter started {after:.3} s after the release (the holder's TTL: 30 s)"
+    );
+    let log = format!("{:?}", server.cmd(&["ACL", "LOG"]));
+    assert!(
+        log.contains("publish"),
+        "no refused PUBLISH in the ACL log: {log}"
+    );
+}
+
 #[test]
 fn doctor_passes_a_healthy_server_and_fails_a_user_who_cannot_release() {
     let server = RedisServer::start();

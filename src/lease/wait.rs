@@ -17,6 +17,11 @@
 //!    whole remaining TTL; each attempt is followed by a try.
 //! 6. A grant is handed out only with local validity left at the instant its reply is
 //!    handled; one that arrived spent is `Indeterminate`, and replayed.
+//! 7. No wake-up hangs on one message: subscribed or not, a contended (or lock-delayed)
+//!    sleep lasts at most [`LOOK_AGAIN_MAX`], never the holder's whole remaining TTL. A
+//!    notice can be lost without the subscription ending — a holder refused `PUBLISH`, a
+//!    notice published on a primary the subscription is not on (a failover) — so a waiter
+//!    finds a freed lease within that plus one try.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +50,11 @@ const JITTER_MAX: Duration = Duration::from_millis(20);
 /// a subscription is confirmed.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
+/// The longest a contended sleep lasts (invariant 7): drawn in
+/// `LOOK_AGAIN_MIN ..= LOOK_AGAIN_MAX`, so that many waiters do not look together.
+/// A waiter costs Redis at most one try per `LOOK_AGAIN_MIN` while the lease stays held.
+const LOOK_AGAIN_MIN: Duration = Duration::from_millis(600);
+const LOOK_AGAIN_MAX: Duration = Duration::from_millis(750);
 
 /// How long the wait loop keeps trying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +251,9 @@ impl WaitPolicy {
             AcquireOutcome::Contended { retry_after }
             | AcquireOutcome::LockDelayed { retry_after } => {
                 let pause = *retry_after + jitter(*retry_after / 10);
+                // A notice can be lost (invariant 7).
+                let look_again = LOOK_AGAIN_MIN + jitter(LOOK_AGAIN_MAX - LOOK_AGAIN_MIN);
+                let pause = pause.min(look_again);
                 // Without a subscription, no longer than until the next attempt at one
                 // (invariant 5).
                 let pause = match self.resubscribe_at {

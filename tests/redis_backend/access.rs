@@ -77,6 +77,40 @@ async fn a_user_refused_publish_still_acquires_and_releases() {
     );
 }
 
+/// A holder refused PUBLISH releases without a notice: a subscribed waiter still finds
+/// the lease free within a second, not at the holder's TTL (30 s).
+#[tokio::test]
+async fn a_waiter_finds_a_release_without_a_notice_within_a_second() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "&*", "+@all", "-publish",
+    ]);
+    let url = format!("redis://nopub:pw@127.0.0.1:{}", server.port());
+    let holder_client = LeaseClient::redis(&url, redis_settings()).unwrap();
+    let req = LeaseRequest::builder(
+        Purpose::new("test").unwrap(),
+        ResourceDigest::of("r"),
+        holder_client.new_attempt("holder").unwrap(),
+    )
+    .ttl(Duration::from_secs(30))
+    .build()
+    .unwrap();
+    let mut holder = acquired(&holder_client, &req).await;
+    let waiter = LeaseClient::redis(&server.url(), redis_settings()).unwrap();
+    let found = crate::common::backends::assert_waiter_finds_an_unheard_release(
+        &mut holder,
+        waiter,
+        async {},
+    )
+    .await;
+    println!("measured: a release without a notice found {found:?} after it");
+    let log = format!("{:?}", server.cmd(&["ACL", "LOG"]));
+    assert!(
+        log.contains("publish"),
+        "no refused PUBLISH in the ACL log: {log}"
+    );
+}
+
 #[tokio::test]
 async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
     let server = RedisServer::start();

@@ -361,6 +361,24 @@ async fn a_waiter_after_a_failover_wakes_on_the_release_published_on_the_new_pri
     common::backends::assert_waiter_wakes_on_release(&mut holder, waiter).await;
 }
 
+/// A waiter subscribed on the old primary when a failover comes, the release published on
+/// the new one at once: the waiter finds the lease free within a second (it subscribes
+/// again and tries, or looks again), not at the holder's TTL (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_subscribed_before_a_failover_finds_the_release_within_a_second() {
+    let topology = SentinelTopology::start();
+    let holder_client = topology.client(redis_settings());
+    let mut holder = acquired(&holder_client, &request(&holder_client, "r", "holder")).await;
+    topology.wait_replicated();
+    let waiter = topology.client(redis_settings());
+    let found =
+        common::backends::assert_waiter_finds_an_unheard_release(&mut holder, waiter, async {
+            tokio::task::block_in_place(|| topology.failover());
+        })
+        .await;
+    println!("measured: a release just after a failover found {found:?} after it");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_subscription_ends_when_the_primary_moves() {
     let topology = SentinelTopology::start();

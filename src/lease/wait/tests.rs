@@ -19,6 +19,7 @@ const MS: Duration = Duration::from_millis(1);
 enum Try {
     Conflict,
     Contended(u64),
+    LockDelayed(u64),
     Indeterminate,
     Unavailable,
     /// Subscribing succeeded.
@@ -86,7 +87,14 @@ const ROWS: &[Row] = &[
     Row { name: "no sleep past the deadline", patience: None, tries: &[
         (Try::Contended(5000), 0, Subscribe),
         (Try::Subscribed, 1, Resubscribe(None)),
-        (Try::Contended(5000), 5, Retry(1000, "contended")),
+        (Try::Contended(600), 500, Retry(1000, "contended")),
+    ] },
+    Row { name: "subscribed, a waiter looks again within 750 ms whatever the holder's TTL", patience: WHILE_CONTENDED, tries: &[
+        (Try::Contended(30000), 0, Subscribe),
+        (Try::Subscribed, 1, Resubscribe(None)),
+        (Try::Contended(30000), 2, Retry(752, "contended")),
+        (Try::Contended(30000), 752, Retry(1502, "contended")),
+        (Try::LockDelayed(30000), 1502, Retry(2252, "lock_delayed")),
     ] },
     Row { name: "without a subscription a contended sleep ends at the next attempt at one", patience: None, tries: &[
         (Try::Contended(5000), 0, Subscribe),
@@ -95,7 +103,7 @@ const ROWS: &[Row] = &[
         (Try::SubscribeFailed, 51, Resubscribe(Some(151))),
         (Try::Contended(5000), 52, Retry(151, "contended")),
         (Try::Subscribed, 151, Resubscribe(None)),
-        (Try::Contended(5000), 152, Retry(1000, "contended")),
+        (Try::Contended(5000), 152, Retry(902, "contended")),
     ] },
     Row { name: "a subscription that ends is made again soon; a confirmed one starts the pauses over", patience: None, tries: &[
         (Try::Contended(5000), 0, Subscribe),
@@ -136,9 +144,9 @@ const ROWS: &[Row] = &[
     Row { name: "a supervisor waits while contended, listening", patience: WHILE_CONTENDED, tries: &[
         (Try::Contended(5000), 0, Subscribe),
         (Try::Subscribed, 1, Resubscribe(None)),
-        (Try::Contended(5000), 2, Retry(5502, "contended")),
-        (Try::Contended(5000), 5502, Retry(10000, "contended")),
-        (Try::Contended(5000), 10000, Done("contended")),
+        (Try::Contended(500), 2, Retry(552, "contended")),
+        (Try::Contended(500), 9800, Retry(10000, "contended")),
+        (Try::Contended(500), 10000, Done("contended")),
     ] },
     Row { name: "an unknown end is replayed past the wait until an answer settles it", patience: SETTLING, tries: &[
         (Try::Indeterminate, 0, Retry(10, "indeterminate")),
@@ -171,6 +179,9 @@ fn outcome(t: Try, attempt: &Attempt) -> AcquireOutcome {
             retry_after: MS * 100,
         },
         Try::Contended(ms) => AcquireOutcome::Contended {
+            retry_after: MS * u32::try_from(ms).unwrap_or(u32::MAX),
+        },
+        Try::LockDelayed(ms) => AcquireOutcome::LockDelayed {
             retry_after: MS * u32::try_from(ms).unwrap_or(u32::MAX),
         },
         Try::Indeterminate => AcquireOutcome::Indeterminate {
