@@ -56,6 +56,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+#[cfg(test)]
+pub(crate) use link::Survivor;
 pub(crate) use link::{KeeperLink, Killed, Unarmed};
 pub(crate) use machine::{Leftovers, Policy};
 pub(crate) use namespace::{Containment, NewPrivileges, PidNamespace, Refusal};
