@@ -42,7 +42,9 @@ const KILL_AFTER: DurationBounds = DurationBounds {
 /// Where Redis is, and the namespace: what every subcommand needs.
 #[derive(Debug, Args)]
 pub(crate) struct Connection {
-    /// Redis URL: redis://[user:password@]host:port[/db], rediss://… for TLS
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss://… for TLS; a
+    /// Sentinel-managed primary: redis+sentinel://[user:password@]host[:port][,host…]/master[/db];
+    /// a Cluster: redis+cluster://[user:password@]host[:port][,host…]
     /// [env: LEASEHOLD_REDIS_URL] [default: redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL", conflicts_with = "redis_file")]
     redis: Option<String>,

@@ -19,6 +19,25 @@ pub(crate) struct Server {
 /// The schemes the library's URLs take.
 const SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
 
+/// The schemes of a URL naming a list of hosts: a Sentinel-managed primary or a Cluster
+/// ([`leasehold::RedisConfig::from_url`]).
+const LIST_SCHEMES: [&str; 4] = [
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+];
+
+/// How a URL naming a list of hosts is written, for a message.
+const LIST_SHAPES: &str = "redis+sentinel://[user:password@]host[:port][,host[:port]…]/master[/db] \
+                           or redis+cluster://[user:password@]host[:port][,host[:port]…]";
+
+/// Whether `url` names a list of hosts (Sentinel or Cluster).
+fn is_list(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| LIST_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
 /// `url` as a message may show it: what could be a password is `***` — the user
 /// information's after the user name (all of it without one), up to the last `@`, and a
 /// query's `pass=` or `password=` value (a socket's URL carries its password there).
@@ -62,6 +81,12 @@ pub(crate) fn masked(url: &str) -> String {
 /// One line saying what is wrong and what to write instead.
 pub(crate) fn check_url(url: &str) -> Result<(), String> {
     check_parts(url)?;
+    if is_list(url) {
+        // The library's own reading, which connects to nothing.
+        return leasehold::RedisConfig::from_url(url)
+            .map(drop)
+            .map_err(|e| format!("not a Redis URL leasehold can read ({e}); write {LIST_SHAPES}"));
+    }
     // The parser the library's client uses; it reads without connecting.
     redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
         // Its text ends with the error's kind, which says nothing to the user.
@@ -105,21 +130,28 @@ fn check_parts(url: &str) -> Result<(), String> {
         ));
     };
     let lower = scheme.to_ascii_lowercase();
-    if !SCHEMES.contains(&lower.as_str()) {
+    if !SCHEMES.contains(&lower.as_str()) && !LIST_SCHEMES.contains(&lower.as_str()) {
         let whose = match lower.as_str() {
             "http" | "https" => ", a web server's",
             _ => "",
         };
         return Err(format!(
             "the scheme is {scheme}://{whose}; leasehold speaks redis:// (rediss:// for TLS, \
-             unix:// for a socket)"
+             unix:// for a socket, redis+sentinel:// and redis+cluster:// for a list of hosts)"
         ));
     }
     if lower.ends_with("unix") {
         return Ok(());
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    hosts
+        .split(',')
+        .try_for_each(|host_port| check_host(&lower, host_port))
+}
+
+/// One `host[:port]` of a URL of scheme `lower`.
+fn check_host(lower: &str, host_port: &str) -> Result<(), String> {
     if ipv6_unbracketed(host_port) {
         return Err(format!(
             "an IPv6 host goes in brackets, with the port after them, as in \
@@ -152,6 +184,18 @@ impl Server {
     /// credentials are dropped, the port defaults to 6379.
     pub(crate) fn of_url(url: &str) -> Server {
         let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+        if is_list(url) {
+            // The hosts as written, without credentials.
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            return Server {
+                addr: authority
+                    .rsplit_once('@')
+                    .map_or(authority, |(_, hosts)| hosts)
+                    .to_owned(),
+                tls: scheme.to_ascii_lowercase().starts_with("rediss"),
+                timeouts: None,
+            };
+        }
         if scheme.to_ascii_lowercase().ends_with("unix") {
             // A socket: its path, without the query (which may carry a password).
             return Server {

@@ -69,9 +69,9 @@ pub(crate) async fn doctor(
         Ok(t) => t,
         Err(message) => return fail(message),
     };
-    let backend = match RedisBackend::new(
-        RedisConfig::new(&target.url).connect_timeout(target.settings.connect_timeout),
-    ) {
+    let config = RedisConfig::from_url(&target.url)
+        .map(|config| config.connect_timeout(target.settings.connect_timeout));
+    let backend = match config.and_then(RedisBackend::new) {
         Ok(b) => b,
         Err(e) => return fail(format!("{}: {e}", target.source)),
     };

@@ -76,14 +76,17 @@ impl LeaseClient {
     }
 
     /// A client on a [`RedisBackend`] at `url`, connecting on first use with the settings'
-    /// connect timeout.
+    /// connect timeout. The URL names a standalone node, a Sentinel-managed primary
+    /// (`redis+sentinel://host,host/master`) or a Cluster (`redis+cluster://host,host`):
+    /// [`RedisConfig::from_url`].
     ///
     /// # Errors
     /// [`LeaseError::InvalidRedisUrl`], or invalid settings. Nothing is sent.
     pub fn redis(url: &str, settings: LeaseSettings) -> Result<Self, LeaseError> {
         settings.validate()?;
-        let backend =
-            RedisBackend::new(RedisConfig::new(url).connect_timeout(settings.connect_timeout))?;
+        let backend = RedisBackend::new(
+            RedisConfig::from_url(url)?.connect_timeout(settings.connect_timeout),
+        )?;
         Self::new(backend, settings)
     }
 

@@ -38,6 +38,7 @@ mod replicas;
 mod scan;
 mod scripts;
 mod sentinel;
+mod url;
 
 use std::fmt;
 use std::sync::Arc;
