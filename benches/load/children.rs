@@ -65,6 +65,18 @@ pub(crate) fn child_main(args: &[String]) {
                     .expect("actor floor");
             });
         }
+        "line" => {
+            let waiters: usize = args
+                .get(4)
+                .and_then(|n| n.parse().ok())
+                .expect("waiter count");
+            let system = args.get(5).expect("system name").clone();
+            runtime.block_on(async move {
+                tokio::spawn(async move { line(env, waiters, &system).await })
+                    .await
+                    .expect("line workload");
+            });
+        }
         other => panic!("unknown child role {other}"),
     }
     // Leftover background tasks (connection drivers) end with the runtime.

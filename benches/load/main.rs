@@ -24,7 +24,7 @@
 //! Every measured row is one line:
 //!
 //! ```text
-//! RESULT workload=<W1|W2|W3|H|R10k|R100k|A|floor-…|floor-actor> flavor=<current_thread|multi_thread>
+//! RESULT workload=<W1|W2|W3|H|H<W>|R10k|R100k|A|floor-…|floor-actor> flavor=<current_thread|multi_thread>
 //!        ops_per_s=… p50_us=… p99_us=… ratio_to_floor=… <extra>=… server=<kind>-<version>
 //! ```
 //!
@@ -78,6 +78,14 @@
 //!   `max_late_ms` = (ttl − drift − cadence) − that minimum, i.e. how far behind its
 //!   schedule the latest confirmation came (timer delay + round trip; for a first renewal
 //!   also the time from the acquisition's send to the actor's start).
+//! * `H<W>` many waiters on one lease (`line`): W = 200 and 1,000 (quick: 40) waiters over
+//!   W/4 clients, each waiting with its crate's own wait, holding 2 ms, releasing and
+//!   queueing again, 800 grants (quick: 100); for leasehold, rslock and async-redis-lock,
+//!   multi_thread only. `ops_per_s` = grants/s; p50/p99 = the handoff gap (a release's call
+//!   to the next grant); `wait_to_fair` = the longest single wait ÷ the fair bound (the
+//!   waiters ahead × the measured cycle); `cmds_per_grant` (`INFO stats`, a script's own
+//!   calls counted) against `uncontended_cmds_per_grant`, measured the same way in the same
+//!   child; `grants_min`/`grants_max` per waiter.
 //! * `A` actor overhead: `spawn_under_lease` (a worker that stops at once) → `wait()`,
 //!   sequential, against the plain `try_acquire` → `release` cycle (`ratio_to_plain`);
 //!   `run_under_lease` with an empty future in the `run_*` fields. 1.5 s each.
@@ -119,6 +127,7 @@ mod actors;
 mod children;
 mod core;
 mod handoff;
+mod line;
 mod measure;
 mod peer_renewals;
 mod peers;
@@ -133,6 +142,7 @@ use actors::*;
 use children::*;
 use core::*;
 use handoff::*;
+use line::*;
 use measure::*;
 use peer_renewals::*;
 use peers::*;
@@ -236,6 +246,21 @@ fn main() {
                 server.cmd(&["FLUSHALL"]);
                 run_child(&["renew", flavor, &url, "false", "100000"]);
             }
+        }
+    }
+    // Many waiters on one lease, on the multi-threaded runtime (the usual server set-up).
+    let lines: &[usize] = if quick { &[40] } else { &[200, 1000] };
+    for &waiters in lines {
+        for system in ["leasehold", "rslock", "async-redis-lock"] {
+            server.cmd(&["FLUSHALL"]);
+            run_child(&[
+                "line",
+                "multi_thread",
+                &url,
+                &quick.to_string(),
+                &waiters.to_string(),
+                system,
+            ]);
         }
     }
     println!("# total wall time {:.1} s", started.elapsed().as_secs_f64());
