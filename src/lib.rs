@@ -212,3 +212,22 @@ pub use ractor;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guides' Rust examples, compiled as the README's are. Their shell, ini, yaml and text
+/// blocks name their language, so rustdoc leaves them alone (a block that names none would
+/// be compiled as Rust).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+struct CliGuideDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/library.md")]
+struct LibraryGuideDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/production.md")]
+struct ProductionGuideDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/faq.md")]
+struct FaqDoctests;

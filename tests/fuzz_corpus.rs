@@ -1,7 +1,7 @@
 //! The committed seed corpus of every fuzz target, run through the target's own body on the
 //! stable toolchain: proves the seeds pass (no panic, every asserted rule holds) and keeps
 //! the corpus and the list of targets from drifting apart. Fuzzing itself needs nightly:
-//! see README.md.
+//! see CONTRIBUTING.md.
 
 use std::path::{Path, PathBuf};
 

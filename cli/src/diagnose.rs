@@ -267,8 +267,8 @@ impl Server {
         let has = |needle: &str| lower.contains(needle);
         if has("noperm") || has("no permissions") {
             return format!(
-                "redis at {addr} denied permission (ACL): {text}; the README lists the \
-                 commands and keys a leasehold user needs"
+                "redis at {addr} denied permission (ACL): {text}; leasehold's production \
+                 guide (docs/production.md) lists the commands and keys a leasehold user needs"
             );
         }
         if has("wrongpass") || has("authentication") || has("noauth") {

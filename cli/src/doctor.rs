@@ -339,7 +339,7 @@ async fn read_info(
     }
 }
 
-/// The servers CI runs leasehold's suites on (README, "Running in production").
+/// The servers CI runs leasehold's suites on (docs/production.md, "Redis").
 const TESTED: &str = "tested on Redis 6.2, 7.0 and 8.2 and on Valkey 9.0 and 9.1";
 
 /// What the server is and whether leasehold can use it, from `INFO`'s fields. Valkey names

@@ -12,7 +12,7 @@
 //! and the resource, each from a flag, a file or a variable; the settings the library
 //! reads), which [`crate::config`] reads by hand. A test holds the table to the rule, to
 //! every option of every subcommand (those without a variable are listed there), and to
-//! `--help` and the README.
+//! `--help` and the CLI guide (docs/cli.md).
 
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Command};
@@ -229,15 +229,15 @@ mod tests {
     /// Every option of every subcommand: a variable by the rule, read by the parser (its
     /// `[env: …]` shown by clap) or by hand (named in its help), and named in the
     /// subcommand's `--help` — or none, and then listed in `WITHOUT`; every variable of
-    /// the table belongs to some option, and README names each.
+    /// the table belongs to some option, and the CLI guide names each.
     #[test]
     fn every_option_has_its_variable_by_the_rule_or_is_listed_without_one() {
         let mut command = crate::command();
         command.build();
-        let readme = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+        let guide = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli.md"),
         )
-        .expect("README.md");
+        .expect("docs/cli.md");
         let mut used = std::collections::BTreeSet::new();
         for sub in command.get_subcommands_mut() {
             let name = sub.get_name().to_owned();
@@ -281,8 +281,8 @@ mod tests {
                 option.variable
             );
             assert!(
-                readme.contains(option.variable),
-                "README.md does not name {}",
+                guide.contains(option.variable),
+                "docs/cli.md does not name {}",
                 option.variable
             );
         }

@@ -364,7 +364,7 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
         ["fencing_token", "held", "holder", "key", "remaining_ms"],
         "{value}"
     );
-    // The key an operator deletes to take the lease away (README: breaking a stuck lease).
+    // The key an operator deletes to take the lease away (docs/production.md: breaking a stuck lease).
     let key = keys_of("inspected").lease().to_owned();
     assert_eq!(value["key"].as_str(), Some(key.as_str()), "{value}");
     assert!(lease_keys(&server).contains(&key), "{value}");

@@ -1,5 +1,5 @@
-//! The README and `--help` say the same thing about the CLI, and what the README shows
-//! works as shown.
+//! The README, the CLI guide (docs/cli.md) and `--help` say the same thing about the CLI,
+//! and what they show works as shown.
 
 mod common;
 
@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use common::cli::*;
 
 const README: &str = include_str!("../../README.md");
+const CLI_GUIDE: &str = include_str!("../../docs/cli.md");
 
 /// The statuses a table or list names: numbers, `128+N`, and the command's own.
 fn statuses<'a>(cells: impl Iterator<Item = &'a str>) -> BTreeSet<String> {
@@ -99,12 +100,12 @@ fn help(sub: &str) -> String {
 }
 
 #[test]
-fn the_readme_short_options_are_the_ones_run_help_lists() {
+fn the_cli_guides_short_options_are_the_ones_run_help_lists() {
     let help = help("run");
-    let table = README
+    let table = CLI_GUIDE
         .split_once("| short | long | as in |")
         .map(|(_, rest)| rest)
-        .expect("README has a short options table");
+        .expect("the CLI guide has a short options table");
     let mut rows = 0;
     for line in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -130,25 +131,74 @@ fn the_readme_short_options_are_the_ones_run_help_lists() {
     assert!(rows >= 6, "the short options table has {rows} rows");
 }
 
+/// The CLI guide's options table, from its header to its last row.
+fn options_table() -> &'static str {
+    let (_, rest) = CLI_GUIDE
+        .split_once("| option | default | what it does |")
+        .expect("the CLI guide has an options table");
+    let end = rest.find("\n\n").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// The long options `--help` lists, each at the start of an indented line (`--ttl <D>`,
+/// `-w, --wait <D>`).
+fn long_options(help: &str) -> BTreeSet<String> {
+    help.lines()
+        .filter(|line| line.starts_with("  ") && line.trim_start().starts_with('-'))
+        .filter_map(|line| {
+            line.split_whitespace()
+                .take(2)
+                .find(|word| word.starts_with("--"))
+                .map(|word| word.trim_end_matches(',').to_owned())
+        })
+        .collect()
+}
+
 #[test]
-fn every_option_the_readme_lists_is_one_the_cli_takes() {
-    let paragraph = README
-        .split_once("\nOptions: ")
-        .and_then(|(_, rest)| rest.split_once("\n\n"))
-        .map(|(paragraph, _)| paragraph)
-        .expect("README has an Options paragraph");
-    let helps = [help("run"), help("inspect")].join("\n");
+fn every_option_the_cli_guide_lists_is_one_the_cli_takes() {
+    let helps = [help("run"), help("inspect"), help("list"), help("doctor")].join("\n");
     let mut named = 0;
-    for word in paragraph.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
-        if word.starts_with("--") && word.len() > 2 {
+    for word in options_table().split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+        // `--wait`, not the table's `|---|` rule.
+        if word
+            .strip_prefix("--")
+            .is_some_and(|name| name.starts_with(char::is_alphabetic))
+        {
             assert!(
                 helps.contains(&format!("{word} ")) || helps.contains(&format!("{word}\n")),
-                "README names {word}, which neither run nor inspect --help lists"
+                "the CLI guide names {word}, which no subcommand's --help lists"
             );
             named += 1;
         }
     }
-    assert!(named >= 20, "the Options paragraph names {named} options");
+    assert!(named >= 20, "the options table names {named} options");
+}
+
+/// The table is the whole of the command line: every option of `run`, `inspect`, `list`
+/// and `doctor` has its row.
+#[test]
+fn the_cli_guides_options_table_has_every_option() {
+    let rows: BTreeSet<String> = options_table()
+        .lines()
+        .skip(2)
+        .filter_map(|row| row.split('|').nth(1))
+        .flat_map(|cell| cell.split(['`', ',', ' ']))
+        .filter(|word| word.starts_with("--"))
+        .map(str::to_owned)
+        .collect();
+    for sub in ["run", "inspect", "list", "doctor"] {
+        let options = long_options(&help(sub));
+        assert!(
+            options.contains("--redis") && options.contains("--help"),
+            "{sub} --help: {options:?}"
+        );
+        for option in options {
+            assert!(
+                option == "--help" || rows.contains(&option),
+                "{sub} {option} has no row in the CLI guide's options table"
+            );
+        }
+    }
 }
 
 #[test]

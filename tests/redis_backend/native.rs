@@ -186,7 +186,7 @@ async fn a_release_is_delifeq_where_the_server_has_it_and_answers_alike_on_eithe
     }
 }
 
-/// An ACL written for the script (README's, which has no `DELIFEQ`): a release the server
+/// An ACL written for the script (docs/production.md's, which has no `DELIFEQ`): a release the server
 /// refuses to run by its own command is released by the script, and the connection keeps
 /// to the script from then on.
 #[tokio::test]
