@@ -287,13 +287,7 @@ impl LeaseRuntime {
                 // The acquisition may have landed: give it up by its attempt
                 // (owner-checked, so nobody else's lease is touched). A release that may
                 // not have run is said and counted (while the admission still lives).
-                let released = self.client.release_attempt(request).await;
-                if released.may_leave_it_held() {
-                    tracing::warn!(
-                        release = released.as_str(),
-                        "an acquisition given up for the drain could not be released: if it \
-                         took the lease, the lease stays held until its TTL ends"
-                    );
+                if !self.give_up(request, "given up for the drain").await {
                     self.registry.note_unreleased();
                 }
                 drop(admission);
@@ -318,16 +312,26 @@ impl LeaseRuntime {
     ) -> Result<Result<(LeaseHandle, Admission), AcquireOutcome>, RuntimeError> {
         let taken = self.take(request, Patience::settling(request)).await?;
         if let Err(AcquireOutcome::Indeterminate { .. }) = &taken {
-            let released = self.client.release_attempt(request).await;
-            if released.may_leave_it_held() {
-                tracing::warn!(
-                    release = released.as_str(),
-                    "an acquisition of unknown end could not be settled or released: if it \
-                     took the lease, the lease stays held until its TTL ends"
-                );
-            }
+            self.give_up(request, "of unknown end could not be settled and").await;
         }
         Ok(taken)
+    }
+
+    /// Gives up `request`'s acquisition, which may have landed, by a release of its attempt
+    /// (owner-checked: nobody else's lease is touched). A release that may not have run is
+    /// said (`why`: what the acquisition was) and answers false: if the acquisition took
+    /// the lease, it stays held until its TTL ends.
+    async fn give_up(&self, request: &LeaseRequest, why: &str) -> bool {
+        let released = self.client.release_attempt(request).await;
+        if released.may_leave_it_held() {
+            tracing::warn!(
+                release = released.as_str(),
+                "an acquisition {why} could not be released: if it took the lease, the lease \
+                 stays held until its TTL ends"
+            );
+            return false;
+        }
+        true
     }
 
     /// Spawns the lease actor for `handle`; the worker is made from the lease's context.
