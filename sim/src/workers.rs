@@ -148,11 +148,7 @@ impl Actor for Job {
         state: &mut TermState,
     ) -> Result<(), ActorProcessingErr> {
         if let JobMsg::Cancelled(cancelled) = msg {
-            let worker = state.ended.worker;
-            state
-                .shared
-                .told(worker, cancelled.reason, cancelled.stop_by);
-            tokio::time::sleep(state.reaction).await;
+            state.on_cancelled(&cancelled).await;
         }
         myself.stop(None);
         Ok(())
@@ -174,6 +170,16 @@ pub struct TermState {
     reaction: Duration,
     /// Dropped with the state: when the actor ends, stopped or killed.
     ended: Ended,
+}
+
+impl TermState {
+    /// Told: recorded with the cancellation's reason and validity end, then the reaction
+    /// time taken to stop.
+    async fn on_cancelled(&self, cancelled: &LeaseCancelled) {
+        self.shared
+            .told(self.ended.worker, cancelled.reason, cancelled.stop_by);
+        tokio::time::sleep(self.reaction).await;
+    }
 }
 
 impl Actor for Term {
@@ -200,11 +206,7 @@ impl Actor for Term {
         cancelled: LeaseCancelled,
         state: &mut TermState,
     ) -> Result<(), ActorProcessingErr> {
-        let worker = state.ended.worker;
-        state
-            .shared
-            .told(worker, cancelled.reason, cancelled.stop_by);
-        tokio::time::sleep(state.reaction).await;
+        state.on_cancelled(&cancelled).await;
         myself.stop(None);
         Ok(())
     }

@@ -312,7 +312,8 @@ impl LeaseRuntime {
     ) -> Result<Result<(LeaseHandle, Admission), AcquireOutcome>, RuntimeError> {
         let taken = self.take(request, Patience::settling(request)).await?;
         if let Err(AcquireOutcome::Indeterminate { .. }) = &taken {
-            self.give_up(request, "of unknown end could not be settled and").await;
+            self.give_up(request, "of unknown end could not be settled and")
+                .await;
         }
         Ok(taken)
     }
