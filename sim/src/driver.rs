@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use leasehold::__simulation::{self, Bugs};
+use leasehold::ractor::{Actor as _, ActorRef};
 use leasehold::runtime::{
     CancelPolicy, LeaseRuntime, RunOutcome, RuntimeError, SpawnOutcome, SupervisorConfig,
 };
 use leasehold::{
-    LeaseClient, LeaseKeys, LeaseRequest, LeaseSettings, MemoryBackend, MemoryFault, Purpose,
-    ResourceDigest, ResourceHolder,
+    AcquireOutcome, LeaseClient, LeaseKeys, LeaseRequest, LeaseSettings, MemoryBackend,
+    MemoryFault, Purpose, ResourceDigest, ResourceHolder,
 };
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt as _, SeedableRng as _};
@@ -17,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::history::{Event, What};
 use crate::schedule::{Action, CLIENTS, Fault, HORIZON, PERMITS, Schedule, TTL};
-use crate::workers::{self, Job, JobArgs, Shared, Term, TermArgs};
+use crate::workers::{self, Holder, HolderMsg, Job, JobArgs, Shared, Term, TermArgs};
 
 /// How often an observer reads the supervised resource besides the release notices.
 const OBSERVE_POLL: Duration = Duration::from_millis(500);
@@ -256,14 +257,58 @@ async fn jobs(
     policy: CancelPolicy,
     mut rng: Xoshiro256PlusPlus,
 ) {
+    // The client's long-running worker, to which one job in three is attached.
+    let mut holder = None;
+    jobs_on(&runtime, &shared, c, policy, &mut rng, &mut holder).await;
+    if let Some(holder) = holder {
+        holder.stop(None);
+    }
+}
+
+/// The client's holder: the one alive, or a new one if it was killed (a lease it did not
+/// release in time, under `CancelPolicy::Kill`) or never started.
+async fn alive_holder(
+    holder: &mut Option<ActorRef<HolderMsg>>,
+    shared: &Shared,
+    c: usize,
+) -> Option<ActorRef<HolderMsg>> {
+    use leasehold::ractor::ActorStatus;
+    let dead = holder
+        .as_ref()
+        .is_none_or(|h| matches!(h.get_status(), ActorStatus::Stopping | ActorStatus::Stopped));
+    if dead {
+        *holder = Holder::spawn(None, Holder, (shared.clone(), c))
+            .await
+            .ok()
+            .map(|(actor, _)| actor);
+    }
+    holder.clone()
+}
+
+async fn jobs_on(
+    runtime: &LeaseRuntime,
+    shared: &Shared,
+    c: usize,
+    policy: CancelPolicy,
+    rng: &mut Xoshiro256PlusPlus,
+    holder: &mut Option<ActorRef<HolderMsg>>,
+) {
     for n in 0.. {
         let work = Duration::from_millis(rng.random_range(100..6_000));
         let reaction = Duration::from_millis(rng.random_range(0..400));
         let pause = Duration::from_millis(rng.random_range(0..500));
         let request = request(runtime.client(), 1, &format!("job-{c}-{n}"));
         let shared = shared.clone();
-        // Every other job a worker actor of its own (`spawn_under_lease`), waited for.
-        if n % 2 == 1 {
+        // One job in three a worker actor of its own (`spawn_under_lease`), waited for; one
+        // in three a lease taken here and attached to the client's long-running holder.
+        if n % 3 == 2 {
+            let Some(holder) = alive_holder(holder, &shared, c).await else {
+                return;
+            };
+            if !attached(runtime, &holder, &request, policy, work, reaction).await {
+                return;
+            }
+        } else if n % 3 == 1 {
             let args = move |ctx| JobArgs {
                 shared,
                 ctx,
@@ -290,5 +335,41 @@ async fn jobs(
             }
         }
         tokio::time::sleep(pause).await;
+    }
+}
+
+/// One lease taken here (`acquire`) and attached to the client's holder, which works under
+/// it and releases it; waited for until it ends. False once the runtime drains.
+async fn attached(
+    runtime: &LeaseRuntime,
+    holder: &ActorRef<HolderMsg>,
+    request: &LeaseRequest,
+    policy: CancelPolicy,
+    work: Duration,
+    reaction: Duration,
+) -> bool {
+    let handle = match runtime.client().acquire(request).await {
+        Ok(AcquireOutcome::Acquired(handle) | AcquireOutcome::Replayed(handle)) => handle,
+        Ok(AcquireOutcome::Indeterminate { .. }) => {
+            // It may have taken the lease: given up by its attempt, as the runtime does.
+            let _ = runtime.client().release_attempt(request).await;
+            return true;
+        }
+        Ok(_) => return true,
+        Err(_) => return false,
+    };
+    match runtime.attach(handle, holder.clone(), None, policy).await {
+        Ok(lease) => {
+            let _ = holder.send_message(HolderMsg::Work {
+                ctx: lease.context().clone(),
+                lease: lease.lease_actor().clone(),
+                work,
+                reaction,
+            });
+            lease.wait().await;
+            true
+        }
+        Err(RuntimeError::ShuttingDown) => false,
+        Err(_) => true,
     }
 }

@@ -1,8 +1,8 @@
 //! leasehold's runtime in a deterministic simulation (docs/design.md §15).
 //!
 //! Three clients — each a `LeaseRuntime` on its own connection to one in-memory store —
-//! run a supervisor on a one-permit resource and a loop of `run_under_lease` jobs on a
-//! two-permit one, on one current-thread tokio runtime with the clock paused. A seed draws
+//! run a supervisor on a one-permit resource and a loop of jobs on a two-permit one
+//! (`run_under_lease`, `spawn_under_lease`, and `attach` to a long-running actor, in turn), on one current-thread tokio runtime with the clock paused. A seed draws
 //! the faults (lost requests and replies, slow replies, unavailability, of one connection or
 //! the whole store), keys deleted under their holders, empty restarts and drains, and their
 //! instants; the run records what every worker saw, and [`checker::check`] judges the

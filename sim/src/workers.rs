@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use leasehold::ractor::{Actor, ActorProcessingErr, ActorRef};
-use leasehold::runtime::{CancelReason, LeaseCancelled, LeaseContext};
+use leasehold::runtime::{CancelReason, LeaseActorMsg, LeaseCancelled, LeaseContext};
 
 use crate::history::{Recorder, What, WorkerId};
 
@@ -208,6 +208,115 @@ impl Actor for Term {
     ) -> Result<(), ActorProcessingErr> {
         state.on_cancelled(&cancelled).await;
         myself.stop(None);
+        Ok(())
+    }
+}
+
+/// A long-running worker that takes leases attached to it (`LeaseRuntime::attach`): told
+/// of each one with [`HolderMsg::Work`], it works for a while, then stops working and
+/// releases; told the lease is lost, it takes its reaction time to stop, then releases. It
+/// outlives its leases.
+pub struct Holder;
+
+/// What a [`Holder`] hears.
+pub enum HolderMsg {
+    /// Work under the lease this actor was attached to.
+    Work {
+        ctx: LeaseContext,
+        lease: ActorRef<LeaseActorMsg>,
+        work: Duration,
+        reaction: Duration,
+    },
+    Cancelled(LeaseCancelled),
+    /// The end of the work under the lease of this token.
+    Done(u64),
+}
+
+impl From<LeaseCancelled> for HolderMsg {
+    fn from(cancelled: LeaseCancelled) -> Self {
+        HolderMsg::Cancelled(cancelled)
+    }
+}
+
+pub struct HolderState {
+    shared: Shared,
+    client: usize,
+    /// The work under way: its lease's token, its record, its lease actor.
+    working: Option<(u64, TermState, ActorRef<LeaseActorMsg>)>,
+    /// The token of a lease whose loss was told before its work began.
+    told_first: Option<u64>,
+}
+
+impl HolderState {
+    /// Stops working (its end recorded), then asks for the release.
+    fn stop_and_release(&mut self) {
+        if let Some((_, term, lease)) = self.working.take() {
+            drop(term);
+            let _ = lease.send_message(LeaseActorMsg::release());
+        }
+    }
+}
+
+impl Actor for Holder {
+    type Msg = HolderMsg;
+    type State = HolderState;
+    type Arguments = (Shared, usize);
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<HolderMsg>,
+        (shared, client): (Shared, usize),
+    ) -> Result<HolderState, ActorProcessingErr> {
+        Ok(HolderState {
+            shared,
+            client,
+            working: None,
+            told_first: None,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<HolderMsg>,
+        msg: HolderMsg,
+        state: &mut HolderState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            HolderMsg::Work {
+                ctx,
+                lease,
+                work,
+                reaction,
+            } => {
+                let token = ctx.token().get();
+                if state.told_first.take() == Some(token) {
+                    // The loss came before the work: nothing begins; the lease is let go.
+                    let _ = lease.send_message(LeaseActorMsg::release());
+                    return Ok(());
+                }
+                let ended = state.shared.start(&ctx, state.client, 1);
+                let term = TermState {
+                    shared: state.shared.clone(),
+                    reaction,
+                    ended,
+                };
+                state.working = Some((token, term, lease));
+                myself.send_after(work, move || HolderMsg::Done(token));
+            }
+            HolderMsg::Cancelled(cancelled) => match &state.working {
+                Some((token, term, _)) if *token == cancelled.token.get() => {
+                    term.on_cancelled(&cancelled).await;
+                    state.stop_and_release();
+                }
+                // A lease whose work has not begun (or is over: then nothing follows).
+                _ => state.told_first = Some(cancelled.token.get()),
+            },
+            HolderMsg::Done(token) => {
+                if state.working.as_ref().is_some_and(|(t, ..)| *t == token) {
+                    state.stop_and_release();
+                }
+            }
+        }
         Ok(())
     }
 }
