@@ -7,6 +7,8 @@
 //! * rslock does not renew: its user extends each lock from a task of their own
 //!   (`sleep(cadence)` then `LockManager::extend`), which is what runs here.
 
+use std::sync::atomic::AtomicUsize;
+
 use super::*;
 
 /// Renewals a peer made: its extension script calls (`EVALSHA`/`EVAL`, from `INFO
@@ -30,13 +32,21 @@ async fn script_calls(info: &mut MultiplexedConnection) -> u64 {
         .sum()
 }
 
-/// The locks one peer holds, and how they end.
+/// The locks one peer holds, and how they end. A peer's failure (an extension or a
+/// release it reports failed, a lock it could not take) is counted in its row, not a
+/// panic: the run goes on and the other rows are measured.
 enum Held {
     Rslock {
         manager: rslock::LockManager,
         locks: Vec<(Arc<rslock::Lock>, tokio::task::JoinHandle<()>)>,
+        /// Locks whose extension failed (each stops renewing then).
+        lost: Arc<AtomicUsize>,
+        not_taken: usize,
     },
-    AsyncRedisLock(Vec<async_redis_lock::Lock>),
+    AsyncRedisLock {
+        locks: Vec<async_redis_lock::Lock>,
+        not_taken: usize,
+    },
 }
 
 impl Held {
@@ -46,65 +56,93 @@ impl Held {
             "rslock" => {
                 let Rslock(manager) = Rslock::new(env);
                 let mut locks = Vec::with_capacity(n);
+                let lost = Arc::new(AtomicUsize::new(0));
+                let mut not_taken = 0;
                 for i in 0..n {
-                    let lock = manager
-                        .lock(key(i).as_bytes(), ttl)
-                        .await
-                        .unwrap_or_else(|e| panic!("rslock-R: lock: {e}"));
-                    let lock = Arc::new(lock);
-                    let (manager, held) = (manager.clone(), lock.clone());
+                    let lock = match manager.lock(key(i).as_bytes(), ttl).await {
+                        Ok(lock) => Arc::new(lock),
+                        Err(e) => {
+                            eprintln!("rslock-R: lock: {e}");
+                            not_taken += 1;
+                            continue;
+                        }
+                    };
+                    let (manager, held, lost) = (manager.clone(), lock.clone(), lost.clone());
                     let renew = tokio::spawn(async move {
                         loop {
                             tokio::time::sleep(cadence).await;
                             if let Err(e) = manager.extend(&held, ttl).await {
-                                panic!("rslock-R: extend: {e}");
+                                eprintln!("rslock-R: extend: {e}");
+                                lost.fetch_add(1, Ordering::SeqCst);
+                                return;
                             }
                         }
                     });
                     locks.push((lock, renew));
                 }
-                Held::Rslock { manager, locks }
+                Held::Rslock {
+                    manager,
+                    locks,
+                    lost,
+                    not_taken,
+                }
             }
             "async-redis-lock" => {
                 let peer = AsyncRedisLock::new(env).await;
                 let options = peer.options.clone().ttl(ttl).extend(cadence);
                 let mut locks = Vec::with_capacity(n);
+                let mut not_taken = 0;
                 for i in 0..n {
-                    let lock = peer
-                        .locker
-                        .acquire_with_options(&options, key(i))
-                        .await
-                        .unwrap_or_else(|e| panic!("async-redis-lock-R: acquire: {e}"));
-                    locks.push(lock);
+                    match peer.locker.acquire_with_options(&options, key(i)).await {
+                        Ok(lock) => locks.push(lock),
+                        Err(e) => {
+                            eprintln!("async-redis-lock-R: acquire: {e}");
+                            not_taken += 1;
+                        }
+                    }
                 }
-                Held::AsyncRedisLock(locks)
+                Held::AsyncRedisLock { locks, not_taken }
             }
             other => panic!("unknown peer {other}"),
         }
     }
 
-    /// How many locks are known lost (async-redis-lock's flag; rslock panics instead).
+    /// How many locks are known lost: an extension failed (rslock), or the crate's own
+    /// flag (async-redis-lock).
     fn lost(&self) -> usize {
         match self {
-            Held::Rslock { .. } => 0,
-            Held::AsyncRedisLock(locks) => locks.iter().filter(|l| l.is_lost()).count(),
+            Held::Rslock { lost, .. } => lost.load(Ordering::SeqCst),
+            Held::AsyncRedisLock { locks, .. } => locks.iter().filter(|l| l.is_lost()).count(),
         }
     }
 
-    async fn release(self) {
+    /// How many locks could not be taken at all.
+    fn not_taken(&self) -> usize {
         match self {
-            Held::Rslock { manager, locks } => {
+            Held::Rslock { not_taken, .. } | Held::AsyncRedisLock { not_taken, .. } => *not_taken,
+        }
+    }
+
+    /// Releases every lock; how many releases failed.
+    async fn release(self) -> usize {
+        let mut failed = 0;
+        match self {
+            Held::Rslock { manager, locks, .. } => {
                 for (lock, renew) in locks {
                     renew.abort();
                     manager.unlock(&lock).await;
                 }
             }
-            Held::AsyncRedisLock(locks) => {
+            Held::AsyncRedisLock { locks, .. } => {
                 for lock in locks {
-                    lock.release().await.expect("async-redis-lock-R: release");
+                    if let Err(e) = lock.release().await {
+                        eprintln!("async-redis-lock-R: release: {e}");
+                        failed += 1;
+                    }
                 }
             }
         }
+        failed
     }
 }
 
@@ -128,7 +166,8 @@ pub(crate) async fn peer_renewals(env: Env, n: usize, peer: &str) {
     let renewals = script_calls(&mut info).await - calls_before;
     let (client_us, server_us) = used.per(renewals);
     let lost = held.lost();
-    held.release().await;
+    let not_taken = held.not_taken();
+    let release_failed = held.release().await;
 
     let rss_per_lease = (rss_after as f64 - rss_before as f64) * 1024.0 / n as f64;
     let expected = n as f64 * window.as_secs_f64() / cadence.as_secs_f64();
@@ -148,12 +187,13 @@ pub(crate) async fn peer_renewals(env: Env, n: usize, peer: &str) {
             ("srv_cpu_us_per_renewal", format!("{server_us:.1}")),
             ("rss_bytes_per_lease", format!("{rss_per_lease:.0}")),
             ("lost", lost.to_string()),
+            ("not_taken", not_taken.to_string()),
+            ("release_failed", release_failed.to_string()),
             ("acquire_s", format!("{acquire_s:.2}")),
             ("bg_cores", used.bg_cores()),
         ],
     )
     .print();
-    assert_eq!(lost, 0, "{peer}-R: locks were lost during the run");
 }
 
 /// The line comparing leasehold's R row with the peers' (each `leasehold ÷ peer`: below 1,
