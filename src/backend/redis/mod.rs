@@ -9,7 +9,7 @@
 //!
 //! # Where things are
 //!
-//! This file: the backend, its construction, and the [`LeaseBackend`] operations. `config`
+//! This file: the backend, its construction, and its [`Operations`]. `config`
 //! where and how to reach Redis; `connection` how a call obtains its connection (topology,
 //! shared connection, connect gate); `call` one script call, `NOSCRIPT` and Cluster
 //! redirections; `batch` concurrent operations coalesced into one call; `replicas` the
@@ -28,8 +28,7 @@ mod cluster;
 mod config;
 mod connection;
 #[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod fuzzing;
+pub(crate) mod fuzzing;
 mod parse;
 #[cfg(test)]
 mod parse_props;
@@ -49,7 +48,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::{
-    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, ReleaseNotices,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, Operations, ReleaseNotices,
     ReplicatedReply, SendFailure,
 };
 use crate::error::LeaseError;
@@ -196,19 +195,20 @@ impl fmt::Debug for RedisBackend {
     }
 }
 
+/// Script calls one backend has in flight at once, at most (standalone and Sentinel).
+/// Operations that arrive while this many are in flight wait in the queue
+/// ([`RedisConfig::queue_limit`]), and leave together in the next calls; a renewal that
+/// waits past its timeout is `NotSent`.
+#[cfg(feature = "fuzzing")]
+pub const CALLS_IN_FLIGHT: usize = batch::MAX_IN_FLIGHT;
+
+/// Operations waiting that make a backend with a call in flight start another one (while
+/// fewer than [`CALLS_IN_FLIGHT`] are). Fewer wait for the next call of one in flight — one
+/// round trip at most. An operation that finds no call in flight leaves at once.
+#[cfg(feature = "fuzzing")]
+pub const OPERATIONS_FOR_ANOTHER_CALL: usize = batch::ANOTHER_CALL;
+
 impl RedisBackend {
-    /// Script calls one backend has in flight at once, at most (standalone and Sentinel).
-    /// Operations that arrive while this many are in flight wait in the queue
-    /// ([`RedisConfig::queue_limit`]), and leave together in the next calls; a renewal that
-    /// waits past its timeout is `NotSent`.
-    pub const CALLS_IN_FLIGHT: usize = batch::MAX_IN_FLIGHT;
-
-    /// Operations waiting that make a backend with a call in flight start another one
-    /// (while fewer than [`CALLS_IN_FLIGHT`](Self::CALLS_IN_FLIGHT) are). Fewer wait for
-    /// the next call of one in flight — one round trip at most. An operation that finds no
-    /// call in flight leaves at once.
-    pub const OPERATIONS_FOR_ANOTHER_CALL: usize = batch::ANOTHER_CALL;
-
     /// Validates the configuration; connects on first use.
     ///
     /// # Errors
@@ -309,7 +309,7 @@ impl RedisBackend {
     }
 }
 
-impl LeaseBackend for RedisBackend {
+impl Operations for RedisBackend {
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,
