@@ -1,7 +1,7 @@
 //! Typed script replies, one enum per script (docs/design.md §4).
 //!
-//! Status words match the Lua scripts one for one; [`AcquireReply::status`] and friends are
-//! the only spelling of them on the Rust side.
+//! Status words match the Lua scripts one for one; each reply's `status` is the only
+//! spelling of them on the Rust side.
 
 use std::time::Duration;
 
