@@ -298,6 +298,22 @@ impl RedisBackend {
         self.send_one(generation, &connected, item, deadlines).await
     }
 
+    /// The queue of operations waiting to share a script call, and the calls in flight
+    /// (`batch`).
+    fn batcher(&self) -> &batch::Batcher {
+        &self.inner.batcher
+    }
+
+    /// The shared connection, if one is up now: a call goes out on it without waiting.
+    fn current_connection(&self) -> Option<(u64, Connected)> {
+        self.inner.shared.current()
+    }
+
+    /// The bound on obtaining a connection (`RedisConfig::connect_timeout`).
+    fn connect_timeout(&self) -> Duration {
+        self.inner.connect_timeout
+    }
+
     /// Runs one operation and decodes its reply with `parse`.
     fn operation<'a, T: Send + 'a>(
         &'a self,
