@@ -10,11 +10,15 @@ use crate::lease::variables::{
     COMMAND_TIMEOUT, CONNECT_TIMEOUT, DRIFT_BUDGET, NAMESPACE, RENEW_EVERY, RETRY_AFTER_FALLBACK,
     SAFETY_MARGIN,
 };
-use crate::protocol::limits::{
-    self, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_BUDGET,
-    DEFAULT_RETRY_AFTER_FALLBACK,
-};
+use crate::protocol::limits::{self, DEFAULT_CONNECT_TIMEOUT};
 use crate::protocol::{LeaseRequest, Namespace};
+
+/// Default command timeout (docs/design.md §11).
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
+/// Default drift budget (docs/design.md §11).
+const DEFAULT_DRIFT_BUDGET: Duration = Duration::from_millis(10);
+/// Default contention retry-after fallback (docs/design.md §11).
+const DEFAULT_RETRY_AFTER_FALLBACK: Duration = Duration::from_millis(50);
 
 /// Client settings. Build in code from [`Default`], or deserialise from a config file
 /// (durations as humantime text: `command_timeout = "200ms"`), or read the environment with
