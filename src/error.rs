@@ -1,7 +1,7 @@
 //! [`LeaseError`]: a value rejected by local validation, before any I/O — the error of the
 //! protocol types, the settings and the client. The runtime's refusals, local too, are
 //! [`RuntimeError`](crate::runtime::RuntimeError), which wraps this one; a backend call's
-//! [`SendFailure`](crate::SendFailure) says how sure it is that nothing was sent, and the
+//! [`SendFailure`](crate::backend::SendFailure) says how sure it is that nothing was sent, and the
 //! lease core turns it into an outcome.
 //!
 //! Nothing that happens on the wire becomes an `Err` of the client or the runtime: a Redis

@@ -32,7 +32,7 @@
 //! |---|---|---|---|
 //! | cli | `cli/src/` | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`, `completions`, `man`), package `leasehold-cli` | runtime, lease core, backend, protocol, telemetry, error |
 //! | runtime | `src/runtime/` | [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core, protocol, telemetry, error, jitter, simulation, backend (`FailureDetail` and `FailureKind` only: the detail an outcome carries) |
-//! | lease core | `src/lease/` | [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | protocol, telemetry, error, jitter, backend (only what the crate root re-exports: the trait, the failure types, the two backends' constructors) |
+//! | lease core | `src/lease/` | [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | protocol, telemetry, error, jitter, backend (`LeaseBackend`, `MemoryBackend`, `RedisBackend`, `RedisConfig`, `FailureDetail`, `FailureKind`, and what a backend's operations answer: `SendFailure`, `ReplicatedReply`, `ReleaseNotices`, `KeyPages`) |
 //! | backend | `src/backend/` | [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol, error |
 //! | protocol | `src/protocol/` | [`protocol`]: keys, digests, attempts, requests, typed replies (pure) | error |
 //! | telemetry | `src/telemetry.rs` | [`telemetry`]: metric names and what records them | protocol |
@@ -48,8 +48,10 @@
 //! handle).
 //!
 //! What a caller names every day is at the crate root, whatever its layer; [`runtime`],
-//! [`protocol`] (the request's builder, the scripts' replies, the bounds in
-//! [`protocol::limits`]) and [`telemetry`] hold the rest. Each item has one path.
+//! [`protocol`] (the request's builder, the bounds in [`protocol::limits`]) and
+//! [`telemetry`] hold the rest. Each item has one path. A backend's operations and the
+//! scripts' replies are the crate's own: a caller holds a lease through [`LeaseClient`]
+//! and [`LeaseHandle`], and reads outcomes.
 //!
 //! # `try_acquire` vs `acquire`
 //!
@@ -103,7 +105,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `tls` | yes | `rediss://` URLs, over rustls with the ring provider |
-//! | `fuzzing` | no | not for users, no stability promise: the script-reply decoders for the fuzz targets, a handle's holding for the model's conformance replay |
+//! | `fuzzing` | no | not for users, no stability promise: the script level — reply decoders, one backend operation at a time, a handle's holding — for the fuzz targets, the model's conformance replay and the backend tests |
 //! | `__simulation` | no | not for users, no stability promise: the deterministic simulation's hooks (inert unless a thread turns them on) |
 //!
 //! The library itself needs tokio's `rt`, `time`, `sync` and `macros`; the application
@@ -178,21 +180,20 @@ pub mod __simulation;
 #[cfg(feature = "__simulation")]
 use __simulation as simulation;
 pub use backend::{
-    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, MemoryBackend, MemoryFault,
-    RedisBackend, RedisConfig, ReleaseNotices, ReplicatedReply, SendFailure, ServerCapabilities,
+    FailureDetail, FailureKind, LeaseBackend, MemoryBackend, MemoryFault, RedisBackend,
+    RedisConfig, ServerCapabilities,
 };
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
     AcquireOutcome, ENV_VARS, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver,
     LeaseSettings, LeaseState, ListCoverage, ListOutcome, ListedLease, ListedSlot, LostReason,
-    REDIS_URL_ENV, ReleaseOutcome, RenewOutcome, Replication, ResourceHolder, SlotHolder,
+    REDIS_URL_ENV, ReleaseOutcome, RenewOutcome, Replication, ResourceHolder,
 };
 // The protocol's vocabulary a caller names every day lives here, at the root, only.
 pub use protocol::attempt::{Attempt, OperationId, OwnerToken};
 pub use protocol::digest::ResourceDigest;
 pub use protocol::fencing::FencingToken;
 pub use protocol::holder::HolderLabel;
-pub use protocol::holding::Holding;
 pub use protocol::keys::LeaseKeys;
 pub use protocol::names::{Namespace, Purpose};
 pub use protocol::request::LeaseRequest;

@@ -11,8 +11,8 @@ use common::RedisServer;
 use common::backends::redis_settings;
 use common::leases::{acquired, request};
 use common::workers::{Deaf, UntilCancelled};
+use leasehold::fuzzing::{Holding, InspectReply, RenewReply, calls};
 use leasehold::protocol::limits::{self, DurationBounds, NO_DEADLINE};
-use leasehold::protocol::{InspectReply, RenewReply};
 use leasehold::runtime::*;
 use leasehold::*;
 use proptest::prelude::*;
@@ -189,11 +189,10 @@ async fn deadlines_saturate(a: Duration, b: Duration) -> Result<(), TestCaseErro
     }
     let keys = lease.keys().clone();
     let attempt = client.new_attempt("stranger").unwrap();
-    let renewed = backend
-        .renew(&keys, &Holding::of_attempt(attempt.clone()), a, b)
-        .await;
+    let holding = Holding::of_attempt(attempt.clone());
+    let renewed = calls::renew(&backend, &keys, &holding, a, b).await;
     prop_assert_eq!(renewed, Ok(RenewReply::NotOwner));
-    let read = backend.inspect(&keys, &attempt, b).await;
+    let read = calls::inspect(&backend, &keys, &attempt, b).await;
     prop_assert!(
         matches!(read, Ok(InspectReply::HeldByOther { .. })),
         "{:?}",
@@ -359,7 +358,7 @@ async fn a_real_redis_takes_duration_max_wherever_it_means_no_deadline() {
         "{outcome:?}"
     );
     let attempt = client.new_attempt("stranger").unwrap();
-    let read = backend.inspect(lease.keys(), &attempt, Duration::MAX).await;
+    let read = calls::inspect(&backend, lease.keys(), &attempt, Duration::MAX).await;
     assert!(
         matches!(read, Ok(InspectReply::HeldByOther { .. })),
         "{read:?}"

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::RedisServer;
 use common::backends::redis_settings;
 use common::leases::acquired;
+use leasehold::fuzzing::calls;
 use leasehold::*;
 use tokio::time::{Instant, sleep};
 
@@ -289,15 +290,21 @@ async fn a_thousand_waiters_subscribing_together_cost_two_subscribes_of_500_chan
     };
     // Connected, and the shared pub/sub connection open: one subscription, ended.
     let warm = keys_of("warm");
-    drop(backend.subscribe_releases(&warm, LONG).await.unwrap());
+    drop(
+        calls::subscribe_releases(&backend, &warm, LONG)
+            .await
+            .unwrap(),
+    );
     until("the warm-up channel is unsubscribed", || {
         subscribed_channels(&server) == 0
     })
     .await;
     server.reset_stats();
     let keys: Vec<LeaseKeys> = (0..THOUSAND).map(|i| keys_of(&format!("r{i}"))).collect();
-    let together =
-        futures_util::future::join_all(keys.iter().map(|k| backend.subscribe_releases(k, LONG)));
+    let together = futures_util::future::join_all(
+        keys.iter()
+            .map(|k| calls::subscribe_releases(&backend, k, LONG)),
+    );
     let subscriptions = tokio::task::unconstrained(together).await;
     let subscribed = subscriptions.iter().filter(|s| s.is_ok()).count();
     let commands = server.calls_of("subscribe");

@@ -180,7 +180,7 @@ fn slot_tokens(seen: &ResourceHolder) -> Option<Vec<Option<FencingToken>>> {
         slots
             .iter()
             .map(|slot| match slot {
-                SlotHolder::Held { token, .. } => Some(*token),
+                ResourceHolder::Held { token, .. } => Some(*token),
                 _ => None,
             })
             .collect(),

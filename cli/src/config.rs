@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::protocol::limits::{self, DurationBounds};
 use leasehold::{
-    ENV_VARS, HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose,
-    REDIS_URL_ENV, ResourceDigest,
+    HolderLabel, LeaseClient, LeaseError, LeaseSettings, Namespace, Purpose, REDIS_URL_ENV,
+    ResourceDigest,
 };
 
 use crate::diagnose::{self, Server};
@@ -20,7 +20,8 @@ use crate::keeper::Signal;
 use crate::say;
 
 use crate::variables::{
-    REDIS_FILE as REDIS_FILE_ENV, RESOURCE as RESOURCE_ENV, RESOURCE_FILE as RESOURCE_FILE_ENV,
+    NAMESPACE as NAMESPACE_ENV, REDIS_FILE as REDIS_FILE_ENV, RENEW_EVERY as RENEW_EVERY_ENV,
+    RESOURCE as RESOURCE_ENV, RESOURCE_FILE as RESOURCE_FILE_ENV,
 };
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -125,20 +126,27 @@ impl Connection {
     /// As [`client`](Self::client), for the settings.
     pub(crate) fn target(&self, renew_every: Option<Sourced<Duration>>) -> Result<Target, String> {
         let overridden = |var: &str| {
-            (var == "LEASEHOLD_NAMESPACE" && self.namespace.is_some())
-                || (var == "LEASEHOLD_RENEW_EVERY" && renew_every.is_some())
+            (var == NAMESPACE_ENV && self.namespace.is_some())
+                || (var == RENEW_EVERY_ENV && renew_every.is_some())
         };
-        // Every variable read is text, or the run is refused (checked before the lookup,
-        // which can only say "unset").
-        for (var, _) in ENV_VARS.iter().filter(|(var, _)| !overridden(var)) {
-            inputs::variable(var)?;
+        // Every variable read is text, or the run is refused: the library looks each up
+        // before it judges any, and the first that is not text is the one refused.
+        let not_text = std::cell::RefCell::new(None);
+        let read = std::cell::RefCell::new(Vec::new());
+        let settings = LeaseSettings::from_lookup(|var| {
+            read.borrow_mut().push(var.to_owned());
+            if overridden(var) {
+                return None;
+            }
+            inputs::variable(var).unwrap_or_else(|refused| {
+                not_text.borrow_mut().get_or_insert(refused);
+                None
+            })
+        });
+        if let Some(refused) = not_text.into_inner() {
+            return Err(refused);
         }
-        let mut settings = LeaseSettings::from_lookup(|var| {
-            (!overridden(var))
-                .then(|| std::env::var(var).ok())
-                .flatten()
-        })
-        .map_err(|e| variable_error(&e))?;
+        let mut settings = settings.map_err(|e| variable_error(&e, &read.into_inner()))?;
         if let Some(namespace) = &self.namespace {
             settings = settings.with_namespace(namespace.clone());
         }
@@ -263,18 +271,22 @@ impl Common {
     }
 }
 
-/// A settings error from the variables, naming the variable and its value.
-fn variable_error(e: &LeaseError) -> String {
+/// The variable of the library's setting `param` (`command_timeout`:
+/// `LEASEHOLD_COMMAND_TIMEOUT`), as [`LeaseSettings::from_env`] names it.
+fn setting_variable(param: &str) -> String {
+    format!("LEASEHOLD_{}", param.to_ascii_uppercase())
+}
+
+/// A settings error from the variables (the library `read` them), naming the variable and
+/// its value.
+fn variable_error(e: &LeaseError, read: &[String]) -> String {
     let param = match e {
         LeaseError::InvalidNamespace { .. } => Some("namespace"),
         LeaseError::InvalidDuration { param, .. } => Some(*param),
         _ => None,
     };
-    let var = param.and_then(|p| ENV_VARS.iter().find(|(_, field)| *field == p));
-    match var {
-        Some((var, _)) => {
-            durations::variable_error(var, &std::env::var(var).unwrap_or_default(), e)
-        }
+    match param.map(setting_variable).filter(|var| read.contains(var)) {
+        Some(var) => durations::variable_error(&var, &std::env::var(&var).unwrap_or_default(), e),
         None => e.to_string(),
     }
 }
@@ -298,7 +310,7 @@ pub(crate) fn option_error_with(e: &LeaseError, defaulted: &[&str]) -> String {
             "replica_wait" => "--replica-wait".to_owned(),
             "lock_delay" => "--lock-delay".to_owned(),
             "list_budget" => "--budget".to_owned(),
-            other => format!("LEASEHOLD_{}", other.to_ascii_uppercase()),
+            other => setting_variable(other),
         },
         LeaseError::InvalidReplicas { .. } => "--replicas".to_owned(),
         LeaseError::InvalidPermits { .. } => "--permits".to_owned(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use leasehold::{
-    AcquireOutcome, LeaseBackend as _, LeaseClient, LeaseRequest, Purpose, RedisBackend,
+    AcquireOutcome, FailureDetail, FailureKind, LeaseClient, LeaseRequest, Purpose, RedisBackend,
     RedisConfig, ReleaseOutcome, RenewOutcome, ResourceDigest, ServerCapabilities,
 };
 
@@ -81,7 +81,7 @@ pub(crate) async fn doctor(
     };
     let mut findings = vec![probe_cycle(&client, &target.server).await];
     if !matches!(findings[0], Finding::Fail(_)) {
-        findings.push(probe_notices(&backend, &client, &target.server).await);
+        findings.push(probe_notices(&target.url, &client, &target.server).await);
         findings.extend(server_settings(&target.url, &client, &target.server).await);
     }
     findings.push(match crate::keeper::host_enforcement(&probe) {
@@ -156,23 +156,47 @@ async fn probe_cycle(client: &LeaseClient, server: &Server) -> Finding {
     }
 }
 
-async fn probe_notices(backend: &RedisBackend, client: &LeaseClient, server: &Server) -> Finding {
+/// Whether this user may SUBSCRIBE to a release channel — on a pub/sub connection of
+/// doctor's own, as a waiter subscribes on its client's —, within the connect timeout and
+/// the command timeout.
+async fn probe_notices(url: &str, client: &LeaseClient, server: &Server) -> Finding {
     let request = match probe_request(client) {
         Ok(r) => r,
         Err(e) => return Finding::Fail(e),
     };
-    let keys = client.keys(request.purpose(), request.resource());
-    match backend
-        .subscribe_releases(&keys, client.settings().command_timeout)
+    // A throwaway resource's channel: nothing is published on it.
+    let channel = client
+        .keys(request.purpose(), request.resource())
+        .release_channel()
+        .to_owned();
+    let settings = client.settings();
+    let subscribe = async {
+        let connect = async { redis::Client::open(url)?.get_async_pubsub().await };
+        let mut pubsub = connect
+            .await
+            .map_err(|e| FailureDetail::new(FailureKind::Connect, e.to_string()))?;
+        pubsub
+            .subscribe(&channel)
+            .await
+            .map_err(|e| FailureDetail::new(FailureKind::ServerRefused, e.to_string()))
+    };
+    let bound = settings.connect_timeout + settings.command_timeout;
+    let subscribed = tokio::time::timeout(bound, subscribe)
         .await
-    {
-        Ok(_) => Finding::Ok(
+        .unwrap_or_else(|_| {
+            Err(FailureDetail::new(
+                FailureKind::Timeout,
+                "subscribe timed out",
+            ))
+        });
+    match subscribed {
+        Ok(()) => Finding::Ok(
             "SUBSCRIBE works: a waiting acquirer wakes the moment a lease is released".to_owned(),
         ),
         Err(failure) => Finding::Warn(format!(
             "SUBSCRIBE on release channels failed ({}): waiting acquirers poll instead of \
              waking at a release",
-            server.explain(failure.detail())
+            server.explain(&failure)
         )),
     }
 }

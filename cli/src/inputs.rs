@@ -206,22 +206,6 @@ fn small_file(source: &FileSource<'_>, what: &str, max: u64) -> Result<(Vec<u8>,
     Ok((bytes, meta.permissions().mode()))
 }
 
-/// The variable the command's counted-lease slot is given in.
-const SLOT_ENV: &str = "LEASEHOLD_SLOT";
-
-/// Removes an inherited `LEASEHOLD_SLOT` from leasehold's environment, which the command
-/// inherits: only a run that holds a slot (`--permits`) gives it one, so a command never
-/// sees a slot of another run's lease.
-///
-/// # Safety
-/// The process must have one thread (call it before anything starts another).
-pub(crate) unsafe fn forget_inherited_slot() {
-    if std::env::var_os(SLOT_ENV).is_some() {
-        // SAFETY: the caller's promise: no other thread reads or writes the environment.
-        unsafe { std::env::remove_var(SLOT_ENV) };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::ffi::OsStringExt as _;

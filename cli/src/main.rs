@@ -388,7 +388,7 @@ fn run_keeper(
     pid_namespace: keeper::PidNamespace,
 ) -> Result<keeper::Keeper, keeper::StartError> {
     // SAFETY: the caller's promise: one thread.
-    unsafe { inputs::forget_inherited_slot() };
+    unsafe { variables::forget_inherited_slot() };
     let Some((program, rest)) = args.command.split_first() else {
         return Err(
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given").into(),

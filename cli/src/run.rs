@@ -198,7 +198,10 @@ fn plan(args: &RunArgs) -> Result<Plan, String> {
     let (client, server) = args.common.client(renew_every)?;
     // The TTL's one minimum, before the request's own bounds would name the fixed 100 ms.
     let ttl = args.ttl.unwrap_or(ttl::DEFAULT);
-    let cadence = match (args.renew_every, std::env::var_os("LEASEHOLD_RENEW_EVERY")) {
+    let cadence = match (
+        args.renew_every,
+        std::env::var_os(crate::variables::RENEW_EVERY),
+    ) {
         (Some(_), _) => ttl::Cadence::Flag,
         (None, Some(_)) => ttl::Cadence::Variable,
         (None, None) => ttl::Cadence::Default,

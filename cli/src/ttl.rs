@@ -10,6 +10,7 @@ use leasehold::LeaseSettings;
 use leasehold::protocol::limits;
 
 use crate::durations::Accepted;
+use crate::variables;
 
 /// `--ttl`'s default.
 pub(crate) const DEFAULT: Duration = Duration::from_secs(30);
@@ -117,7 +118,7 @@ fn too_short(settings: &LeaseSettings, ttl_text: &str) -> String {
 fn misfit(settings: &LeaseSettings, ttl: Duration, ttl_text: &str, cadence: Cadence) -> String {
     let name = match cadence {
         Cadence::Flag => "--renew-every",
-        _ => "LEASEHOLD_RENEW_EVERY",
+        _ => variables::RENEW_EVERY,
     };
     let window = ttl
         .saturating_sub(settings.drift_budget)
@@ -145,12 +146,12 @@ fn misfit(settings: &LeaseSettings, ttl: Duration, ttl_text: &str, cadence: Cade
 /// command timeout's, which it is unless set), and the drift budget's when one was set.
 fn lowering(settings: &LeaseSettings) -> String {
     let margin = if settings.safety_margin.is_some() {
-        "LEASEHOLD_SAFETY_MARGIN"
+        variables::SAFETY_MARGIN
     } else {
-        "LEASEHOLD_COMMAND_TIMEOUT"
+        variables::COMMAND_TIMEOUT
     };
-    if std::env::var_os("LEASEHOLD_DRIFT_BUDGET").is_some() {
-        format!("LEASEHOLD_DRIFT_BUDGET or {margin}")
+    if std::env::var_os(variables::DRIFT_BUDGET).is_some() {
+        format!("{} or {margin}", variables::DRIFT_BUDGET)
     } else {
         margin.to_owned()
     }
@@ -164,18 +165,18 @@ fn h(d: Duration) -> String {
 /// variable each came from when one was set.
 fn margins(settings: &LeaseSettings) -> String {
     let set = |var: &str| std::env::var_os(var).is_some();
-    let drift = if set("LEASEHOLD_DRIFT_BUDGET") {
-        " (LEASEHOLD_DRIFT_BUDGET)"
+    let drift = if set(variables::DRIFT_BUDGET) {
+        format!(" ({})", variables::DRIFT_BUDGET)
     } else {
-        ""
+        String::new()
     };
     let margin = match (
         settings.safety_margin.is_some(),
-        set("LEASEHOLD_COMMAND_TIMEOUT"),
+        set(variables::COMMAND_TIMEOUT),
     ) {
-        (true, _) => " (LEASEHOLD_SAFETY_MARGIN)",
-        (false, true) => " (the command timeout, LEASEHOLD_COMMAND_TIMEOUT)",
-        (false, false) => " (the command timeout)",
+        (true, _) => format!(" ({})", variables::SAFETY_MARGIN),
+        (false, true) => format!(" (the command timeout, {})", variables::COMMAND_TIMEOUT),
+        (false, false) => " (the command timeout)".to_owned(),
     };
     format!(
         "a drift budget of {}{drift} and a safety margin of {}{margin}",

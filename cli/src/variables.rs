@@ -48,6 +48,10 @@ const fn by_hand(long: &'static str, variable: &'static str) -> OptionVariable {
     }
 }
 
+// Each variable's name is written once in the binary, here; the library's own
+// (`LEASEHOLD_REDIS_URL`: `leasehold::REDIS_URL_ENV`) is not written at all. A test holds
+// them to the library's list, `leasehold::ENV_VARS`.
+
 /// `--log-format`'s variable, read before the parser for an error it raises.
 pub(crate) const LOG_FORMAT: &str = "LEASEHOLD_LOG_FORMAT";
 /// The raw resource id's variable, so the id need not show in `ps`.
@@ -56,20 +60,39 @@ pub(crate) const RESOURCE: &str = "LEASEHOLD_RESOURCE";
 pub(crate) const RESOURCE_FILE: &str = "LEASEHOLD_RESOURCE_FILE";
 /// `--redis-file`'s variable.
 pub(crate) const REDIS_FILE: &str = "LEASEHOLD_REDIS_FILE";
+/// `--namespace`'s variable, which the library reads too.
+pub(crate) const NAMESPACE: &str = "LEASEHOLD_NAMESPACE";
+/// `--renew-every`'s variable, which the library reads too.
+pub(crate) const RENEW_EVERY: &str = "LEASEHOLD_RENEW_EVERY";
+/// `--pid-namespace`'s variable.
+pub(crate) const PID_NAMESPACE: &str = "LEASEHOLD_PID_NAMESPACE";
+
+/// Settings only the library reads ([`leasehold::LeaseSettings::from_lookup`]), named in
+/// messages about what lowers the shortest TTL.
+pub(crate) const COMMAND_TIMEOUT: &str = "LEASEHOLD_COMMAND_TIMEOUT";
+/// As [`COMMAND_TIMEOUT`].
+pub(crate) const DRIFT_BUDGET: &str = "LEASEHOLD_DRIFT_BUDGET";
+/// As [`COMMAND_TIMEOUT`].
+pub(crate) const SAFETY_MARGIN: &str = "LEASEHOLD_SAFETY_MARGIN";
+
+/// The command's fencing token, in its environment.
+pub(crate) const FENCING_TOKEN: &str = "LEASEHOLD_FENCING_TOKEN";
+/// The command's counted-lease slot, in its environment.
+pub(crate) const SLOT: &str = "LEASEHOLD_SLOT";
 
 /// Every option with a variable, for every subcommand that has the option.
 pub(crate) const VARIABLES: &[OptionVariable] = &[
     // Where Redis is.
     by_hand("redis", leasehold::REDIS_URL_ENV),
     by_hand("redis-file", REDIS_FILE),
-    by_hand("namespace", "LEASEHOLD_NAMESPACE"),
+    by_hand("namespace", NAMESPACE),
     // Which lease, and how it is held.
     parsed("purpose", None, "LEASEHOLD_PURPOSE"),
     by_hand("resource", RESOURCE),
     by_hand("resource-file", RESOURCE_FILE),
     parsed("ttl", None, "LEASEHOLD_TTL"),
     parsed("wait", Some('w'), "LEASEHOLD_WAIT"),
-    by_hand("renew-every", "LEASEHOLD_RENEW_EVERY"),
+    by_hand("renew-every", RENEW_EVERY),
     parsed("permits", None, "LEASEHOLD_PERMITS"),
     parsed("lock-delay", None, "LEASEHOLD_LOCK_DELAY"),
     parsed("replicas", None, "LEASEHOLD_REPLICAS"),
@@ -89,8 +112,21 @@ pub(crate) const VARIABLES: &[OptionVariable] = &[
     ),
     parsed("metrics-addr", None, "LEASEHOLD_METRICS_ADDR"),
     // What the host allows.
-    by_hand("pid-namespace", "LEASEHOLD_PID_NAMESPACE"),
+    by_hand("pid-namespace", PID_NAMESPACE),
 ];
+
+/// Removes an inherited [`SLOT`] from leasehold's environment, which the command inherits:
+/// only a run that holds a slot (`--permits`) gives it one, so a command never sees a slot
+/// of another run's lease.
+///
+/// # Safety
+/// The process must have one thread (call it before anything starts another).
+pub(crate) unsafe fn forget_inherited_slot() {
+    if std::env::var_os(SLOT).is_some() {
+        // SAFETY: the caller's promise: no other thread reads or writes the environment.
+        unsafe { std::env::remove_var(SLOT) };
+    }
+}
 
 /// Every variable the parser reads is text, or the run is refused in one line naming it
 /// (clap would refuse it without a name).
@@ -194,6 +230,9 @@ pub(crate) fn refused_variable(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
     use super::*;
 
     /// The options without a variable: what one invocation does.
@@ -224,6 +263,69 @@ mod tests {
             "redis" => leasehold::REDIS_URL_ENV.to_owned(),
             _ => format!("LEASEHOLD_{}", long.to_ascii_uppercase().replace('-', "_")),
         }
+    }
+
+    /// Every `"LEASEHOLD_…"` string literal in the code of `cli/src/` (test modules and the
+    /// binary's test files left out), with the files that write it.
+    fn written() -> BTreeMap<String, Vec<String>> {
+        let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("cli/src") {
+                let path = entry.expect("an entry").path();
+                let file = path.file_name().unwrap().to_string_lossy().into_owned();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                if !file.ends_with(".rs") || file.ends_with("tests.rs") {
+                    continue;
+                }
+                let source = std::fs::read_to_string(&path).expect("a source file");
+                let code = source.split("#[cfg(test)]\nmod tests {").next().unwrap();
+                for piece in code.split('"').skip(1).step_by(2) {
+                    let is_name = piece.strip_prefix("LEASEHOLD_").is_some_and(|rest| {
+                        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                    });
+                    if is_name {
+                        names
+                            .entry(piece.to_owned())
+                            .or_default()
+                            .push(file.clone());
+                    }
+                }
+            }
+        }
+        names
+    }
+
+    /// Each variable's name is written once in the binary, in this file; every one is in
+    /// the library's list (so `LeaseClient::from_env` never calls it unread), and the list
+    /// holds no other but the ones the library reads itself.
+    #[test]
+    fn every_variable_is_written_once_here_and_the_library_lists_it() {
+        let written = written();
+        for (name, files) in &written {
+            assert_eq!(files, &["variables.rs"], "{name} is written in {files:?}");
+        }
+        let listed: BTreeSet<&str> = leasehold::ENV_VARS.iter().copied().collect();
+        for name in written.keys() {
+            assert!(
+                listed.contains(name.as_str()),
+                "{name} is not in leasehold::ENV_VARS"
+            );
+        }
+        let read = std::cell::RefCell::new(vec![leasehold::REDIS_URL_ENV.to_owned()]);
+        let _ = leasehold::LeaseSettings::from_lookup(|var| {
+            read.borrow_mut().push(var.to_owned());
+            None
+        });
+        let known: BTreeSet<String> = written.into_keys().chain(read.into_inner()).collect();
+        let listed: BTreeSet<String> = listed.into_iter().map(str::to_owned).collect();
+        assert_eq!(
+            listed, known,
+            "leasehold::ENV_VARS (left); the binary's and the library's own (right)"
+        );
     }
 
     /// Every option of every subcommand: a variable by the rule, read by the parser (its

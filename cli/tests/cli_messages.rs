@@ -317,6 +317,30 @@ fn doctor_passes_a_healthy_server_and_fails_a_user_who_cannot_release() {
     assert!(warn.contains("not woken"), "{warn}");
 
     server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "nosub",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-subscribe",
+    ]);
+    let mut cmd = bare();
+    cmd.args(["doctor", "--redis", &format!("redis://nosub:pw@{addr}")]);
+    let nosub = finish(cmd, &dir, "nosub");
+    // Leases work (a waiter polls without notices); what the refusal costs is said.
+    nosub.assert_code(0, "doctor for a user without SUBSCRIBE");
+    let warn = nosub
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("warn  SUBSCRIBE"))
+        .unwrap_or_else(|| panic!("no SUBSCRIBE warning: {}", nosub.stdout));
+    assert!(warn.contains("denied permission"), "{warn}");
+    assert!(warn.contains("poll instead"), "{warn}");
+
+    server.cmd(&[
         "ACL", "SETUSER", "nodel", "on", ">pw", "~*", "&*", "+@all", "-del",
     ]);
     let mut cmd = bare();

@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 
 use leasehold::fuzzing as decode;
+use leasehold::fuzzing::{AcquireReply, InspectReply, ReleaseReply, RenewReply, SendFailure};
 use leasehold::protocol::limits::{self, DurationBounds};
-use leasehold::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
 use leasehold::{
     DurationProblem, FailureKind, LeaseError, LeaseKeys, LeaseSettings, Namespace, OperationId,
-    Purpose, RedisBackend, RedisConfig, ResourceDigest, SendFailure,
+    Purpose, RedisBackend, RedisConfig, ResourceDigest,
 };
 use redis::Value;
 
@@ -281,11 +281,10 @@ pub fn settings(data: &[u8]) {
         return;
     };
     let vars: BTreeMap<&str, &str> = text.split('\n').filter_map(|l| l.split_once('=')).collect();
+    // A setting's variable is `LEASEHOLD_` and its name in capitals.
     let set = |field: &str| {
-        leasehold::ENV_VARS
-            .iter()
-            .find(|(_, f)| *f == field)
-            .and_then(|(name, _)| vars.get(name).copied())
+        vars.get(format!("LEASEHOLD_{}", field.to_ascii_uppercase()).as_str())
+            .copied()
     };
     match LeaseSettings::from_lookup(|name| vars.get(name).map(|v| (*v).to_owned())) {
         Ok(s) => {

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{
-    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, ReleaseNotices,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, Operations, ReleaseNotices,
     ReplicatedReply, SendFailure,
 };
 use crate::protocol::limits::deadline_after;
@@ -69,14 +69,14 @@ impl std::fmt::Debug for MemoryBackend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MemoryFault {
-    /// Calls fail at once without executing ([`SendFailure::NotSent`]), like a refused
-    /// connection.
+    /// Calls fail at once without executing, like a refused connection: outcomes are
+    /// `Unavailable`.
     Unavailable,
-    /// Calls execute, then wait out their timeout and fail with [`SendFailure::MaybeSent`],
-    /// like a reply lost on the way back.
+    /// Calls execute, then wait out their timeout and fail as a reply lost on the way back
+    /// would: outcomes are `Indeterminate`.
     LoseReply,
-    /// Calls do not execute, wait out their timeout and fail with [`SendFailure::MaybeSent`],
-    /// like a request lost on the way (the caller cannot tell this from `LoseReply`).
+    /// Calls do not execute, wait out their timeout and fail as `LoseReply` does, like a
+    /// request lost on the way (the caller cannot tell the two apart).
     LoseRequest,
     /// Calls take this long before executing; if that is longer than their timeout, they
     /// execute and the reply is lost.
@@ -318,7 +318,7 @@ impl MemoryBackend {
     }
 }
 
-impl LeaseBackend for MemoryBackend {
+impl Operations for MemoryBackend {
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,

@@ -1,7 +1,8 @@
 //! Backend layer: where leases are stored. Imports only [`crate::protocol`] and the crate's
 //! error type.
 //!
-//! [`LeaseBackend`] is deliberately small: one method per operation of the script of
+//! [`Operations`] — what the sealed [`LeaseBackend`] carries, crate-private — is
+//! deliberately small: one method per operation of the script of
 //! docs/design.md §4 (acquire — also waiting for replicas —, renew, release, inspect), the
 //! scan of lease keys behind listing, and the two notice subscriptions (releases; releases
 //! and acquisitions). A backend answers with the typed reply of the script, or with a
@@ -21,116 +22,78 @@ use crate::protocol::{
     RenewReply, ReplicaWait,
 };
 
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod memory;
 mod redis;
 
 pub use memory::{MemoryBackend, MemoryFault};
-#[cfg(feature = "fuzzing")]
-pub use redis::fuzzing;
 pub use redis::{RedisBackend, RedisConfig, ServerCapabilities};
 
-/// The future every backend call returns.
-pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SendFailure>> + Send + 'a>>;
+/// The future every backend operation returns.
+pub(crate) type BackendFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, SendFailure>> + Send + 'a>>;
 
-/// The pages of lease keys [`LeaseBackend::scan_leases`] finds.
-pub type KeyPages<'a> = Pin<Box<dyn Stream<Item = Result<Vec<String>, SendFailure>> + Send + 'a>>;
+/// The pages of lease keys [`Operations::scan_leases`] finds.
+pub(crate) type KeyPages<'a> =
+    Pin<Box<dyn Stream<Item = Result<Vec<String>, SendFailure>> + Send + 'a>>;
 
-/// Storage for leases. Implementations must make each call atomic and bounded by `timeout`:
-/// a call that has not answered by then fails with [`SendFailure::MaybeSent`]. The timeout
-/// bounds the round trip, from the instant just before the command is sent; a backend that
-/// keeps operations waiting locally before that ([`RedisBackend`] under a burst) does not
-/// count the wait against it — except for [`renew`](Self::renew), whose timeout runs from
-/// the call. An operation refused locally before anything was sent, for want of room in
-/// such a wait, is [`SendFailure::NotSent`] of kind [`FailureKind::QueueFull`]. Every
-/// duration is taken, `Duration::MAX` included: the deadline saturates
-/// ([`NO_DEADLINE`](crate::protocol::limits::NO_DEADLINE)).
+/// Storage for leases: [`MemoryBackend`] or [`RedisBackend`], handed to
+/// [`LeaseClient::new`](crate::LeaseClient::new).
 ///
 /// # Sealed
 ///
-/// Implemented by [`MemoryBackend`] and [`RedisBackend`] only, and sealed (its supertrait
-/// is one no other crate can name): a backend must answer with the scripts' semantics and
-/// build its [`ReleaseNotices`] inside the crate, and the seal lets a method be added
-/// without breaking anyone. Its methods are for calling: one script call each, without a
-/// handle's state or retries. A backend of one's own does not compile, however complete —
-/// its one error is the seal:
+/// Implemented by [`MemoryBackend`] and [`RedisBackend`] only. Its operations — one script
+/// call each, without a handle's state or retries — are the crate's own: a backend must
+/// answer with the scripts' semantics, and what a caller does with a lease goes through
+/// [`LeaseClient`](crate::LeaseClient) and [`LeaseHandle`](crate::LeaseHandle), which keep
+/// validity, retries and outcomes right. A backend of one's own does not compile, however
+/// complete — its one error is the seal:
 ///
 /// ```compile_fail
-/// # use std::time::Duration;
-/// #
-/// # use leasehold::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply, ReplicaWait};
-/// # use leasehold::{
-/// #     Attempt, BackendFuture, Holding, KeyPages, LeaseBackend, LeaseKeys, LeaseRequest, MemoryBackend,
-/// #     ReleaseNotices, ReplicatedReply,
-/// # };
-/// #
+/// use leasehold::{LeaseBackend, MemoryBackend};
+///
 /// // A backend of one's own: here, one that hands every call to leasehold's.
 /// #[derive(Debug)]
 /// struct Mine(MemoryBackend);
 ///
-/// impl LeaseBackend for Mine {
-///     fn acquire<'a>(
-///         &'a self,
-///         keys: &'a LeaseKeys,
-///         request: &'a LeaseRequest,
-///         timeout: Duration,
-///     ) -> BackendFuture<'a, AcquireReply> {
-///         self.0.acquire(keys, request, timeout)
-///     }
-///     // … and the seven other methods, each handed to `self.0` the same way.
-/// #     fn acquire_replicated<'a>(
-/// #         &'a self,
-/// #         keys: &'a LeaseKeys,
-/// #         request: &'a LeaseRequest,
-/// #         wait: ReplicaWait,
-/// #         timeout: Duration,
-/// #     ) -> BackendFuture<'a, ReplicatedReply> {
-/// #         self.0.acquire_replicated(keys, request, wait, timeout)
-/// #     }
-/// #     fn renew<'a>(
-/// #         &'a self,
-/// #         keys: &'a LeaseKeys,
-/// #         holding: &'a Holding,
-/// #         ttl: Duration,
-/// #         timeout: Duration,
-/// #     ) -> BackendFuture<'a, RenewReply> {
-/// #         self.0.renew(keys, holding, ttl, timeout)
-/// #     }
-/// #     fn release<'a>(
-/// #         &'a self,
-/// #         keys: &'a LeaseKeys,
-/// #         holding: &'a Holding,
-/// #         timeout: Duration,
-/// #     ) -> BackendFuture<'a, ReleaseReply> {
-/// #         self.0.release(keys, holding, timeout)
-/// #     }
-/// #     fn inspect<'a>(
-/// #         &'a self,
-/// #         keys: &'a LeaseKeys,
-/// #         attempt: &'a Attempt,
-/// #         timeout: Duration,
-/// #     ) -> BackendFuture<'a, InspectReply> {
-/// #         self.0.inspect(keys, attempt, timeout)
-/// #     }
-/// #     fn subscribe_releases<'a>(
-/// #         &'a self,
-/// #         keys: &'a LeaseKeys,
-/// #         timeout: Duration,
-/// #     ) -> BackendFuture<'a, ReleaseNotices> {
-/// #         self.0.subscribe_releases(keys, timeout)
-/// #     }
-/// #     fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {
-/// #         self.0.scan_leases(prefix, timeout)
-/// #     }
-/// #     fn subscribe_changes<'a>(
-/// #         &'a self,
-/// #         keys: &'a LeaseKeys,
-/// #         timeout: Duration,
-/// #     ) -> BackendFuture<'a, ReleaseNotices> {
-/// #         self.0.subscribe_changes(keys, timeout)
-/// #     }
-/// }
+/// impl LeaseBackend for Mine {}
 /// ```
-pub trait LeaseBackend: sealed::Sealed + Send + Sync + fmt::Debug + 'static {
+///
+/// Nor can a caller run an operation through it:
+///
+/// ```compile_fail
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leasehold::LeaseError> {
+/// use std::time::Duration;
+/// use leasehold::*;
+///
+/// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+/// let keys = client.keys(&Purpose::new("billing")?, &ResourceDigest::of(b"account-42"));
+/// let attempt = client.new_attempt("stranger")?;
+/// let _ = MemoryBackend::new().inspect(&keys, &attempt, Duration::from_secs(1)).await;
+/// # Ok(()) }
+/// ```
+// The bound is the seal: `Operations` is crate-private, so no other crate can implement
+// it or call its methods.
+#[allow(private_bounds)]
+pub trait LeaseBackend: Operations + Send + Sync + fmt::Debug + 'static {}
+
+impl LeaseBackend for MemoryBackend {}
+impl LeaseBackend for RedisBackend {}
+
+/// A backend's operations: one method per operation of the script of docs/design.md §4.
+///
+/// Each call is atomic and bounded by `timeout`: a call that has not answered by then
+/// fails with [`SendFailure::MaybeSent`]. The timeout bounds the round trip, from the
+/// instant just before the command is sent; a backend that keeps operations waiting
+/// locally before that ([`RedisBackend`] under a burst) does not count the wait against it
+/// — except for [`renew`](Self::renew), whose timeout runs from the call. An operation
+/// refused locally before anything was sent, for want of room in such a wait, is
+/// [`SendFailure::NotSent`] of kind [`FailureKind::QueueFull`]. Every duration is taken,
+/// `Duration::MAX` included: the deadline saturates
+/// ([`NO_DEADLINE`](crate::protocol::limits::NO_DEADLINE)).
+pub(crate) trait Operations {
     /// Runs the acquire script for `request`'s attempt: take the lease (a free slot of a
     /// counted lease, when `keys` name one) if absent, replay if this attempt holds it.
     /// The request's ttl, holder label and lock-delay are stored with a lease it takes (a
@@ -212,23 +175,14 @@ pub trait LeaseBackend: sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     ) -> BackendFuture<'a, ReleaseNotices>;
 }
 
-/// The supertrait that seals [`LeaseBackend`]: public in a module no other crate can reach.
-mod sealed {
-    /// Implemented for leasehold's own backends only.
-    pub trait Sealed {}
-
-    impl Sealed for super::MemoryBackend {}
-    impl Sealed for super::RedisBackend {}
-}
-
-/// What [`LeaseBackend::acquire_replicated`] answered.
+/// What [`Operations::acquire_replicated`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplicatedReply {
+pub(crate) struct ReplicatedReply {
     /// The acquire script's reply.
-    pub reply: AcquireReply,
+    pub(crate) reply: AcquireReply,
     /// After `ACQUIRED`: how many replicas acknowledged it, or why the wait did not answer.
     /// `None` for every other reply (nothing was written to wait for).
-    pub acked: Option<Result<u32, FailureDetail>>,
+    pub(crate) acked: Option<Result<u32, FailureDetail>>,
 }
 
 /// Why a backend call produced no reply. Maps onto the outcomes `Unavailable` and

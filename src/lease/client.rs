@@ -15,15 +15,13 @@ use crate::lease::release::{self, Release};
 use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
 use crate::lease::trace;
+use crate::lease::variables::{self, REDIS_URL_ENV};
 use crate::lease::wait;
 use crate::protocol::{
     Attempt, Holding, LeaseKeys, LeaseRequest, LeaseRequestBuilder, OperationId, Purpose,
     ResourceDigest,
 };
 use crate::telemetry::{self, Operation};
-
-/// The environment variable [`LeaseClient::from_env`] reads for a Redis URL.
-pub const REDIS_URL_ENV: &str = "LEASEHOLD_REDIS_URL";
 
 /// Acquires and inspects leases on one backend. Cheap to clone; clones share the backend.
 ///
@@ -104,7 +102,7 @@ impl LeaseClient {
         match super::settings::env_text(REDIS_URL_ENV) {
             Some(url) if !url.is_empty() => Self::redis(&url, settings),
             _ => Err(LeaseError::NoBackendConfigured {
-                unread: unread_env_vars(std::env::vars_os().map(|(name, _)| name)),
+                unread: variables::unread(std::env::vars_os().map(|(name, _)| name)),
             }),
         }
     }
@@ -379,142 +377,9 @@ impl LeaseClient {
     }
 }
 
-/// `LEASEHOLD_*` variables leasehold reads somewhere (the library, the CLI) or sets in the
-/// command's environment, besides [`ENV_VARS`](crate::lease::ENV_VARS). The test
-/// `every_listed_variable_is_named_in_the_source_and_every_one_named_is_listed` holds this
-/// list to the source of `src/` and `cli/src/`.
-const OTHER_ENV_VARS: &[&str] = &[
-    REDIS_URL_ENV,
-    "LEASEHOLD_FENCING_TOKEN",
-    "LEASEHOLD_SLOT",
-    // The CLI's options (cli/src/variables.rs).
-    "LEASEHOLD_REDIS_FILE",
-    "LEASEHOLD_PURPOSE",
-    "LEASEHOLD_RESOURCE",
-    "LEASEHOLD_RESOURCE_FILE",
-    "LEASEHOLD_TTL",
-    "LEASEHOLD_WAIT",
-    "LEASEHOLD_PERMITS",
-    "LEASEHOLD_LOCK_DELAY",
-    "LEASEHOLD_REPLICAS",
-    "LEASEHOLD_REPLICA_WAIT",
-    "LEASEHOLD_REQUIRE_REPLICAS",
-    "LEASEHOLD_HOLDER",
-    "LEASEHOLD_OPERATION_ID",
-    "LEASEHOLD_LOG_FORMAT",
-    "LEASEHOLD_LOG_LEVEL",
-    "LEASEHOLD_JSON",
-    "LEASEHOLD_QUIET",
-    "LEASEHOLD_CONFLICT_EXIT_CODE",
-    "LEASEHOLD_METRICS_ADDR",
-    "LEASEHOLD_PID_NAMESPACE",
-    #[cfg(test)]
-    "LEASEHOLD_TEST_CHILD",
-];
-
-/// The `LEASEHOLD_*` names among `names` that leasehold does not read, sorted.
-fn unread_env_vars(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
-    let mut unread: Vec<String> = names
-        .filter_map(|name| name.into_string().ok())
-        .filter(|name| name.starts_with("LEASEHOLD_"))
-        .filter(|name| {
-            !OTHER_ENV_VARS.contains(&name.as_str())
-                && !crate::lease::ENV_VARS.iter().any(|(var, _)| var == name)
-        })
-        .collect();
-    unread.sort();
-    unread
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every `"LEASEHOLD_…"` string literal in the code of `src/` and `cli/src/` (the
-    /// binary's when its sources are beside the library's), test modules and the two lists
-    /// left out.
-    fn named_variables() -> std::collections::BTreeSet<String> {
-        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let mut dirs = vec![root.join("src"), root.join("cli/src")];
-        let mut names = std::collections::BTreeSet::new();
-        while let Some(dir) = dirs.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries {
-                let path = entry.unwrap().path();
-                let file = path.file_name().unwrap().to_string_lossy().into_owned();
-                if path.is_dir() {
-                    if file != "tests" {
-                        dirs.push(path);
-                    }
-                    continue;
-                }
-                if !file.ends_with(".rs") || file == "tests.rs" || file == "cli_tests.rs" {
-                    continue;
-                }
-                let mut source = std::fs::read_to_string(&path).unwrap();
-                // The lists themselves name every variable; what counts is the rest.
-                for list in ["const OTHER_ENV_VARS", "pub const ENV_VARS"] {
-                    if let Some(start) = source.find(list) {
-                        let end = start + source[start..].find("];").unwrap();
-                        source.replace_range(start..end, "");
-                    }
-                }
-                let code = source.split("#[cfg(test)]\nmod tests {").next().unwrap();
-                for piece in code.split('"').skip(1).step_by(2) {
-                    let is_name = piece.strip_prefix("LEASEHOLD_").is_some_and(|rest| {
-                        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_uppercase() || c == '_')
-                    });
-                    if is_name {
-                        names.insert(piece.to_string());
-                    }
-                }
-            }
-        }
-        names
-    }
-
-    #[test]
-    fn every_listed_variable_is_named_in_the_source_and_every_one_named_is_listed() {
-        let named = named_variables();
-        let listed: std::collections::BTreeSet<String> = OTHER_ENV_VARS
-            .iter()
-            .copied()
-            .chain(crate::lease::ENV_VARS.iter().map(|(var, _)| *var))
-            .filter(|var| *var != "LEASEHOLD_TEST_CHILD")
-            .map(str::to_string)
-            .collect();
-        assert_eq!(
-            listed, named,
-            "listed (left) and named in the source (right)"
-        );
-    }
-
-    #[test]
-    fn a_misspelled_variable_is_named_and_the_ones_leasehold_reads_are_not() {
-        let names = [
-            "LEASEHOLD_REDIS_ULR",
-            "LEASEHOLD_NAMESPACE",
-            "LEASEHOLD_FENCING_TOKEN",
-            "PATH",
-            "LEASEHOLD_NAMESPCE",
-        ]
-        .map(std::ffi::OsString::from);
-        let unread = unread_env_vars(names.into_iter());
-        assert_eq!(unread, ["LEASEHOLD_NAMESPCE", "LEASEHOLD_REDIS_ULR"]);
-        let error = LeaseError::NoBackendConfigured { unread };
-        assert_eq!(
-            error.to_string(),
-            "no lease backend configured: LEASEHOLD_REDIS_URL is unset or empty \
-             (set, but not read by leasehold: LEASEHOLD_NAMESPCE, LEASEHOLD_REDIS_ULR)"
-        );
-        let plain = LeaseError::NoBackendConfigured { unread: Vec::new() };
-        assert_eq!(
-            plain.to_string(),
-            "no lease backend configured: LEASEHOLD_REDIS_URL is unset or empty"
-        );
-    }
 
     /// `from_env` with `LEASEHOLD_REDIS_URL` unset: run in a child process of this test
     /// binary, whose environment the test controls (setting variables in this one would race

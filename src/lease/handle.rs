@@ -37,11 +37,15 @@ use crate::lease::session::Session;
 use crate::lease::state::{HandleState, RenewParams};
 use crate::lease::trace;
 use crate::lease::validity::ValidityBudget;
-use crate::protocol::limits::{RENEW_ATTEMPTS, deadline_after};
+use crate::protocol::limits::deadline_after;
 use crate::protocol::{
     Attempt, FencingToken, Holding, LeaseKeys, Purpose, RenewReply, ResourceDigest,
 };
 use crate::telemetry::{self, HeldLease, Operation};
+
+/// Idempotent attempts one `renew` makes before it declares the lease UNKNOWN (a lease
+/// actor's renewal is the handle's: one retry policy).
+const RENEW_ATTEMPTS: u32 = 3;
 
 /// One acquired lease: its attempt, fencing token, local validity and state.
 ///

@@ -1,7 +1,8 @@
 //! Lease core: the client, the handle and its state machine, outcomes, validity, the wait
 //! loop. Imports [`crate::protocol`], [`crate::telemetry`], the error type and, of the
-//! backend, only what the crate root re-exports (the trait, the failure types, the two
-//! backends' constructors for convenience) — never a concrete backend's internals.
+//! backend, the trait, the failure types, the two backends' constructors for convenience
+//! and what a backend's operations answer (the crate docs' layer table lists them) —
+//! never a concrete backend's internals.
 
 mod acquire;
 mod client;
@@ -15,15 +16,17 @@ mod settings;
 mod state;
 mod trace;
 pub(crate) mod validity;
+mod variables;
 mod wait;
 
 pub use acquire::AcquireOutcome;
-pub use client::{LeaseClient, REDIS_URL_ENV};
+pub use client::LeaseClient;
 pub use handle::LeaseHandle;
 pub use list::{ListCoverage, ListOutcome, ListedLease, ListedSlot};
-pub use observe::{LeaseObserver, ResourceHolder, SlotHolder};
+pub use observe::{LeaseObserver, ResourceHolder};
 pub use outcome::{
     InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };
-pub use settings::{ENV_VARS, LeaseSettings};
+pub use settings::LeaseSettings;
+pub use variables::{ENV_VARS, REDIS_URL_ENV};
 pub(crate) use wait::Patience;

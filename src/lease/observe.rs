@@ -57,38 +57,12 @@ pub enum ResourceHolder {
         free_at: Instant,
     },
     /// A counted lease ([`LeaseRequestBuilder::permits`] > 1): each slot as last read, in
-    /// slot order. A slot is free for the next holder only when it reads
-    /// [`SlotHolder::Free`].
+    /// slot order — [`Free`](Self::Free), [`Held`](Self::Held) or
+    /// [`LockDelayed`](Self::LockDelayed), as a plain lease reads. A slot is free for the
+    /// next holder only when it reads `Free`.
     Counted {
         /// One reading per slot.
-        slots: Vec<SlotHolder>,
-    },
-}
-
-/// One slot of a lease as an observer last read it: a plain lease's only one, or each of
-/// a counted lease's ([`ResourceHolder::Counted`]). Equal as [`ResourceHolder`]s are.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum SlotHolder {
-    /// Nobody holds it, and nothing refuses a holder.
-    Free,
-    /// As [`ResourceHolder::Held`].
-    Held {
-        /// The holder's fencing token.
-        token: FencingToken,
-        /// The holder's label, if any.
-        holder: Option<HolderLabel>,
-        /// When it expires unless renewed, as of the last read.
-        expires_at: Instant,
-    },
-    /// As [`ResourceHolder::LockDelayed`].
-    LockDelayed {
-        /// The ended lease's fencing token.
-        token: FencingToken,
-        /// The ended lease's label, if any.
-        holder: Option<HolderLabel>,
-        /// When the lock-delay ends, as of the last read.
-        free_at: Instant,
+        slots: Vec<ResourceHolder>,
     },
 }
 
@@ -96,25 +70,56 @@ pub enum SlotHolder {
 /// never the time estimates, which a renewal moves.
 type Holding<'a> = (u8, Option<FencingToken>, Option<&'a HolderLabel>);
 
-impl PartialEq for SlotHolder {
+impl PartialEq for ResourceHolder {
     fn eq(&self, other: &Self) -> bool {
-        self.holding() == other.holding()
+        match (self, other) {
+            (Self::Counted { slots: a }, Self::Counted { slots: b }) => a == b,
+            _ => self.holding() == other.holding(),
+        }
     }
 }
 
-impl Eq for SlotHolder {}
+impl Eq for ResourceHolder {}
 
-impl SlotHolder {
+impl ResourceHolder {
+    /// The holder's token, while a plain lease is held (a counted lease's: each slot's).
+    pub fn token(&self) -> Option<FencingToken> {
+        match self {
+            Self::Held { token, .. } => Some(*token),
+            _ => None,
+        }
+    }
+
+    /// What a reading is compared by; a counted lease's are its slots'.
     fn holding(&self) -> Holding<'_> {
         match self {
             Self::Free => (0, None, None),
             Self::Held { token, holder, .. } => (1, Some(*token), holder.as_ref()),
             Self::LockDelayed { token, holder, .. } => (2, Some(*token), holder.as_ref()),
+            Self::Unknown { .. } => (3, None, None),
+            Self::Counted { .. } => (4, None, None),
         }
     }
 
-    /// What `read` (sent at `sent`) says of one slot; the detail when nothing is known.
-    fn read(read: InspectOutcome, sent: Instant) -> Result<Self, FailureDetail> {
+    /// The reading of `slots` (in slot order), as one slot for a plain lease; `Unknown` if
+    /// any slot could not be read.
+    fn read(slots: Vec<InspectOutcome>, sent: Instant) -> Self {
+        let read: Result<Vec<Self>, FailureDetail> = slots
+            .into_iter()
+            .map(|slot| Self::read_slot(slot, sent))
+            .collect();
+        match read {
+            Err(detail) => Self::Unknown {
+                detail: Some(detail),
+            },
+            Ok(mut slots) if slots.len() == 1 => slots.pop().unwrap_or(Self::Free),
+            Ok(slots) => Self::Counted { slots },
+        }
+    }
+
+    /// What `read` (sent at `sent`) says of one slot — `Free`, `Held` or `LockDelayed`; the
+    /// detail when nothing is known.
+    fn read_slot(read: InspectOutcome, sent: Instant) -> Result<Self, FailureDetail> {
         Ok(match read {
             InspectOutcome::HeldByAttempt {
                 remaining,
@@ -148,98 +153,14 @@ impl SlotHolder {
         })
     }
 
-    /// When this reading changes without a notice: an expiry publishes nothing, nor does a
-    /// lock-delay's end.
-    fn silent_change(&self) -> Option<Instant> {
-        match self {
-            Self::Free => None,
-            Self::Held { expires_at, .. } => Some(*expires_at),
-            Self::LockDelayed { free_at, .. } => Some(*free_at),
-        }
-    }
-}
-
-impl From<SlotHolder> for ResourceHolder {
-    fn from(slot: SlotHolder) -> Self {
-        match slot {
-            SlotHolder::Free => Self::Free,
-            SlotHolder::Held {
-                token,
-                holder,
-                expires_at,
-            } => Self::Held {
-                token,
-                holder,
-                expires_at,
-            },
-            SlotHolder::LockDelayed {
-                token,
-                holder,
-                free_at,
-            } => Self::LockDelayed {
-                token,
-                holder,
-                free_at,
-            },
-        }
-    }
-}
-
-impl PartialEq for ResourceHolder {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Counted { slots: a }, Self::Counted { slots: b }) => a == b,
-            _ => self.holding() == other.holding(),
-        }
-    }
-}
-
-impl Eq for ResourceHolder {}
-
-impl ResourceHolder {
-    /// The holder's token, while a plain lease is held (a counted lease's: each
-    /// [`SlotHolder`]).
-    pub fn token(&self) -> Option<FencingToken> {
-        match self {
-            Self::Held { token, .. } => Some(*token),
-            _ => None,
-        }
-    }
-
-    /// As [`SlotHolder::holding`]; a counted lease's are its slots'.
-    fn holding(&self) -> Holding<'_> {
-        match self {
-            Self::Free => (0, None, None),
-            Self::Held { token, holder, .. } => (1, Some(*token), holder.as_ref()),
-            Self::LockDelayed { token, holder, .. } => (2, Some(*token), holder.as_ref()),
-            Self::Unknown { .. } => (3, None, None),
-            Self::Counted { .. } => (4, None, None),
-        }
-    }
-
-    /// The reading of `slots` (in slot order), as one slot for a plain lease; `Unknown` if
-    /// any slot could not be read.
-    fn read(slots: Vec<InspectOutcome>, sent: Instant) -> Self {
-        let read: Result<Vec<SlotHolder>, FailureDetail> = slots
-            .into_iter()
-            .map(|slot| SlotHolder::read(slot, sent))
-            .collect();
-        match read {
-            Err(detail) => Self::Unknown {
-                detail: Some(detail),
-            },
-            Ok(mut slots) if slots.len() == 1 => slots.pop().map_or(Self::Free, Self::from),
-            Ok(slots) => Self::Counted { slots },
-        }
-    }
-
-    /// The earliest moment this reading changes without a notice.
+    /// The earliest moment this reading changes without a notice: an expiry publishes
+    /// nothing, nor does a lock-delay's end.
     fn silent_change(&self) -> Option<Instant> {
         match self {
             Self::Unknown { .. } | Self::Free => None,
             Self::Held { expires_at, .. } => Some(*expires_at),
             Self::LockDelayed { free_at, .. } => Some(*free_at),
-            Self::Counted { slots } => slots.iter().filter_map(SlotHolder::silent_change).min(),
+            Self::Counted { slots } => slots.iter().filter_map(Self::silent_change).min(),
         }
     }
 }

@@ -6,11 +6,19 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{DurationProblem, LeaseError};
-use crate::protocol::limits::{
-    self, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_BUDGET,
-    DEFAULT_RETRY_AFTER_FALLBACK,
+use crate::lease::variables::{
+    COMMAND_TIMEOUT, CONNECT_TIMEOUT, DRIFT_BUDGET, NAMESPACE, RENEW_EVERY, RETRY_AFTER_FALLBACK,
+    SAFETY_MARGIN,
 };
+use crate::protocol::limits::{self, DEFAULT_CONNECT_TIMEOUT};
 use crate::protocol::{LeaseRequest, Namespace};
+
+/// Default command timeout (docs/design.md §11).
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
+/// Default drift budget (docs/design.md §11).
+const DEFAULT_DRIFT_BUDGET: Duration = Duration::from_millis(10);
+/// Default contention retry-after fallback (docs/design.md §11).
+const DEFAULT_RETRY_AFTER_FALLBACK: Duration = Duration::from_millis(50);
 
 /// Client settings. Build in code from [`Default`], or deserialise from a config file
 /// (durations as humantime text: `command_timeout = "200ms"`), or read the environment with
@@ -70,17 +78,6 @@ impl Default for LeaseSettings {
         }
     }
 }
-
-/// Environment variables read by [`LeaseSettings::from_env`], with the field each sets.
-pub const ENV_VARS: &[(&str, &str)] = &[
-    ("LEASEHOLD_NAMESPACE", "namespace"),
-    ("LEASEHOLD_COMMAND_TIMEOUT", "command_timeout"),
-    ("LEASEHOLD_CONNECT_TIMEOUT", "connect_timeout"),
-    ("LEASEHOLD_DRIFT_BUDGET", "drift_budget"),
-    ("LEASEHOLD_RETRY_AFTER_FALLBACK", "retry_after_fallback"),
-    ("LEASEHOLD_RENEW_EVERY", "renew_every"),
-    ("LEASEHOLD_SAFETY_MARGIN", "safety_margin"),
-];
 
 macro_rules! setters {
     ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty => $wrap:expr;)*) => {
@@ -232,7 +229,10 @@ impl LeaseSettings {
         Ok(())
     }
 
-    /// Defaults overridden by the variables of [`ENV_VARS`] that are set, then validated.
+    /// Defaults overridden by the variables that are set, then validated: each setting's
+    /// variable is `LEASEHOLD_` and its name in capitals (`LEASEHOLD_NAMESPACE`,
+    /// `LEASEHOLD_COMMAND_TIMEOUT`, `LEASEHOLD_CONNECT_TIMEOUT`, `LEASEHOLD_DRIFT_BUDGET`,
+    /// `LEASEHOLD_RETRY_AFTER_FALLBACK`, `LEASEHOLD_RENEW_EVERY`, `LEASEHOLD_SAFETY_MARGIN`).
     /// A value that is not UTF-8 is invalid, never taken for unset (an unreadable
     /// namespace must not become the default one: that would be another lease).
     ///
@@ -243,36 +243,54 @@ impl LeaseSettings {
     }
 
     /// As [`from_env`](Self::from_env), reading variables through `lookup` (for tests and
-    /// for programs with their own configuration source).
+    /// for programs with their own configuration source). `lookup` is asked for every
+    /// variable, once each and in the order above, before any value is judged.
     ///
     /// # Errors
     /// The first invalid value, as [`LeaseError`].
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, LeaseError> {
-        let mut s = Self::default();
-        let duration = |name: &str, param: &'static str| {
-            lookup(name)
-                .map(|text| limits::parse_duration(param, &text))
+        let [
+            namespace,
+            command_timeout,
+            connect_timeout,
+            drift_budget,
+            retry_after_fallback,
+            renew_every,
+            safety_margin,
+        ] = [
+            NAMESPACE,
+            COMMAND_TIMEOUT,
+            CONNECT_TIMEOUT,
+            DRIFT_BUDGET,
+            RETRY_AFTER_FALLBACK,
+            RENEW_EVERY,
+            SAFETY_MARGIN,
+        ]
+        .map(&lookup);
+        let duration = |text: Option<String>, param: &'static str| {
+            text.map(|text| limits::parse_duration(param, &text))
                 .transpose()
         };
-        if let Some(ns) = lookup("LEASEHOLD_NAMESPACE") {
+        let mut s = Self::default();
+        if let Some(ns) = namespace {
             s.namespace = Namespace::new(&ns)?;
         }
-        if let Some(d) = duration("LEASEHOLD_COMMAND_TIMEOUT", "command_timeout")? {
+        if let Some(d) = duration(command_timeout, "command_timeout")? {
             s.command_timeout = d;
         }
-        if let Some(d) = duration("LEASEHOLD_CONNECT_TIMEOUT", "connect_timeout")? {
+        if let Some(d) = duration(connect_timeout, "connect_timeout")? {
             s.connect_timeout = d;
         }
-        if let Some(d) = duration("LEASEHOLD_DRIFT_BUDGET", "drift_budget")? {
+        if let Some(d) = duration(drift_budget, "drift_budget")? {
             s.drift_budget = d;
         }
-        if let Some(d) = duration("LEASEHOLD_RETRY_AFTER_FALLBACK", "retry_after_fallback")? {
+        if let Some(d) = duration(retry_after_fallback, "retry_after_fallback")? {
             s.retry_after_fallback = d;
         }
-        if let Some(d) = duration("LEASEHOLD_RENEW_EVERY", "renew_every")? {
+        if let Some(d) = duration(renew_every, "renew_every")? {
             s.renew_every = Some(d);
         }
-        if let Some(d) = duration("LEASEHOLD_SAFETY_MARGIN", "safety_margin")? {
+        if let Some(d) = duration(safety_margin, "safety_margin")? {
             s.safety_margin = Some(d);
         }
         s.validate()?;

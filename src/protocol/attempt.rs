@@ -8,7 +8,10 @@ use std::fmt;
 use base64::Engine as _;
 
 use crate::error::LeaseError;
-use crate::protocol::limits::{OPERATION_ID_MAX_LEN, OWNER_TOKEN_BYTES};
+use crate::protocol::limits::OPERATION_ID_MAX_LEN;
+
+/// Bytes of OS randomness in an [`OwnerToken`].
+const OWNER_TOKEN_BYTES: usize = 24;
 
 /// 24 bytes from the OS CSPRNG, base64url without padding (32 characters).
 ///

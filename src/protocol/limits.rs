@@ -1,10 +1,14 @@
-//! Every bound and default of docs/design.md §3 and §11, in one table.
+//! Every bound of docs/design.md §3, in one table, and what more than one layer shares.
 //!
 //! The error texts of [`LeaseError`] are built from these values, so a message always names
 //! the bound that is actually enforced. Public are the bounds a caller's input is checked
-//! against, and what a caller's duration saturates at ([`NO_DEADLINE`]); the defaults a
-//! caller reads elsewhere (`LeaseSettings::default()`, a request's builder) and the crate's
-//! own policies (attempts per renewal or listing step) stay inside the crate.
+//! against, and what a caller's duration saturates at ([`NO_DEADLINE`]). Crate-private are
+//! what layers that cannot import each other share: the connect timeout's default (the
+//! settings' and a `RedisConfig`'s), the attempts of a listing's read and `SCAN` step (the
+//! lease core's and the Redis backend's), and how a deadline is made. A default or a policy
+//! one place uses lives there: the settings' defaults with `LeaseSettings`, a request's
+//! with its builder, the queue limit's with `RedisConfig`, the attempts per renewal with
+//! the handle.
 
 use std::time::Duration;
 
@@ -162,15 +166,6 @@ pub const MAX_REPLICAS: u32 = 16;
 /// [`LeaseRequestBuilder::permits`]: crate::protocol::LeaseRequestBuilder::permits
 pub const MAX_PERMITS: u16 = 64;
 
-/// Operations a Redis backend keeps waiting to be sent, by default
-/// ([`RedisConfig::queue_limit`](crate::RedisConfig::queue_limit)). Enough for a burst of
-/// ten thousand acquisitions from one client; at what Redis spends on an operation of a
-/// batch (docs/performance.md), a full queue is a fraction of a second of its time — the
-/// last admitted operation leaves well within a second on a healthy server — and at most a
-/// few megabytes here (a waiting operation holds its keys and arguments, a few hundred
-/// bytes).
-pub(crate) const DEFAULT_QUEUE_LIMIT: usize = 16_384;
-
 /// Most operations a Redis backend may be configured to keep waiting.
 pub const MAX_QUEUE_LIMIT: usize = 1 << 20;
 
@@ -203,16 +198,9 @@ pub fn check_permits(permits: u32) -> Result<u16, LeaseError> {
         })
 }
 
-/// Default command timeout (docs/design.md §11).
-pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(200);
-/// Default connect timeout (docs/design.md §11).
+/// Default connect timeout (docs/design.md §11): `LeaseSettings::default()`'s, and a
+/// `RedisConfig`'s unless set.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default drift budget (docs/design.md §11).
-pub(crate) const DEFAULT_DRIFT_BUDGET: Duration = Duration::from_millis(10);
-/// Default contention retry-after fallback (docs/design.md §11).
-pub(crate) const DEFAULT_RETRY_AFTER_FALLBACK: Duration = Duration::from_millis(50);
-/// Default wait timeout: try once (docs/design.md §11).
-pub(crate) const DEFAULT_WAIT_TIMEOUT: Duration = Duration::ZERO;
 
 /// Longest [`Purpose`](crate::Purpose), in bytes.
 pub const PURPOSE_MAX_LEN: usize = 64;
@@ -259,10 +247,6 @@ pub(crate) fn deadline_after(now: Instant, d: Duration) -> Instant {
 
 /// Longest [`HolderLabel`](crate::HolderLabel), in bytes.
 pub const HOLDER_MAX_LEN: usize = 64;
-/// Bytes of OS randomness in an [`OwnerToken`](crate::OwnerToken).
-pub(crate) const OWNER_TOKEN_BYTES: usize = 24;
-/// Idempotent attempts one `renew` makes before it declares the lease UNKNOWN.
-pub(crate) const RENEW_ATTEMPTS: u32 = 3;
 
 #[cfg(test)]
 mod tests {

@@ -5,8 +5,8 @@
 //!
 //! What a caller names every day — [`LeaseRequest`], [`Purpose`], [`ResourceDigest`],
 //! [`FencingToken`], [`LeaseKeys`]… — is at the crate root. Here: the request's builder
-//! and its replica wait, the scripts' typed replies (what
-//! [`LeaseBackend`](crate::LeaseBackend)'s methods answer), and the bounds ([`limits`]).
+//! and its replica wait, and the bounds ([`limits`]). The scripts' typed replies and the
+//! holding a renewal names are the crate's own: a caller reads outcomes instead.
 
 pub(crate) mod attempt;
 pub(crate) mod digest;
@@ -16,7 +16,7 @@ pub(crate) mod holding;
 pub(crate) mod keys;
 pub mod limits;
 pub(crate) mod names;
-mod reply;
+pub(crate) mod reply;
 pub(crate) mod request;
 
 pub(crate) use attempt::{Attempt, OperationId};
@@ -26,6 +26,6 @@ pub(crate) use holder::HolderLabel;
 pub(crate) use holding::Holding;
 pub(crate) use keys::LeaseKeys;
 pub(crate) use names::{Namespace, Purpose};
-pub use reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
+pub(crate) use reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
 pub(crate) use request::LeaseRequest;
 pub use request::{LeaseRequestBuilder, ReplicaWait};

@@ -4,9 +4,12 @@ use std::time::Duration;
 
 use crate::error::LeaseError;
 use crate::protocol::limits::{
-    DEFAULT_WAIT_TIMEOUT, LOCK_DELAY, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT, check_permits,
+    LOCK_DELAY, MAX_REPLICAS, REPLICA_WAIT, TTL, WAIT_TIMEOUT, check_permits,
 };
 use crate::protocol::{Attempt, HolderLabel, Purpose, ResourceDigest};
+
+/// Default wait timeout: try once (docs/design.md §11).
+const DEFAULT_WAIT_TIMEOUT: Duration = Duration::ZERO;
 
 /// A validated acquisition request.
 ///

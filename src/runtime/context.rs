@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::lease::{LeaseState, Replication};
 use crate::protocol::{FencingToken, Purpose, ResourceDigest};
 use crate::runtime::CancelReason;
-use crate::runtime::published::Subscriber;
+use crate::runtime::lease_actor::published::Subscriber;
 
 /// The lease as the LeaseActor last confirmed it; published on every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use crate::protocol::limits::deadline_after;
 use crate::runtime::LeaseRuntime;
+use crate::runtime::lease_actor::message::LeaseActorMsg;
 use crate::runtime::lease_actor::release_time;
-use crate::runtime::message::LeaseActorMsg;
 
 /// What [`LeaseRuntime::shutdown`] did. The counts add up:
 /// `leases == ended + stopped + left`.

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use crate::lease::AcquireOutcome;
 use crate::protocol::FencingToken;
-use crate::runtime::message::LeaseActorMsg;
+use crate::runtime::lease_actor::message::LeaseActorMsg;
 use crate::runtime::{JobEnd, LeaseContext, LeaseReport, LeaseStatus};
 #[cfg(doc)]
 use crate::runtime::{LeaseCancelled, LeaseRuntime};

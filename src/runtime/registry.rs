@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::RuntimeError;
-use crate::runtime::message::LeaseActorMsg;
+use crate::runtime::lease_actor::message::LeaseActorMsg;
 
 /// The live leases of one runtime.
 #[derive(Debug)]

@@ -16,7 +16,7 @@ use tracing::Instrument as _;
 
 use crate::lease::AcquireOutcome;
 use crate::protocol::LeaseRequest;
-use crate::runtime::worker::{TaskEnd, Worker};
+use crate::runtime::lease_actor::worker::{TaskEnd, Worker};
 use crate::runtime::{
     CancelPolicy, LeaseCancelled, LeaseContext, LeaseReport, LeaseRuntime, RuntimeError,
 };

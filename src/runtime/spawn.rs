@@ -11,11 +11,11 @@ use crate::error::LeaseError;
 use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience};
 use crate::protocol::LeaseRequest;
 use crate::runtime::job::Started;
+use crate::runtime::lease_actor::published;
+use crate::runtime::lease_actor::timers::Timers;
+use crate::runtime::lease_actor::worker::Worker;
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
-use crate::runtime::published;
 use crate::runtime::registry::{Admission, Registry};
-use crate::runtime::timers::Timers;
-use crate::runtime::worker::Worker;
 use crate::runtime::{
     AttachedLease, CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseStatus, SpawnOutcome,
 };
@@ -189,7 +189,7 @@ impl LeaseRuntime {
                 let _ = worker_tx.send(worker.clone());
                 Ok(worker)
             };
-            Box::pin(fut) as crate::runtime::worker::SpawnFuture<W::Msg>
+            Box::pin(fut) as crate::runtime::lease_actor::worker::SpawnFuture<W::Msg>
         };
         let started = self
             .start(handle, admission, policy, None, |ctx| {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::protocol::RenewReply;
+use leasehold::fuzzing::{Holding, RenewReply, calls};
 use leasehold::*;
 
 use super::common::backends::Harness;
@@ -66,11 +66,16 @@ pub async fn renew_and_release_as_the_same_owner_under_another_operation_are_not
     let other = same_owner(&lease, "op-2");
     let holding = Holding::of_attempt(other.clone());
     let ttl = Duration::from_secs(30);
-    let renewed = h
-        .backend()
-        .renew(lease.keys(), &holding, ttl, Duration::from_secs(2))
-        .await
-        .expect("answered");
+    let backend = h.backend();
+    let renewed = calls::renew(
+        backend.as_ref(),
+        lease.keys(),
+        &holding,
+        ttl,
+        Duration::from_secs(2),
+    )
+    .await
+    .expect("answered");
     assert_eq!(renewed, RenewReply::NotOwner, "renew as (X, op-2)");
     untouched(&h, &lease, "renew as (X, op-2)");
     let req2 = LeaseRequest::builder(req.purpose().clone(), *req.resource(), other)

@@ -11,6 +11,16 @@ use crate::common::leases::acquired;
 use crate::{replies_dropped, request, script_calls, spawn_acquire, until_script_calls};
 use leasehold::*;
 
+/// The companions of the `redis_batched` harness outnumber the calls a backend has in
+/// flight: the harness's own count of them is the backend's.
+#[test]
+fn the_harness_counts_the_calls_in_flight_as_the_backend_does() {
+    assert_eq!(
+        common::backends::companions::CALLS_IN_FLIGHT,
+        leasehold::fuzzing::CALLS_IN_FLIGHT
+    );
+}
+
 /// While a call is in flight, a few more operations wait for its end rather than start a
 /// call of their own — so each call carries enough to be worth its fixed cost — and as
 /// many as `OPERATIONS_FOR_ANOTHER_CALL` leave at once in another call.
@@ -20,7 +30,7 @@ async fn a_busy_backend_starts_another_call_only_for_enough_operations() {
     let mut tasks = vec![spawn_acquire(&client, &request(&client, "first", "op"))];
     until_script_calls(&server, base + 1).await;
 
-    let few = RedisBackend::OPERATIONS_FOR_ANOTHER_CALL - 1;
+    let few = leasehold::fuzzing::OPERATIONS_FOR_ANOTHER_CALL - 1;
     for i in 0..few {
         tasks.push(spawn_acquire(
             &client,

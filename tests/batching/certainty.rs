@@ -52,11 +52,11 @@ async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_
     // operations as make a busy backend start another call.
     let mut requests = Vec::new();
     let mut tasks = Vec::new();
-    for call in 0..RedisBackend::CALLS_IN_FLIGHT {
+    for call in 0..leasehold::fuzzing::CALLS_IN_FLIGHT {
         let batch = if call == 0 {
             1
         } else {
-            RedisBackend::OPERATIONS_FOR_ANOTHER_CALL
+            leasehold::fuzzing::OPERATIONS_FOR_ANOTHER_CALL
         };
         for i in 0..batch {
             let req = request(&client, &format!("sent-{call}-{i}"), "op");
@@ -66,7 +66,7 @@ async fn operations_still_waiting_when_replies_are_lost_are_unavailable_and_did_
         until_script_calls(&server, base + call as u64 + 1).await;
     }
     let sent = requests.len();
-    for i in 0..RedisBackend::OPERATIONS_FOR_ANOTHER_CALL {
+    for i in 0..leasehold::fuzzing::OPERATIONS_FOR_ANOTHER_CALL {
         let req = request(&client, &format!("waiting-{i}"), "op");
         tasks.push(spawn_acquire(&client, &req));
         requests.push(req);

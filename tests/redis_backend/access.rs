@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use leasehold::fuzzing::calls;
 use leasehold::*;
 
 use crate::common::RedisServer;
@@ -193,8 +194,7 @@ async fn release_notices_that_arrived_together_wake_the_waiter_once() {
     let client = LeaseClient::new(backend.clone(), redis_settings()).unwrap();
     let req = request(&client, "notices");
     let keys = client.keys(req.purpose(), req.resource());
-    let mut notices = backend
-        .subscribe_releases(&keys, Duration::from_secs(2))
+    let mut notices = calls::subscribe_releases(&backend, &keys, Duration::from_secs(2))
         .await
         .unwrap();
     for _ in 0..3 {

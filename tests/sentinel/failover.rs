@@ -11,6 +11,7 @@ use crate::common::fault::FaultLine;
 use crate::common::leases::acquired;
 use crate::common::sentinel::{SentinelTopology, query, role};
 use crate::{churn, exists, pttl, request, settings_with_timeout, shorten};
+use leasehold::fuzzing::calls;
 use leasehold::runtime::CancelReason;
 use leasehold::*;
 
@@ -385,8 +386,7 @@ async fn a_release_subscription_ends_when_the_primary_moves() {
     let backend = RedisBackend::new(topology.config()).unwrap();
     let client = LeaseClient::new(backend.clone(), redis_settings()).unwrap();
     let keys = client.keys(&Purpose::new("sentinel").unwrap(), &ResourceDigest::of("r"));
-    let mut notices = backend
-        .subscribe_releases(&keys, Duration::from_secs(2))
+    let mut notices = calls::subscribe_releases(&backend, &keys, Duration::from_secs(2))
         .await
         .unwrap();
     let old = topology.primary_port();

@@ -29,7 +29,7 @@ pub(crate) enum PidNamespace {
 }
 
 /// The variable `--pid-namespace` overrides.
-const PID_NAMESPACE_VAR: &str = "LEASEHOLD_PID_NAMESPACE";
+const PID_NAMESPACE_VAR: &str = crate::variables::PID_NAMESPACE;
 
 impl PidNamespace {
     /// `$LEASEHOLD_PID_NAMESPACE`, else auto.

@@ -304,12 +304,12 @@ impl Process {
         let mut command = std::process::Command::new(&self.spec.program);
         command
             .args(&self.spec.args)
-            .env("LEASEHOLD_FENCING_TOKEN", token.to_string())
+            .env(crate::variables::FENCING_TOKEN, token.to_string())
             // Its own process group: forwarded signals reach what it starts, and a
             // terminal's ^C reaches leasehold, which forwards it, not the command directly.
             .process_group(0);
         if let Some(slot) = self.slot {
-            command.env("LEASEHOLD_SLOT", slot.to_string());
+            command.env(crate::variables::SLOT, slot.to_string());
         }
         // SAFETY: the keeper is single-threaded, so the child may call anything between
         // fork and exec; it calls only prctl, getppid and signal-mask functions.

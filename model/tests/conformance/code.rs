@@ -12,10 +12,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
+use leasehold::fuzzing::{
+    AcquireReply, InspectReply, ReleaseReply, RenewReply, SendFailure, calls,
+};
 use leasehold::{
     Attempt, FencingToken, LeaseBackend, LeaseKeys, LeaseRequest, MemoryBackend, Namespace,
-    OperationId, OwnerToken, Purpose, ResourceDigest, SendFailure,
+    OperationId, OwnerToken, Purpose, ResourceDigest,
 };
 use leasehold_model::Config;
 use tokio::time::Instant;
@@ -143,7 +145,7 @@ impl Code {
 
     pub async fn acquire(&self, attempt: &Attempt) -> Result<AcquireReply, SendFailure> {
         let request = self.request(attempt);
-        self.backend().acquire(&self.keys, &request, TIMEOUT).await
+        calls::acquire(self.backend(), &self.keys, &request, TIMEOUT).await
     }
 
     /// A renewal as the handle of `attempt`'s grant of `token` in `slot` sends it.
@@ -155,9 +157,7 @@ impl Code {
     ) -> Result<RenewReply, SendFailure> {
         let holding = leasehold::fuzzing::holding(&self.request(attempt), token);
         let keys = self.keys.for_slot(slot.into());
-        self.backend()
-            .renew(&keys, &holding, self.ttl, TIMEOUT)
-            .await
+        calls::renew(self.backend(), &keys, &holding, self.ttl, TIMEOUT).await
     }
 
     /// A release as the handle of `attempt`'s grant of `token` in `slot` sends it.
@@ -169,12 +169,12 @@ impl Code {
     ) -> Result<ReleaseReply, SendFailure> {
         let holding = leasehold::fuzzing::holding(&self.request(attempt), token);
         let keys = self.keys.for_slot(slot.into());
-        self.backend().release(&keys, &holding, TIMEOUT).await
+        calls::release(self.backend(), &keys, &holding, TIMEOUT).await
     }
 
     pub async fn inspect(&self, attempt: &Attempt, slot: u8) -> Result<InspectReply, SendFailure> {
         let keys = self.keys.for_slot(slot.into());
-        self.backend().inspect(&keys, attempt, TIMEOUT).await
+        calls::inspect(self.backend(), &keys, attempt, TIMEOUT).await
     }
 
     /// The fence counter is evicted. The memory backend never loses its counter (it has

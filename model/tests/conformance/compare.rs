@@ -7,7 +7,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::time::Duration;
 
 use leasehold::FencingToken;
-use leasehold::protocol::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
+use leasehold::fuzzing::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
 use leasehold_model::replay::Answer;
 use leasehold_model::server::{self, Token};
 

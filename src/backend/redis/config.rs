@@ -9,7 +9,15 @@ use redis::io::tcp::TcpSettings;
 use redis::{Client, IntoConnectionInfo as _};
 
 use crate::error::LeaseError;
-use crate::protocol::limits::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_QUEUE_LIMIT};
+use crate::protocol::limits::DEFAULT_CONNECT_TIMEOUT;
+
+/// Operations a Redis backend keeps waiting to be sent, by default
+/// ([`RedisConfig::queue_limit`]). Enough for a burst of ten thousand acquisitions from one
+/// client; at what Redis spends on an operation of a batch (docs/performance.md), a full
+/// queue is a fraction of a second of its time — the last admitted operation leaves well
+/// within a second on a healthy server — and at most a few megabytes here (a waiting
+/// operation holds its keys and arguments, a few hundred bytes).
+const DEFAULT_QUEUE_LIMIT: usize = 16_384;
 
 /// Where and how to reach Redis: one standalone node ([`new`](Self::new)), the primary
 /// that Redis Sentinel names ([`sentinel`](Self::sentinel)), or a Redis Cluster

@@ -1,11 +1,9 @@
-//! Not API: the script-reply decoders, reachable from outside the crate only with the
-//! `fuzzing` feature, for the fuzz targets in `fuzz/` and `tests/fuzz_corpus.rs`; and the
-//! [`Holding`] a handle builds, for the model's conformance replay (`model/tests/`), which
-//! renews and releases through the backends as a handle does.
+//! The script-reply decoders and the [`Holding`] a handle builds, for
+//! `leasehold::fuzzing` (`crate::backend::fuzzing` says what it is for).
 //!
 //! Each function is the crate's own code `RedisBackend` or a handle runs, unchanged;
 //! nothing here may hold logic of its own, or the fuzz targets would test it instead of
-//! the decoders. No stability promise: names and signatures follow the decoders.
+//! the decoders.
 
 use redis::Value;
 

@@ -9,7 +9,7 @@
 //!
 //! # Where things are
 //!
-//! This file: the backend, its construction, and the [`LeaseBackend`] operations. `config`
+//! This file: the backend, its construction, and its [`Operations`]. `config`
 //! where and how to reach Redis; `connection` how a call obtains its connection (topology,
 //! shared connection, connect gate); `call` one script call, `NOSCRIPT` and Cluster
 //! redirections; `batch` concurrent operations coalesced into one call; `replicas` the
@@ -28,8 +28,7 @@ mod cluster;
 mod config;
 mod connection;
 #[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod fuzzing;
+pub(crate) mod fuzzing;
 mod parse;
 #[cfg(test)]
 mod parse_props;
@@ -50,7 +49,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::{
-    BackendFuture, FailureDetail, FailureKind, KeyPages, LeaseBackend, ReleaseNotices,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, Operations, ReleaseNotices,
     ReplicatedReply, SendFailure,
 };
 use crate::error::LeaseError;
@@ -197,19 +196,20 @@ impl fmt::Debug for RedisBackend {
     }
 }
 
+/// Script calls one backend has in flight at once, at most (standalone and Sentinel).
+/// Operations that arrive while this many are in flight wait in the queue
+/// ([`RedisConfig::queue_limit`]), and leave together in the next calls; a renewal that
+/// waits past its timeout is `NotSent`.
+#[cfg(feature = "fuzzing")]
+pub const CALLS_IN_FLIGHT: usize = batch::MAX_IN_FLIGHT;
+
+/// Operations waiting that make a backend with a call in flight start another one (while
+/// fewer than [`CALLS_IN_FLIGHT`] are). Fewer wait for the next call of one in flight — one
+/// round trip at most. An operation that finds no call in flight leaves at once.
+#[cfg(feature = "fuzzing")]
+pub const OPERATIONS_FOR_ANOTHER_CALL: usize = batch::ANOTHER_CALL;
+
 impl RedisBackend {
-    /// Script calls one backend has in flight at once, at most (standalone and Sentinel).
-    /// Operations that arrive while this many are in flight wait in the queue
-    /// ([`RedisConfig::queue_limit`]), and leave together in the next calls; a renewal that
-    /// waits past its timeout is `NotSent`.
-    pub const CALLS_IN_FLIGHT: usize = batch::MAX_IN_FLIGHT;
-
-    /// Operations waiting that make a backend with a call in flight start another one
-    /// (while fewer than [`CALLS_IN_FLIGHT`](Self::CALLS_IN_FLIGHT) are). Fewer wait for
-    /// the next call of one in flight — one round trip at most. An operation that finds no
-    /// call in flight leaves at once.
-    pub const OPERATIONS_FOR_ANOTHER_CALL: usize = batch::ANOTHER_CALL;
-
     /// Validates the configuration; connects on first use.
     ///
     /// # Errors
@@ -299,6 +299,22 @@ impl RedisBackend {
         self.send_one(generation, &connected, item, deadlines).await
     }
 
+    /// The queue of operations waiting to share a script call, and the calls in flight
+    /// (`batch`).
+    fn batcher(&self) -> &batch::Batcher {
+        &self.inner.batcher
+    }
+
+    /// The shared connection, if one is up now: a call goes out on it without waiting.
+    fn current_connection(&self) -> Option<(u64, Connected)> {
+        self.inner.shared.current()
+    }
+
+    /// The bound on obtaining a connection (`RedisConfig::connect_timeout`).
+    fn connect_timeout(&self) -> Duration {
+        self.inner.connect_timeout
+    }
+
     /// Runs one operation and decodes its reply with `parse`.
     fn operation<'a, T: Send + 'a>(
         &'a self,
@@ -310,7 +326,7 @@ impl RedisBackend {
     }
 }
 
-impl LeaseBackend for RedisBackend {
+impl Operations for RedisBackend {
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,

@@ -7,13 +7,13 @@ use std::time::Duration;
 use ractor::{ActorRef, Message};
 use tokio::time::Instant;
 
+use super::message::LeaseActorMsg;
 use super::state::LeaseActorState;
+use super::watchdog::{Action, Cancellation};
+use super::worker::WorkerState;
 use super::{KILL_WAIT, LEASE_END};
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::{LeaseHandle, ReleaseOutcome};
-use crate::runtime::message::LeaseActorMsg;
-use crate::runtime::watchdog::{Action, Cancellation};
-use crate::runtime::worker::WorkerState;
 use crate::runtime::{JobEnd, LeaseCancelled, LeaseReport};
 use crate::telemetry;
 

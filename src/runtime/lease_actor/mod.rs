@@ -1,16 +1,27 @@
 //! `LeaseActor`: owns one `LeaseHandle`, renews it like a watchdog, and supervises the worker
 //! the lease protects (docs/design.md §8).
 //!
+//! # Where things are
+//!
+//! This file: the actor and its message handling. [`message`] what it is sent;
+//! [`watchdog`] the lease's time (sans I/O: what to do next, and when); [`timers`] the
+//! runtime's one timer task that wakes it; [`worker`] the work it supervises, an actor or a
+//! task; [`published`] the status it publishes to the work and to observers; `state` what
+//! it holds; `effects` what it does on the watchdog's word (cancel, stop, release, report).
+//! The runtime's entry points (`spawn`, `run`, `job`, `drain`, the supervisor) are beside
+//! this folder.
+//!
 //! # Invariants
 //!
-//! 1. The handle never leaves the actor; others see it through [`LeaseStatus`] and the
+//! 1. The handle never leaves the actor; others see it through [`LeaseStatus`](crate::runtime::LeaseStatus) and the
 //!    worker's [`LeaseContext`](crate::runtime::LeaseContext).
 //! 2. [`LeaseCancelled`] is sent at most once per lease, never after the worker stopped, and
 //!    the context's cancellation token is cancelled at the same moment.
-//! 3. One timer is armed at a time, for the earliest pending [`Deadline`], with the
-//!    runtime's timer task (`runtime/timers.rs`); a timer message carries a generation, and
-//!    a stale one is ignored. After every event the deadline is asked for again and re-armed
-//!    if it moved, never an interval (an interval catches up in bursts after a stall).
+//! 3. One timer is armed at a time, for the earliest pending
+//!    [`Deadline`](watchdog::Deadline), with the runtime's timer task ([`timers`]); a timer
+//!    message carries a generation, and a stale one is ignored. After every event the
+//!    deadline is asked for again and re-armed if it moved, never an interval (an interval
+//!    catches up in bursts after a stall).
 //! 4. Every renewal is bounded by `min(command timeout, remaining validity − safety margin)`,
 //!    so a renewal that fails leaves the actor at the cancellation deadline, not past it.
 //! 5. The lease is released (owner-checked) only after the worker stopped, so a new holder
@@ -25,7 +36,12 @@
 //!    validity, to end on its own before stopping it.
 
 mod effects;
+pub(super) mod message;
+pub(super) mod published;
 mod state;
+pub(super) mod timers;
+pub(super) mod watchdog;
+pub(super) mod worker;
 
 use std::marker::PhantomData;
 use std::sync::OnceLock;
@@ -36,14 +52,13 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::lease::LeaseState;
-use crate::runtime::message::{Command, LeaseActorMsg};
-use crate::runtime::timers::ArmedTimer;
-use crate::runtime::watchdog::{Action, Watchdog};
-use crate::runtime::worker::Worker;
-use crate::runtime::worker::WorkerState;
 use crate::runtime::{CancelReason, JobEnd, LeaseCancelled};
 pub(crate) use effects::release_time;
+use message::{Command, LeaseActorMsg};
 pub(crate) use state::{LeaseActorArgs, LeaseActorState};
+use timers::ArmedTimer;
+use watchdog::{Action, Watchdog};
+use worker::{Worker, WorkerState};
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must
 /// accept a [`LeaseCancelled`].
@@ -115,7 +130,7 @@ pub(crate) fn stop_time(command_timeout: Duration) -> Duration {
 }
 
 /// Where the renewal grid of every lease in this process starts: one origin, so leases
-/// renew at shared instants (see [`on_renewal_grid`](crate::runtime::watchdog::on_renewal_grid)).
+/// renew at shared instants (see [`on_renewal_grid`](watchdog::on_renewal_grid)).
 fn renewal_grid_origin() -> Instant {
     // A simulated run sets its own: each runs on a clock of its own, and replays exactly.
     #[cfg(feature = "__simulation")]

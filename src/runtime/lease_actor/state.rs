@@ -7,12 +7,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::published::Publisher;
+use super::timers::{ArmedTimer, Timers};
+use super::watchdog::{Action, Phase, Watchdog};
+use super::worker::{Worker, WorkerState};
 use crate::lease::{LeaseHandle, LeaseState};
-use crate::runtime::published::Publisher;
 use crate::runtime::registry::Admission;
-use crate::runtime::timers::{ArmedTimer, Timers};
-use crate::runtime::watchdog::{Action, Phase, Watchdog};
-use crate::runtime::worker::{Worker, WorkerState};
 use crate::runtime::{CancelPolicy, CancelReason, LeaseCancelled, LeaseReport, LeaseStatus};
 
 /// Start-up arguments of a `LeaseActor`; built by [`LeaseRuntime`](crate::runtime::LeaseRuntime).

@@ -21,14 +21,14 @@ use tokio_util::sync::CancellationToken;
 use crate::lease::{AcquireOutcome, LeaseHandle, Patience, ReleaseOutcome};
 use crate::protocol::{FencingToken, LeaseRequest};
 use crate::runtime::job::report_or_vanished;
+use crate::runtime::lease_actor::message::LeaseActorMsg;
 use crate::runtime::lease_actor::stop_time;
-use crate::runtime::message::LeaseActorMsg;
+use crate::runtime::lease_actor::worker::{SpawnFuture, Worker};
 use crate::runtime::registry::Admission;
 use crate::runtime::supervisor::pacing::{Pacing, jittered, retry_hint};
 use crate::runtime::supervisor::{
     SupervisorConfig, SupervisorMsg, SupervisorState, SupervisorSummary,
 };
-use crate::runtime::worker::{SpawnFuture, Worker};
 use crate::runtime::{
     CancelPolicy, JobEnd, LeaseCancelled, LeaseContext, LeaseReport, LeaseRuntime, RuntimeError,
 };

@@ -18,7 +18,7 @@ use super::cluster::{ClusterNode, ClusterTopology};
 use super::sentinel::SentinelTopology;
 use super::{Proxy, ProxyMode, RedisServer};
 
-mod companions;
+pub mod companions;
 
 pub use companions::Companions;
 

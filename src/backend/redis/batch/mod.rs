@@ -118,7 +118,7 @@ pub(super) type ItemResult = Result<Value, SendFailure>;
 /// Dropping the future while the item waits takes it out of the queue: it is never sent.
 /// Once taken it may run; its reply is then dropped.
 pub(super) async fn submit(backend: &RedisBackend, item: Item, bound: Bound) -> ItemResult {
-    let batcher = &backend.inner.batcher;
+    let batcher = backend.batcher();
     let (tx, mut rx) = oneshot::channel();
     let Some((id, start)) = batcher.push(item, bound, tx) else {
         return Err(batcher.full());
@@ -200,7 +200,7 @@ async fn flush(backend: RedisBackend) {
         backend: &backend,
         held: true,
     };
-    let batcher = &backend.inner.batcher;
+    let batcher = backend.batcher();
     loop {
         // Calls woken by the same event (timers of one tick, say), and the callers the last
         // batch answered (a renewal loop, a contender trying again), queue up before a batch
@@ -320,7 +320,7 @@ impl Drop for FlusherPlace<'_> {
             return;
         }
         let runtime = tokio::runtime::Handle::try_current();
-        if self.backend.inner.batcher.hand_on(runtime.is_ok())
+        if self.backend.batcher().hand_on(runtime.is_ok())
             && let Ok(runtime) = runtime
         {
             runtime.spawn(flush(self.backend.clone()));
@@ -331,12 +331,9 @@ impl Drop for FlusherPlace<'_> {
 /// The connection for a flusher's call: the shared one, or one obtained by the time the
 /// items waiting allow (`Batcher::connect_by`). Every failure is `NotSent`.
 async fn connection(backend: &RedisBackend) -> Result<(u64, Connected), SendFailure> {
-    if let Some(current) = backend.inner.shared.current() {
+    if let Some(current) = backend.current_connection() {
         return Ok(current);
     }
-    let bound = backend
-        .inner
-        .batcher
-        .connect_by(backend.inner.connect_timeout);
+    let bound = backend.batcher().connect_by(backend.connect_timeout());
     backend.connection(bound, "").await
 }

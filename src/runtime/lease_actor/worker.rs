@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use ractor::{ActorCell, ActorRef, SpawnErr};
 
+use super::watchdog::WorkerView;
 use crate::runtime::LeaseActorMsg;
-use crate::runtime::watchdog::WorkerView;
 
 pub(crate) type SpawnFuture<M> =
     Pin<Box<dyn Future<Output = Result<ActorRef<M>, SpawnErr>> + Send>>;

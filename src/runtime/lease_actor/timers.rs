@@ -19,7 +19,7 @@ use ractor::ActorRef;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::runtime::message::{Command, LeaseActorMsg};
+use super::message::{Command, LeaseActorMsg};
 
 /// A lease actor's key in the queue: its actor id (unique in the process).
 pub(crate) type LeaseKey = u64;

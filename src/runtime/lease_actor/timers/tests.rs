@@ -8,7 +8,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
 use super::{ArmedTimer, LeaseKey, Queue, Request, Tick, Timers};
-use crate::runtime::message::{Command, LeaseActorMsg};
+use crate::runtime::lease_actor::message::{Command, LeaseActorMsg};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
