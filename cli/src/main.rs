@@ -67,7 +67,8 @@ pub(crate) mod status {
 const RUN_EXIT_STATUS_HELP: &str = "\
 Exit status:
   the command's   it ran to the end under the lease (128+N if killed by signal N)
-  75              not acquired within --wait (held by someone else, or in its lock-delay)
+  75              not acquired within --wait (held by someone else — every slot, with
+                  --permits — or in its lock-delay)
   122             a process of the command refused leasehold's signals (a setuid program
                   run with --allow-new-privileges): one line names it; if it still ran
                   when the command had to be stopped, the lease was not released (it
