@@ -439,7 +439,8 @@ fn exit_status(
     };
     let release = report.as_ref().map_or("unknown", |r| r.release.as_str());
     match end {
-        CommandEnd::NotStarted(e) => {
+        CommandEnd::NotStarted { errno } => {
+            let e = std::io::Error::from_raw_os_error(errno);
             let program = command
                 .first()
                 .map_or_else(String::new, |p| p.to_string_lossy().into_owned());

@@ -7,7 +7,6 @@ mod machine;
 #[cfg(test)]
 mod machine_tests;
 
-use std::io;
 use std::pin::Pin;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -52,7 +51,7 @@ impl WorkEnd<'_> {
 const KILL_LIMIT: Duration = Duration::from_secs(5);
 
 /// How the command ended.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CommandEnd {
     /// Nothing of it is left.
     Gone {
@@ -65,8 +64,8 @@ pub(crate) enum CommandEnd {
         /// A process of the command refused leasehold's signals (and ended on its own).
         refused: Option<u32>,
     },
-    /// It could not be started.
-    NotStarted(io::Error),
+    /// It could not be started (`errno`).
+    NotStarted { errno: i32 },
     /// It was not started: the fuse's timer was not armed.
     Unarmed(Unarmed),
     /// The keeper died; the processes it left were killed here.
@@ -89,7 +88,7 @@ async fn answer(asking: &mut Asking<'_>) -> Option<LostReason> {
 }
 
 /// Sleeps until `at`; never, if `None`.
-async fn sleep_until(at: Option<Instant>) {
+async fn until_due(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -140,7 +139,7 @@ pub(crate) async fn supervise<'a>(
                 reason: ctx.cancel_reason(),
                 stop_by: ctx.stop_by(),
             },
-            () = sleep_until(run.recheck_at()), if asking.is_none() => Input::RecheckDue,
+            () = until_due(run.recheck_at()), if asking.is_none() => Input::RecheckDue,
             gone = answer(&mut asking), if asking.is_some() => {
                 asking = None;
                 Input::Answered { gone, stop_by: ctx.stop_by() }
@@ -176,7 +175,7 @@ pub(crate) async fn supervise<'a>(
                         Some(outcome) => WorkEnd::Ended(outcome),
                         None => WorkEnd::Running(work),
                     };
-                    return (end.into(), work);
+                    return (end, work);
                 }
             }
         }

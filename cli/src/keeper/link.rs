@@ -128,10 +128,9 @@ impl KeeperLink {
     /// Waits, until `deadline` at most, for the fuse to say it armed its timer.
     async fn fuse_armed(&mut self, deadline: Instant) -> Result<(), Unarmed> {
         let pid = self.pid;
-        let Some(armed) = self.fuse.as_mut().and_then(|fuse| fuse.armed.take()) else {
+        let Some(mut armed) = self.fuse.as_mut().and_then(|fuse| fuse.armed.take()) else {
             return Ok(());
         };
-        let mut armed = armed;
         let mut byte = [0u8; 1];
         let said = tokio::time::timeout_at(deadline, armed.read_exact(&mut byte)).await;
         let armed = match said {

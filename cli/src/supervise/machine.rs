@@ -101,7 +101,7 @@ pub(crate) enum Action {
     /// Ask Redis whether the lease is gone; the answer comes as [`Input::Answered`].
     Ask,
     /// Supervision is over: nothing of the command runs (or nothing can stop it).
-    End(End),
+    End(CommandEnd),
 }
 
 /// What is said (or logged) about the run.
@@ -126,49 +126,6 @@ pub(crate) enum Note {
     Stuck { pid: u32 },
     /// A signal is passed on to the command.
     Forwarding(Signal),
-}
-
-/// How supervision ended (the I/O-free part of [`CommandEnd`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum End {
-    Gone {
-        status: Option<ExitStatus>,
-        lost_before_exit: bool,
-        lost_before_gone: bool,
-        refused: Option<u32>,
-    },
-    SpawnFailed {
-        errno: i32,
-    },
-    KeeperDied {
-        killed: usize,
-    },
-    Survived {
-        pid: u32,
-    },
-}
-
-impl From<End> for CommandEnd {
-    fn from(end: End) -> CommandEnd {
-        match end {
-            End::Gone {
-                status,
-                lost_before_exit,
-                lost_before_gone,
-                refused,
-            } => CommandEnd::Gone {
-                status,
-                lost_before_exit,
-                lost_before_gone,
-                refused,
-            },
-            End::SpawnFailed { errno } => {
-                CommandEnd::NotStarted(std::io::Error::from_raw_os_error(errno))
-            }
-            End::KeeperDied { killed } => CommandEnd::KeeperDied { killed },
-            End::Survived { pid } => CommandEnd::Survived { pid },
-        }
-    }
 }
 
 /// Why leasehold is killing the tree itself: what its end means.
@@ -301,7 +258,9 @@ impl Supervision {
     fn on_event(&mut self, event: Event, actions: &mut Vec<Action>) {
         match event {
             Event::Started { .. } => actions.push(Action::Note(Note::Started)),
-            Event::SpawnFailed { errno } => actions.push(Action::End(End::SpawnFailed { errno })),
+            Event::SpawnFailed { errno } => {
+                actions.push(Action::End(CommandEnd::NotStarted { errno }))
+            }
             Event::Exited { status } => {
                 use std::os::unix::process::ExitStatusExt as _;
                 self.status = Some(ExitStatus::from_raw(status));
@@ -320,7 +279,7 @@ impl Supervision {
                 self.lost = true;
                 self.deadline_passed(actions);
             }
-            Event::Gone => actions.push(Action::End(End::Gone {
+            Event::Gone => actions.push(Action::End(CommandEnd::Gone {
                 status: self.status,
                 lost_before_exit: self.lost_before_exit || (self.status.is_none() && self.lost),
                 lost_before_gone: self.lost,
@@ -384,9 +343,10 @@ impl Supervision {
                 self.gone_after_kill()
             }
             Some(Killing::KeeperDied) => {
-                self.survived(killed, actions).unwrap_or(End::KeeperDied {
-                    killed: killed.most,
-                })
+                self.survived(killed, actions)
+                    .unwrap_or(CommandEnd::KeeperDied {
+                        killed: killed.most,
+                    })
             }
             Some(Killing::Due | Killing::WorkEnded) => {
                 // After a cancellation the SIGKILL was announced with the SIGTERM.
@@ -404,14 +364,14 @@ impl Supervision {
 
     /// A process of the command still runs after leasehold's kill: the end of a run whose
     /// lease must not be released.
-    fn survived(&mut self, killed: Killed, actions: &mut Vec<Action>) -> Option<End> {
+    fn survived(&mut self, killed: Killed, actions: &mut Vec<Action>) -> Option<CommandEnd> {
         let survivor = killed.survivor.filter(|_| killed.left > 0)?;
         if survivor.refused {
             self.refused_by(survivor.pid, actions);
         } else {
             actions.push(Action::Note(Note::Stuck { pid: survivor.pid }));
         }
-        Some(End::Survived { pid: survivor.pid })
+        Some(CommandEnd::Survived { pid: survivor.pid })
     }
 
     /// One line, once per process, when a process refused leasehold's signals.
@@ -422,8 +382,8 @@ impl Supervision {
     }
 
     /// The end once the tree was killed because the lease could no longer be vouched for.
-    fn gone_after_kill(&self) -> End {
-        End::Gone {
+    fn gone_after_kill(&self) -> CommandEnd {
+        CommandEnd::Gone {
             status: self.status,
             lost_before_exit: self.lost_before_exit || self.status.is_none(),
             lost_before_gone: true,

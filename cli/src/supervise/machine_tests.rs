@@ -10,7 +10,8 @@ use leasehold::LostReason;
 use leasehold::runtime::CancelReason;
 use tokio::time::Instant;
 
-use super::machine::{Action, End, Input, Note, Stopping, Supervision};
+use super::CommandEnd;
+use super::machine::{Action, Input, Note, Stopping, Supervision};
 use crate::keeper::{Event, Killed, Leftovers, Order, Signal, Survivor};
 
 const MS: Duration = Duration::from_millis(1);
@@ -267,7 +268,7 @@ fn seen(action: Action, t0: Instant) -> A {
         Action::KillTree { close } => A::Kill { close },
         Action::Ask => A::Ask,
         Action::End(end) => A::End(match end {
-            End::Gone {
+            CommandEnd::Gone {
                 status,
                 lost_before_exit,
                 lost_before_gone,
@@ -278,9 +279,10 @@ fn seen(action: Action, t0: Instant) -> A {
                 lost_before_gone,
                 refused,
             },
-            End::SpawnFailed { errno } => E::SpawnFailed(errno),
-            End::KeeperDied { killed } => E::KeeperDied(killed),
-            End::Survived { pid } => E::Survived(pid),
+            CommandEnd::NotStarted { errno } => E::SpawnFailed(errno),
+            CommandEnd::KeeperDied { killed } => E::KeeperDied(killed),
+            CommandEnd::Survived { pid } => E::Survived(pid),
+            CommandEnd::Unarmed(unarmed) => panic!("the machine never ends {unarmed:?}"),
         }),
     }
 }
