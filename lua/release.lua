@@ -16,7 +16,7 @@
 -- its work is over, which is all the delay waits for.
 --
 -- The key is deleted first and the notice published after, by pcall: the notice only wakes
--- waiters early (they retry when the holder's TTL would have ended anyway), so an ACL that
+-- waiters early (they look again within 750 ms anyway: src/lease/wait.rs), so an ACL that
 -- refuses PUBLISH (or the channel) costs them that wake-up, never the release — as for the
 -- acquisition notice (acquire.lua). A NOPERM reply means the key itself was refused, and
 -- nothing was written.

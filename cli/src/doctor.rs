@@ -225,8 +225,8 @@ async fn probe_publish(
         ),
         Ok(Err(e)) => Finding::Warn(format!(
             "PUBLISH on release channels refused at {} ({}): releases still delete the \
-             lease, but waiting acquirers are not woken by them; they retry when the \
-             holder's TTL would have ended",
+             lease, but waiting acquirers are not woken by them; they find the lease free \
+             at their next look, within 750 ms",
             server.addr(),
             e.to_string()
                 .split_whitespace()

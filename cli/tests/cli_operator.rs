@@ -24,7 +24,7 @@ fn hold(server: &RedisServer, resource: &str, holder: &str, token: u64) {
 }
 
 /// Ends the holding as a release does: the key deleted, the notice published (a waiter
-/// wakes on it; a bare DEL would leave it sleeping until the holder's TTL).
+/// wakes on it at once; after a bare DEL it would find the lease only at its next look).
 fn free(server: &RedisServer, resource: &str) {
     let keys = keys_of(resource);
     let _: i64 = server.query(&["DEL", keys.lease()]);

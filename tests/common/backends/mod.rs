@@ -419,7 +419,7 @@ macro_rules! contract_tests {
 /// Starts `waiter` acquiring `holder`'s lease (5 s wait), releases
 /// `holder` 300 ms later, and asserts the waiter acquired within 250 ms of the release — the
 /// holder had ~30 s left, and a waiter that did not hear the notice looks again no sooner
-/// than 600 ms after its last try (at most 300 ms after the release), so only the release
+/// than 600 ms after its last try (at least 300 ms after the release), so only the release
 /// notice can explain it.
 pub async fn assert_waiter_wakes_on_release(
     holder: &mut leasehold::LeaseHandle,
