@@ -355,7 +355,11 @@ async fn a_waiter_after_a_failover_wakes_on_the_release_published_on_the_new_pri
     let holder_client = topology.client(redis_settings());
     let mut holder = acquired(&holder_client, &request(&holder_client, "r", "holder")).await;
     topology.wait_replicated();
+    let old = topology.primary_port();
     topology.failover();
+    // Until the old primary is demoted, the holder's connection made before the failover
+    // may still reach it (see `wait_demoted`).
+    topology.wait_demoted(old);
 
     // The release is published on the new primary; the waiter subscribed there.
     let waiter = topology.client(redis_settings());
@@ -363,7 +367,7 @@ async fn a_waiter_after_a_failover_wakes_on_the_release_published_on_the_new_pri
 }
 
 /// A waiter subscribed on the old primary when a failover comes, the release published on
-/// the new one at once: the waiter finds the lease free within a second (it subscribes
+/// the new one as soon as the old one is demoted: the waiter finds the lease free within a second (it subscribes
 /// again and tries, or looks again), not at the holder's TTL (30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_subscribed_before_a_failover_finds_the_release_within_a_second() {
@@ -372,9 +376,16 @@ async fn a_waiter_subscribed_before_a_failover_finds_the_release_within_a_second
     let mut holder = acquired(&holder_client, &request(&holder_client, "r", "holder")).await;
     topology.wait_replicated();
     let waiter = topology.client(redis_settings());
+    let old = topology.primary_port();
+    // The release goes out once the old primary is demoted: released on the old primary
+    // while it still says `master`, the deletion would be lost with it (asynchronous
+    // replication), and the waiter would rightly wait out the TTL on the new one.
     let found =
         common::backends::assert_waiter_finds_an_unheard_release(&mut holder, waiter, async {
-            tokio::task::block_in_place(|| topology.failover());
+            tokio::task::block_in_place(|| {
+                topology.failover();
+                topology.wait_demoted(old);
+            });
         })
         .await;
     println!("measured: a release just after a failover found {found:?} after it");

@@ -281,6 +281,18 @@ impl SentinelTopology {
         new.expect("checked above")
     }
 
+    /// Waits until the node at `old` answers `ROLE` as a replica: from then on it refuses
+    /// writes with `READONLY`, so no client can still land one there. Until then a write
+    /// on a connection made before the failover reaches the old primary and is lost with it.
+    pub fn wait_demoted(&self, old: u16) {
+        wait_for_or(
+            Instant::now() + FAILOVER_WAIT,
+            || self.logs(),
+            "the old primary to be demoted",
+            || role(self.node(old)) == "slave",
+        );
+    }
+
     /// Tails of every sentinel's log, for failure messages.
     pub fn logs(&self) -> String {
         self.sentinels
