@@ -15,7 +15,7 @@ from scratch_redis import scratch_redis
 
 root = sys.argv[1]
 def src(name): return open(os.path.join(root, 'lua', name)).read()
-BATCH = "\n".join(src(n) for n in ['owner.lua','acquire.lua','renew.lua','release.lua','inspect.lua','batch.lua'])
+BATCH = "\n".join(src(n) for n in ['owner.lua','line.lua','acquire.lua','renew.lua','release.lua','inspect.lua','batch.lua'])
 variants = {
   'leasehold': BATCH,
   'no-acq-publish': BATCH.replace("redis.pcall('PUBLISH', channel(lease, ':acquired'), text)", ""),
@@ -37,7 +37,7 @@ for a = 2, #ARGV, 2 do
   local head, mine = ARGV[a], ARGV[a + 1]
   if string.byte(head) == 65 then
     local lease, fence = KEYS[k], KEYS[k + 1]
-    k = k + 2
+    k = k + 3
     local held = redis.call('GET', lease)
     if held then
       out[#out + 1] = 'CONTENDED'
@@ -47,9 +47,9 @@ for a = 2, #ARGV, 2 do
       local last = tonumber(redis.call('SET', fence, token, 'GET'))
       if last and last >= token then token = last + 1; redis.call('SET', fence, token) end
       local text = string.format('%d', token)
-      redis.call('SET', lease, mine .. text, 'PX', string.sub(head, 2))
+      redis.call('SET', lease, mine .. text, 'PX', string.match(head, '^A(%d+)'))
       redis.pcall('PUBLISH', lease .. ':acquired', text)
-      out[#out + 1] = 'ACQUIRED ' .. string.sub(head, 2) .. ' ' .. text
+      out[#out + 1] = 'ACQUIRED ' .. string.match(head, '^A(%d+)') .. ' ' .. text
     end
   else
     local lease = KEYS[k]
@@ -78,14 +78,15 @@ with scratch_redis() as (r, cpu):
     def lkey(i):
         h = '%064x' % random.getrandbits(256)
         if SHORT:
-            return 'l:{%s}:%s' % (h[:4], h[:12]), 'l:{%s}:f' % h[:4]
-        return 'leasehold:lease:v2:bench:{%s}:%s' % (h[:4], h), 'leasehold:lease:v2:bench:{%s}:fence' % h[:4]
+            return 'l:{%s}:%s' % (h[:4], h[:12]), 'l:{%s}:f' % h[:4], 'l:{%s}:%s:l' % (h[:4], h[:12])
+        lease = 'leasehold:lease:v2:bench:{%s}:%s' % (h[:4], h)
+        return lease, 'leasehold:lease:v2:bench:{%s}:fence' % h[:4], lease + ':line'
     def leasehold(sha, n):
         keys = [lkey(i) for i in range(n)]
         akeys = [k for pair in keys for k in pair]
-        aargs = ['1'] + [x for _ in keys for x in ('A30000', mine)]
+        aargs = ['1'] + [x for _ in keys for x in ('A30000 -0123456789abcdef', mine)]
         r.evalsha(sha, len(akeys), *akeys, *aargs)
-        rkeys = [k for k, _ in keys]
+        rkeys = [k for k, _, _ in keys]
         rargs = ['2'] + [x for _ in keys for x in ('R', mine)]
         out = r.evalsha(sha, len(rkeys), *rkeys, *rargs)
         assert all(o == b'RELEASED' for o in out[1:]), out[:3]

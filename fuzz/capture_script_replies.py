@@ -13,6 +13,7 @@ Hand-made seeds (names not starting with `real_`) are left alone. Under RESP3 (`
 a URL's `?protocol=resp3`) these replies are the same bytes, so they are captured once.
 """
 
+import hashlib
 import os
 import shutil
 import socket
@@ -22,12 +23,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "fuzz", "corpus", "script_reply")
-PARTS = ["owner", "acquire", "renew", "release", "inspect", "batch"]
+PARTS = ["owner", "line", "acquire", "renew", "release", "inspect", "batch"]
 
 GROUP = "leasehold:lease:v2:jobs:{abcd}"
 LEASE = GROUP + ":abcd" + "0" * 60
 OTHER = GROUP + ":abcd" + "1" * 60
 FENCE = GROUP + ":fence"
+LINE = LEASE + ":line"
 OWNER_A = "A" * 32
 OWNER_B = "B" * 32
 
@@ -111,8 +113,11 @@ def main():
                 f.write(reply)
             print(name, reply)
 
-        # Each item: its head (kind letter, then the ttl where it has one) and "<owner> <op> ".
-        acquire = lambda owner, op: ([LEASE, FENCE], ["A30000", "%s %s " % (owner, op)])
+        # Each item: its head (kind letter, then the ttl where it has one, then for an
+        # acquisition '-' (a try) or '+' (it waits) and a waiter id) and "<owner> <op> ".
+        acquire = lambda owner, op, w="-": (
+            [LEASE, FENCE, LINE], ["A30000 %s%s" % (w, hashlib.sha256((owner + op).encode()).hexdigest()[:16]),
+                                   "%s %s " % (owner, op)])
         renew = lambda key, owner, op: ([key], ["N30000", "%s %s " % (owner, op)])
         release = lambda key, owner, op: ([key], ["R", "%s %s " % (owner, op)])
         inspect = lambda key, owner, op: ([key], ["I", "%s %s " % (owner, op)])
@@ -124,6 +129,7 @@ def main():
         one("acquire_replayed", acquire(OWNER_A, "op-1"))
         one("acquire_conflict", acquire(OWNER_A, "op-2"))
         one("acquire_contended", acquire(OWNER_B, "op-1"))
+        one("acquire_contended_in_line", acquire(OWNER_B, "op-1", "+"))
         one("renew_renewed", renew(LEASE, OWNER_A, "op-1"))
         one("renew_not_owner", renew(LEASE, OWNER_B, "op-1"))
         one("renew_absent", renew(OTHER, OWNER_A, "op-1"))

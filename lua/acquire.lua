@@ -11,14 +11,24 @@
 -- delay   the lock-delay in milliseconds (integer text, > 0), or nil: stored at the value's
 --         end as " d<delay>", and the key kept that much longer than the lease (owner.lua)
 -- now     function returning the server's TIME in µs (read at most once per batch)
+-- line    the lease's line of waiters (lua/line.lua)
+-- id      the attempt's waiter id (protocol::WaiterId)
+-- waits   true for a waiting acquisition, which joins the line (or keeps its place in
+--         it) when it may not take the lease; false for a try, which never joins
 --
 -- Replies, one line of words (status words match protocol::AcquireReply):
---   'ACQUIRED <ttl_ms> <token>'   key was absent; now held by this attempt
+--   'ACQUIRED <ttl_ms> <token>'   key was absent and this attempt first in line (or the
+--                                 line empty); now held by this attempt
 --   'REPLAYED <pttl_ms> <token>'  this very attempt holds it; nothing changed (no TTL reset)
 --   'CONFLICT <pttl_ms>'          same owner token, other operation id
---   'CONTENDED <pttl_ms>'         another holder; its value never leaves Redis
+--   'CONTENDED <pttl_ms>'         another holder; its value never leaves Redis. pttl_ms is 0
+--                                 when the key was absent but live waiters are ahead
 --   'DELAYED <pttl_ms>'           the last lease ended unreleased and its lock-delay runs
 --                                 for pttl_ms more (whoever asks, its own attempt too)
+-- A waiting acquisition's CONTENDED and DELAYED end with its rank in the line (0: first).
+--
+-- A try never jumps the line: a free lease goes to the first live waiter, and to a try
+-- only when no live waiter is ahead of it (lua/line.lua).
 --
 -- A counted lease (acquire_slot) is N slot keys "<name>#0" … "<name>#<N-1>", each an
 -- ordinary lease key: the attempt's own slot is replayed, else the first free one taken
@@ -34,11 +44,14 @@
 -- Tokens stay below 2^53 (the µs clock reaches that in the year 2255), so Lua doubles hold
 -- them exactly; '%d' prints them whole.
 --
--- Cost: a refusal is two reads (GET, PTTL), none when an earlier item of the call read the
--- key; it creates no string but its reply, and that once per key and call. An acquisition
--- is four calls: GET, SET … GET on the counter (read and write in one), SET … PX on the
--- lease, PUBLISH of the acquisition notice; a fifth only when the clock did not move past
--- the counter.
+-- Cost: a try's refusal is two reads (GET, PTTL), none when an earlier item of the call
+-- read the key; it creates no string but its reply, and that once per key and call. A
+-- waiting acquisition's adds its place in the line: ZADD, then PEXPIRE of the line when
+-- it joined or SET of its keep-alive when it was in it already, and ZRANK. An acquisition
+-- is five calls: GET, ZRANGE of the line's head (lua/line.lua), SET … GET on the counter
+-- (read and write in one), SET … PX on the lease, PUBLISH of the acquisition notice; a
+-- sixth only when the clock did not move past the counter, and two more when it was first
+-- in a line (its ZREM, and the PUBLISH that tells the next waiter its turn).
 
 -- Issues a token and stores this attempt in `lease` (absent); returns the token's text.
 local function take(lease, fence, mine, ttl, holder, delay, now)
@@ -87,14 +100,30 @@ local function whose(seen, mine)
   return nil
 end
 
-local function acquire(lease, fence, mine, ttl, holder, delay, now)
+-- A refusal `reply`: a waiting acquisition joins the line (or keeps its place) and adds
+-- its rank; a try answers it as it is.
+local function refused(reply, line, id, waits, now)
+  local rank = waits and wait_in_line(line, id, now)
+  if rank then
+    return reply .. ' ' .. rank
+  end
+  return reply
+end
+
+local function acquire(lease, fence, mine, ttl, holder, delay, now, line, id, waits)
   local seen = read(lease)
   if not seen then
-    return 'ACQUIRED ' .. ttl .. ' ' .. take(lease, fence, mine, ttl, holder, delay, now)
+    local may, in_line, next_id = entitled(line, id, 1, 1, now)
+    if not may then
+      return refused('CONTENDED 0', line, id, waits, now)
+    end
+    local text = take(lease, fence, mine, ttl, holder, delay, now)
+    served(line, id, in_line, next_id)
+    return 'ACQUIRED ' .. ttl .. ' ' .. text
   end
   local left, delayed = left_of(lease, seen)
   if delayed then
-    return string.format('DELAYED %d', left)
+    return refused(string.format('DELAYED %d', left), line, id, waits, now)
   end
   local who = whose(seen, mine)
   if who == 'mine' then
@@ -105,17 +134,20 @@ local function acquire(lease, fence, mine, ttl, holder, delay, now)
   if not seen.contended then
     seen.contended = string.format('CONTENDED %d', left)
   end
-  return seen.contended
+  return refused(seen.contended, line, id, waits, now)
 end
 
--- slots: the KEYS index of slot 0; n slots follow it, then the fence counter.
-local function acquire_slot(slots, n, mine, ttl, holder, delay, now)
-  local free, least, least_delayed, conflict
+-- slots: the KEYS index of slot 0; n slots follow it, then the fence counter, then the
+-- line.
+local function acquire_slot(slots, n, mine, ttl, holder, delay, now, id, waits)
+  local free, frees, least, least_delayed, conflict = nil, 0, nil, nil, nil
+  local line = KEYS[slots + n + 1]
   for i = 0, n - 1 do
     local key = KEYS[slots + i]
     local seen = read(key)
     if not seen then
       free = free or i
+      frees = frees + 1
     else
       local left, delayed = left_of(key, seen)
       local who = not delayed and whose(seen, mine)
@@ -133,10 +165,15 @@ local function acquire_slot(slots, n, mine, ttl, holder, delay, now)
   if conflict then
     return string.format('CONFLICT %d', conflict)
   elseif free then
+    local may, in_line, next_id = entitled(line, id, frees, n, now)
+    if not may then
+      return refused('CONTENDED 0', line, id, waits, now)
+    end
     local text = take(KEYS[slots + free], KEYS[slots + n], mine, ttl, holder, delay, now)
+    served(line, id, in_line, next_id)
     return 'ACQUIRED ' .. ttl .. ' ' .. text .. ' ' .. free
   elseif least_delayed then
-    return string.format('DELAYED %d', least)
+    return refused(string.format('DELAYED %d', least), line, id, waits, now)
   end
-  return string.format('CONTENDED %d', least)
+  return refused(string.format('CONTENDED %d', least), line, id, waits, now)
 end

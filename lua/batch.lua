@@ -8,14 +8,21 @@
 -- none of it. Then each item takes two ARGV — its head (kind letter, then the ttl where
 -- the kind has one, and for acquire the holder label if any, after a space) and
 -- "<owner> <op> " — and one or two KEYS:
---   acquire  KEYS lease, fence   ARGV 'A<ttl_ms>' or 'A<ttl_ms> <holder>', mine
---   counted  KEYS slot 0 … slot n-1, fence
---                                ARGV 'P<n> <ttl_ms>' or 'P<n> <ttl_ms> <holder>', mine
+--   acquire  KEYS lease, fence, line
+--                                ARGV 'A<ttl_ms> <w><id>' or 'A<ttl_ms> <w><id> <holder>',
+--                                mine
+--   counted  KEYS slot 0 … slot n-1, fence, line
+--                                ARGV 'P<n> <ttl_ms> <w><id>' or
+--                                'P<n> <ttl_ms> <w><id> <holder>', mine
 --            (an acquisition of a counted lease of n permits, 1 < n <= 64)
---            either acquisition's ttl may be followed by '/<delay_ms>': its lock-delay
+--            either acquisition's ttl may be followed by '/<delay_ms>': its lock-delay;
+--            <w> is '+' for a waiting acquisition (it joins the line), '-' for a try,
+--            and <id> the attempt's waiter id (lua/line.lua)
 --   renew    KEYS lease          ARGV 'N<ttl_ms>', mine
 --   release  KEYS lease          ARGV 'R', mine
 --   inspect  KEYS lease          ARGV 'I', mine
+--   leave    KEYS line           ARGV 'L<n> <id>', mine   (a waiter leaves the line of a
+--                                lease of n permits: lua/line.lua)
 -- Two arguments and a one-line reply per item, rather than one argument per field and a
 -- table per reply: each argument and each reply element costs Redis an allocation and a
 -- conversion, which dominated the cost of a refusal.
@@ -29,8 +36,8 @@
 -- a malformed item runs nothing and answers one error.
 
 -- Kinds by their letter's byte (string.byte makes no string).
-local A, N, R, I, P = string.byte('ANRIP', 1, 5)
-local fixed = {[A] = 2, [N] = 1, [R] = 1, [I] = 1}
+local A, N, R, I, P, L = string.byte('ANRIPL', 1, 6)
+local fixed = {[A] = 3, [N] = 1, [R] = 1, [I] = 1, [L] = 1}
 -- The keys an item takes: its kind's, or for a counted acquisition its slots and the fence
 -- (nil for a malformed head).
 local function width(head)
@@ -38,7 +45,7 @@ local function width(head)
   if kind == P then
     local n = tonumber(string.match(head, '^P(%d+) %d'))
     if n and n > 1 and n <= 64 then
-      return n + 1
+      return n + 2
     end
     return nil
   end
@@ -71,31 +78,41 @@ local function now()
   return now_us
 end
 
+-- An acquisition head's parts after its kind (and a counted one's n): the ttl, the
+-- lock-delay or nil, whether it waits, the waiter id, the holder label or nil.
+local function acquisition(rest)
+  local ttl, delay, w, id, holder = string.match(rest, '^(%d+)/?(%d*) ([+-])(%x+) ?(.*)$')
+  if not ttl then
+    error('ERR leasehold batch: malformed acquisition ' .. rest, 0)
+  end
+  if delay == '' then
+    delay = nil
+  end
+  if holder == '' then
+    holder = nil
+  end
+  return ttl, delay, w == '+', id, holder
+end
+
 local function run(kind, head, at, mine)
   if kind == A then
-    local ttl, holder, delay = string.sub(head, 2), nil, nil
-    local space = string.find(head, ' ', 2, true)
-    if space then
-      ttl, holder = string.sub(head, 2, space - 1), string.sub(head, space + 1)
-    end
-    local slash = string.find(ttl, '/', 1, true)
-    if slash then
-      ttl, delay = string.sub(ttl, 1, slash - 1), string.sub(ttl, slash + 1)
-    end
-    return acquire(KEYS[at], KEYS[at + 1], mine, ttl, holder, delay, now)
+    local ttl, delay, waits, id, holder = acquisition(string.sub(head, 2))
+    return acquire(KEYS[at], KEYS[at + 1], mine, ttl, holder, delay, now, KEYS[at + 2], id,
+      waits)
   elseif kind == P then
-    local n, ttl, delay, holder = string.match(head, '^P(%d+) (%d+)/?(%d*) ?(.*)$')
-    if holder == '' then
-      holder = nil
-    end
-    if delay == '' then
-      delay = nil
-    end
-    return acquire_slot(at, tonumber(n), mine, ttl, holder, delay, now)
+    local n, rest = string.match(head, '^P(%d+) (.*)$')
+    local ttl, delay, waits, id, holder = acquisition(rest)
+    return acquire_slot(at, tonumber(n), mine, ttl, holder, delay, now, id, waits)
   elseif kind == N then
     return renew(KEYS[at], mine, string.sub(head, 2))
   elseif kind == R then
     return release(KEYS[at], mine)
+  elseif kind == L then
+    local n, id = string.match(head, '^L(%d+) (%x+)$')
+    if not n then
+      error('ERR leasehold batch: malformed leave ' .. head, 0)
+    end
+    return leave(KEYS[at], id, tonumber(n))
   end
   return inspect(KEYS[at], mine)
 end

@@ -84,8 +84,9 @@ async fn contended(
             async move { client.acquire(&req).await.unwrap() },
         ));
     }
+    // Each waiter listens for the lease's release and for its own turn in the line.
     until("every waiter is subscribed", || {
-        subscribed_channels(server) == WAITERS
+        subscribed_channels(server) == 2 * WAITERS
     })
     .await;
     (held, waiting)

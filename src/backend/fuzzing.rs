@@ -24,7 +24,7 @@ pub mod calls {
     use super::{Holding, ReleaseNotices, SendFailure};
     use crate::backend::LeaseBackend;
     use crate::protocol::reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
-    use crate::protocol::{Attempt, LeaseKeys, LeaseRequest};
+    use crate::protocol::{Attempt, LeaseKeys, LeaseRequest, LinePlace, WaiterId};
 
     /// The acquire script for `request`'s attempt.
     ///
@@ -36,7 +36,35 @@ pub mod calls {
         request: &LeaseRequest,
         timeout: Duration,
     ) -> Result<AcquireReply, SendFailure> {
-        backend.acquire(keys, request, timeout).await
+        backend
+            .acquire(keys, request, LinePlace::Tries, timeout)
+            .await
+    }
+
+    /// The acquire script for `request`'s attempt as the wait loop sends it: when it may
+    /// not take the lease, it joins the lease's line (or keeps its place there).
+    ///
+    /// # Errors
+    /// The backend's [`SendFailure`].
+    pub async fn acquire_waiting(
+        backend: &dyn LeaseBackend,
+        keys: &LeaseKeys,
+        request: &LeaseRequest,
+        timeout: Duration,
+    ) -> Result<AcquireReply, SendFailure> {
+        backend
+            .acquire(keys, request, LinePlace::Waits, timeout)
+            .await
+    }
+
+    /// The key of the lease's line of waiters (`lua/line.lua`).
+    pub fn line_key(keys: &LeaseKeys) -> String {
+        keys.line()
+    }
+
+    /// `attempt`'s id in the line, as the line's members and keep-alive keys name it.
+    pub fn waiter_id(attempt: &Attempt) -> String {
+        WaiterId::of(attempt).as_str().to_owned()
     }
 
     /// A renewal by `holding`, to `ttl`.

@@ -18,8 +18,8 @@ use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
 
 use crate::protocol::{
-    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply,
-    RenewReply, ReplicaWait,
+    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, ReleaseReply,
+    RenewReply, ReplicaWait, WaiterId,
 };
 
 #[cfg(feature = "fuzzing")]
@@ -98,10 +98,14 @@ pub(crate) trait Operations {
     /// counted lease, when `keys` name one) if absent, replay if this attempt holds it.
     /// The request's ttl, holder label and lock-delay are stored with a lease it takes (a
     /// replay keeps what is stored); the label is reported by [`inspect`](Self::inspect).
+    ///
+    /// `place` says how it stands towards the lease's line of waiters (`lua/line.lua`): a
+    /// waiting try joins it, or keeps its place, when it may not take the lease.
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
+        place: LinePlace,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply>;
 
@@ -113,6 +117,7 @@ pub(crate) trait Operations {
         &'a self,
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
+        place: LinePlace,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply>;
@@ -154,6 +159,25 @@ pub(crate) trait Operations {
     fn subscribe_releases<'a>(
         &'a self,
         keys: &'a LeaseKeys,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices>;
+
+    /// `attempt`'s waiter leaves the lease's line (its wait ended without the lease); the
+    /// waiter that moves up into the first `permits` by it is told its turn.
+    fn leave_line<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ()>;
+
+    /// Subscribes to the notice that tells the waiter `id` it is next in the lease's line
+    /// (an acquisition that took the lease from ahead of it sends it). Live when the
+    /// future resolves, as [`subscribe_releases`](Self::subscribe_releases).
+    fn subscribe_turn<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        id: &'a WaiterId,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices>;
 
@@ -307,6 +331,13 @@ impl ReleaseNotices {
         Self::new(futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|()| ((), rx))
         }))
+    }
+
+    /// Drops the notices already delivered, without waiting. A notice delivered before a
+    /// try is sent tells of a release that try will see: the waiter drains them before
+    /// each try, so one release wakes it once.
+    pub(crate) fn drain(&mut self) {
+        while let Some(Some(())) = self.notices.next().now_or_never() {}
     }
 
     /// Waits for the next release notice. Returns `false` if the subscription ended (the

@@ -18,10 +18,16 @@
 //! 6. A grant is handed out only with local validity left at the instant its reply is
 //!    handled; one that arrived spent is `Indeterminate`, and replayed.
 //! 7. No wake-up hangs on one message: subscribed or not, a contended (or lock-delayed)
-//!    sleep lasts at most [`LOOK_AGAIN_MAX`], never the holder's whole remaining TTL. A
-//!    notice can be lost without the subscription ending — a holder refused `PUBLISH`, a
-//!    notice published on a primary the subscription is not on (a failover) — so a waiter
-//!    finds a freed lease within that plus one try.
+//!    sleep lasts at most [`LOOK_AGAIN_MAX`] for a waiter first in the lease's line (or
+//!    whose place is not known), never the holder's whole remaining TTL. A notice can be
+//!    lost without the subscription ending — a holder refused `PUBLISH`, a notice
+//!    published on a primary the subscription is not on (a failover) — so a waiter finds a
+//!    freed lease within that plus one try.
+//! 8. A waiter behind others in the line (`lua/line.lua`) sleeps through releases: only
+//!    its turn notice wakes it, or its next look, [`BEHIND_LOOK_MIN`] to
+//!    [`BEHIND_LOOK_MAX`] later — which keeps its place alive (within `LINE_KEEP`) and
+//!    tells it its rank, so a lost turn notice costs at most that. So a release costs Redis
+//!    one try, the first waiter's, however many wait.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +39,7 @@ use crate::lease::acquire;
 use crate::lease::acquire::AcquireOutcome;
 use crate::lease::session::Session;
 use crate::protocol::limits::WAIT_TIMEOUT;
-use crate::protocol::{Attempt, LeaseRequest};
+use crate::protocol::{Attempt, LeaseRequest, LinePlace, WaiterId};
 use crate::telemetry;
 
 /// First backoff after `Unavailable` or `QueueFull`; doubled per consecutive one up to
@@ -55,6 +61,10 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
 /// A waiter costs Redis at most one try per `LOOK_AGAIN_MIN` while the lease stays held.
 const LOOK_AGAIN_MIN: Duration = Duration::from_millis(600);
 const LOOK_AGAIN_MAX: Duration = Duration::from_millis(750);
+/// The sleep of a waiter behind others in the line (invariant 8), drawn in this range:
+/// its look keeps its place, so two fit in `LINE_KEEP` (2 s) with room for a slow one.
+const BEHIND_LOOK_MIN: Duration = Duration::from_millis(800);
+const BEHIND_LOOK_MAX: Duration = Duration::from_millis(950);
 
 /// How long the wait loop keeps trying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,9 +129,42 @@ pub(crate) enum Step {
     /// (invariant 4). From then on [`WaitPolicy::poll_subscribe`] says when to subscribe
     /// again.
     Subscribe,
-    /// Sleep until `wake_at` (a release notice wakes the loop earlier), then try again;
-    /// `why` is the outcome that made it, for the retry metric.
-    Retry { wake_at: Instant, why: Retried },
+    /// Sleep until `wake_at` (a notice `listen` names wakes the loop earlier), then try
+    /// again; `why` is the outcome that made it, for the retry metric.
+    Retry {
+        wake_at: Instant,
+        why: Retried,
+        listen: Listen,
+    },
+}
+
+/// Which notices end a sleep early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listen {
+    /// A release, or the waiter's turn: it is first in line, or its place is not known.
+    Releases,
+    /// Only the waiter's turn: others are ahead of it in line (invariant 8).
+    Turn,
+}
+
+/// Where the last try left the waiter in the lease's line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// First in line (among the first `permits` of a counted lease), or not known (a try
+    /// that did not wait, an outcome without a rank).
+    Front,
+    /// Others are ahead of it.
+    Behind,
+}
+
+impl Place {
+    /// The place a refusal's `rank` gives, on a lease of `permits`.
+    pub(crate) fn of(rank: Option<u32>, permits: u16) -> Self {
+        match rank {
+            Some(rank) if rank >= u32::from(permits) => Self::Behind,
+            _ => Self::Front,
+        }
+    }
 }
 
 /// Why the wait loop tries again: the kind of the try's outcome before it.
@@ -213,6 +256,7 @@ impl WaitPolicy {
     pub(crate) fn handle_outcome(
         &mut self,
         outcome: AcquireOutcome,
+        place: Place,
         now: Instant,
         jitter: &mut impl FnMut(Duration) -> Duration,
     ) -> Step {
@@ -250,10 +294,15 @@ impl WaitPolicy {
             }
             AcquireOutcome::Contended { retry_after }
             | AcquireOutcome::LockDelayed { retry_after } => {
-                let pause = *retry_after + jitter(*retry_after / 10);
-                // A notice can be lost (invariant 7).
-                let look_again = LOOK_AGAIN_MIN + jitter(LOOK_AGAIN_MAX - LOOK_AGAIN_MIN);
-                let pause = pause.min(look_again);
+                let pause = match place {
+                    Place::Front => {
+                        let pause = *retry_after + jitter(*retry_after / 10);
+                        // A notice can be lost (invariant 7).
+                        let look_again = LOOK_AGAIN_MIN + jitter(LOOK_AGAIN_MAX - LOOK_AGAIN_MIN);
+                        pause.min(look_again)
+                    }
+                    Place::Behind => BEHIND_LOOK_MIN + jitter(BEHIND_LOOK_MAX - BEHIND_LOOK_MIN),
+                };
                 // Without a subscription, no longer than until the next attempt at one
                 // (invariant 5).
                 let pause = match self.resubscribe_at {
@@ -282,9 +331,14 @@ impl WaitPolicy {
                 (pause, why)
             }
         };
+        let listen = match (place, why) {
+            (Place::Behind, Retried::Contended | Retried::LockDelayed) => Listen::Turn,
+            _ => Listen::Releases,
+        };
         Step::Retry {
             wake_at: (now + pause).min(deadline),
             why,
+            listen,
         }
     }
 
@@ -328,67 +382,173 @@ pub(crate) async fn acquire_with_wait(
     patience: Patience,
 ) -> AcquireOutcome {
     let mut policy = WaitPolicy::new(Instant::now(), patience);
-    let mut notices: Option<ReleaseNotices> = None;
+    let mut notices: Option<Notices> = None;
     let mut jitter = random_jitter;
     let mut waiting = false;
+    // A wait with no time for a second try must not leave a place in the line behind it.
+    let line = if patience.contended.is_zero() {
+        LinePlace::Tries
+    } else {
+        LinePlace::Waits
+    };
+    let permits = request.permits();
+    let mut in_line = InLine::new(session, request);
     loop {
         if notices.is_none() && policy.poll_subscribe(Instant::now()) {
             notices = subscribe(session, request).await;
             policy.handle_subscribed(notices.is_some(), Instant::now());
         }
-        let outcome = acquire::try_acquire(session, request).await;
-        let (wake_at, why) = match policy.handle_outcome(outcome, Instant::now(), &mut jitter) {
-            Step::Done(outcome) => return outcome,
+        if let Some(n) = notices.as_mut() {
+            n.releases.drain();
+            n.turn.drain();
+        }
+        let (outcome, rank) = acquire::try_in_line(session, request, line).await;
+        // Whatever its outcome said: a waiting try whose reply was lost may have joined.
+        in_line.joined |= line == LinePlace::Waits;
+        let place = Place::of(rank, permits);
+        let step = policy.handle_outcome(outcome, place, Instant::now(), &mut jitter);
+        let (wake, why) = match step {
+            Step::Done(outcome) => {
+                if outcome.token().is_some() {
+                    // A grant took it out of the line.
+                    in_line.joined = false;
+                }
+                in_line.leave().await;
+                return outcome;
+            }
             Step::Subscribe => (None, Retried::Contended),
-            Step::Retry { wake_at, why } => (Some(wake_at), why),
+            Step::Retry {
+                wake_at,
+                why,
+                listen,
+            } => (Some((wake_at, listen)), why),
         };
         if !waiting {
             telemetry::waiting(request.purpose());
             waiting = true;
         }
         telemetry::wait_retry(request.purpose(), &why);
-        if let Some(wake_at) = wake_at {
-            sleep(&mut notices, &mut policy, wake_at, request).await;
+        if let Some((wake_at, listen)) = wake {
+            sleep(&mut notices, &mut policy, wake_at, listen, request).await;
         }
     }
 }
 
-/// Sleeps until `wake_at` or a notice. A subscription that ends meanwhile brings the wake
-/// forward to the next attempt to subscribe (invariant 5).
+/// The waiter's place in the lease's line, once a waiting try joined it: left when the
+/// wait ends without the lease, or when it is dropped (cancelled), so that a waiter that
+/// gave up blocks nobody for the rest of its keep-alive.
+struct InLine {
+    session: Arc<Session>,
+    keys: crate::protocol::LeaseKeys,
+    attempt: Attempt,
+    joined: bool,
+}
+
+impl InLine {
+    fn new(session: &Arc<Session>, request: &LeaseRequest) -> Self {
+        Self {
+            session: Arc::clone(session),
+            keys: session.request_keys(request),
+            attempt: request.attempt().clone(),
+            joined: false,
+        }
+    }
+
+    /// Leaves the line, if the wait joined it. Best effort: a place not left lives out its
+    /// keep-alive, as a dead waiter's does.
+    async fn leave(&mut self) {
+        if !std::mem::take(&mut self.joined) {
+            return;
+        }
+        let timeout = self.session.settings().command_timeout;
+        let left = self
+            .session
+            .backend()
+            .leave_line(&self.keys, &self.attempt, timeout)
+            .await;
+        if let Err(failure) = left {
+            tracing::debug!(%failure, "leaving the line failed; the place lives out its keep-alive");
+        }
+    }
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        if !self.joined {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut place = Self {
+            session: Arc::clone(&self.session),
+            keys: self.keys.clone(),
+            attempt: self.attempt.clone(),
+            joined: std::mem::take(&mut self.joined),
+        };
+        runtime.spawn(async move { place.leave().await });
+    }
+}
+
+/// The waiter's two subscriptions: the lease's releases and its own turn in line. Both
+/// are made together and end together: either ending is the connection's end.
+struct Notices {
+    releases: ReleaseNotices,
+    turn: ReleaseNotices,
+}
+
+/// Sleeps until `wake_at` or a notice `listen` names. A subscription that ends meanwhile
+/// brings the wake forward to the next attempt to subscribe (invariant 5).
 async fn sleep(
-    notices: &mut Option<ReleaseNotices>,
+    notices: &mut Option<Notices>,
     policy: &mut WaitPolicy,
     mut wake_at: Instant,
+    listen: Listen,
     request: &LeaseRequest,
 ) {
     while let Some(n) = notices.as_mut() {
+        let release = async {
+            match listen {
+                Listen::Releases => n.releases.next().await,
+                Listen::Turn => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = tokio::time::sleep_until(wake_at) => return,
-            alive = n.next() => {
+            alive = release => {
                 if alive {
                     telemetry::wait_wakeup(request.purpose());
                     return;
                 }
-                // The subscription's connection ended.
-                *notices = None;
-                wake_at = wake_at.min(policy.handle_subscription_lost(Instant::now()));
+            }
+            alive = n.turn.next() => {
+                if alive {
+                    telemetry::wait_wakeup(request.purpose());
+                    return;
+                }
             }
         }
+        // A subscription's connection ended.
+        *notices = None;
+        wake_at = wake_at.min(policy.handle_subscription_lost(Instant::now()));
     }
     tokio::time::sleep_until(wake_at).await;
 }
 
-async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<ReleaseNotices> {
+async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<Notices> {
     let keys = session.request_keys(request);
-    match session
-        .backend()
-        .subscribe_releases(&keys, session.settings().command_timeout)
-        .await
-    {
-        Ok(notices) => Some(notices),
-        Err(failure) => {
-            // Waking early is an optimisation; without it the loop still polls on
-            // retry_after.
+    let id = WaiterId::of(request.attempt());
+    let backend = session.backend();
+    let timeout = session.settings().command_timeout;
+    let (releases, turn) = tokio::join!(
+        backend.subscribe_releases(&keys, timeout),
+        backend.subscribe_turn(&keys, &id, timeout),
+    );
+    match (releases, turn) {
+        (Ok(releases), Ok(turn)) => Some(Notices { releases, turn }),
+        (Err(failure), _) | (_, Err(failure)) => {
+            // Waking early is an optimisation; without it the loop still looks again
+            // (invariants 5, 7, 8).
             tracing::debug!(%failure, "release notices unavailable; polling instead");
             None
         }

@@ -166,16 +166,30 @@ impl LeaseKeys {
         format!("{}#{slot}", self.lease)
     }
 
+    /// The lease's line of waiters (`lua/line.lua`): the lease's name (a counted lease's,
+    /// shared by its slots) followed by `:line`. No lease key ends so: a listing skips it.
+    pub(crate) fn line(&self) -> String {
+        [self.name(), ":line"].concat()
+    }
+
+    /// A waiter's keep-alive key in the line, and the channel on which it is told its turn.
+    pub(crate) fn waiter(&self, id: &str) -> String {
+        [self.name(), ":line:", id].concat()
+    }
+
+    /// The lease's name: its key, or for a counted lease the name its slots extend.
+    fn name(&self) -> &str {
+        self.release_channel
+            .strip_suffix(":released")
+            .unwrap_or(&self.lease)
+    }
+
     /// Pub/sub channel on which an acquisition is announced, for observers: the lease's
     /// name (a counted lease's, for each of its slots) followed by `:acquired`
     /// (`lua/acquire.lua` derives it by the same rule). Made on demand: only an observer
     /// subscribes to it.
     pub(crate) fn acquire_channel(&self) -> String {
-        let name = self
-            .release_channel
-            .strip_suffix(":released")
-            .unwrap_or(&self.lease);
-        format!("{name}:acquired")
+        [self.name(), ":acquired"].concat()
     }
 }
 

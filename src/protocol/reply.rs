@@ -36,19 +36,24 @@ pub enum AcquireReply {
         /// The holder's remaining time.
         pttl: Duration,
     },
-    /// `DELAYED pttl`: the last lease ended without a release and its lock-delay refuses
+    /// `DELAYED pttl [rank]`: the last lease ended without a release and its lock-delay refuses
     /// acquisitions for `pttl` more (for a counted lease: every slot is taken and the
     /// earliest to free is in its lock-delay).
     Delayed {
         /// The lock-delay's remaining time.
         pttl: Duration,
+        /// A waiting acquisition's rank in the line (0: first); `None` for a try.
+        rank: Option<u32>,
     },
-    /// `CONTENDED pttl`: held by someone else (every slot of a counted lease). The holder's
-    /// owner token is never sent.
+    /// `CONTENDED pttl [rank]`: held by someone else (every slot of a counted lease), or
+    /// free with live waiters ahead in the line (`pttl` zero). The holder's owner token is
+    /// never sent.
     Contended {
         /// The holder's remaining time (the earliest slot's); zero when the server had no
         /// positive PTTL.
         pttl: Duration,
+        /// A waiting acquisition's rank in the line (0: first); `None` for a try.
+        rank: Option<u32>,
     },
 }
 

@@ -8,6 +8,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod line;
 mod same_owner;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use common::backends::{Fault, Harness};
 use common::fault::FaultLine;
 use common::leases::acquired;
 use leasehold::*;
+use line::*;
 use same_owner::*;
 use tokio::time::Instant;
 
@@ -484,4 +486,11 @@ contract_tests!(
     acquire_wakes_on_the_release_notice_instead_of_sleeping_out_retry_after,
     acquire_returns_contended_at_the_wait_timeout_when_nobody_releases,
     sixty_four_contenders_hold_one_at_a_time_with_increasing_tokens,
+    waiters_are_served_in_the_order_they_came,
+    a_try_without_a_wait_does_not_jump_a_line_of_live_waiters,
+    a_release_wakes_the_first_waiter_only,
+    a_silent_head_leaves_the_line_within_its_keep_alive_and_one_look,
+    twenty_silent_waiters_leave_the_line_together,
+    a_replayed_waiting_try_keeps_its_place,
+    a_waiter_whose_wait_ran_out_leaves_the_line,
 );

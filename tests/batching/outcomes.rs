@@ -315,10 +315,10 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
     let script = common::leases::batch_script();
     // (head, mine, the reply expected with t1/t2 for the first and the second token).
     let items: [(&str, &str, &str); 13] = [
-        ("A30000", "one op ", "ACQUIRED 30000 t1"),
-        ("A30000", "two op ", "CONTENDED 30000"),
-        ("A30000", "one other ", "CONFLICT 30000"),
-        ("A30000", "one op ", "REPLAYED 30000 t1"),
+        ("A30000 -00000000000000a1", "one op ", "ACQUIRED 30000 t1"),
+        ("A30000 -00000000000000a1", "two op ", "CONTENDED 30000"),
+        ("A30000 -00000000000000a1", "one other ", "CONFLICT 30000"),
+        ("A30000 -00000000000000a1", "one op ", "REPLAYED 30000 t1"),
         ("I", "two op ", "HELD_BY_OTHER 30000 t1"),
         ("N60000", "one op ", "RENEWED"),
         ("I", "one op ", "HELD_BY_ATTEMPT 60000 t1"),
@@ -326,7 +326,7 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
         ("R", "one op ", "RELEASED"),
         ("N60000", "one op ", "ABSENT"),
         ("I", "two op ", "ABSENT"),
-        ("A30000", "two op ", "ACQUIRED 30000 t2"),
+        ("A30000 -00000000000000a1", "two op ", "ACQUIRED 30000 t2"),
         ("I", "one op ", "HELD_BY_OTHER 30000 t2"),
     ];
     let call = |items: &[(&str, &str, &str)]| -> Vec<String> {
@@ -336,6 +336,7 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
             args.push(keys.lease().to_owned());
             if head.starts_with('A') {
                 args.push(keys.fence().to_owned());
+                args.push(leasehold::fuzzing::calls::line_key(&keys));
             }
             argv.extend([head.to_string(), mine.to_string()]);
         }
@@ -381,7 +382,10 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
     // spaces, not an owner token that is a prefix of ours.
     for held in ["foreign", "on op 5", "one-more op 5"] {
         server.cmd(&["SET", keys.lease(), held, "PX", "30000"]);
-        let items = [("A30000", "one op ", ""), ("A30000", "one other ", "")];
+        let items = [
+            ("A30000 -00000000000000a1", "one op ", ""),
+            ("A30000 -00000000000000a1", "one other ", ""),
+        ];
         let replies = call(&items);
         assert!(
             replies.iter().all(|r| r.starts_with("CONTENDED ")),
@@ -389,6 +393,9 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
         );
     }
     server.cmd(&["SET", keys.lease(), "one op2 5", "PX", "30000"]);
-    let replies = call(&[("A30000", "one op ", ""), ("A30000", "two op ", "")]);
+    let replies = call(&[
+        ("A30000 -00000000000000a1", "one op ", ""),
+        ("A30000 -00000000000000a1", "two op ", ""),
+    ]);
     assert!(replies[0].starts_with("CONFLICT ") && replies[1].starts_with("CONTENDED "));
 }

@@ -36,6 +36,7 @@ pub async fn warm_up(client: &LeaseClient) {
 pub fn batch_script() -> String {
     [
         include_str!("../../lua/owner.lua"),
+        include_str!("../../lua/line.lua"),
         include_str!("../../lua/acquire.lua"),
         include_str!("../../lua/renew.lua"),
         include_str!("../../lua/release.lua"),

@@ -78,6 +78,43 @@ async fn a_user_refused_publish_still_acquires_and_releases() {
     );
 }
 
+/// An ACL written before the line (no sorted-set commands) leaves the line out: a user
+/// under it acquires, waits and releases as before, and no sorted set is written.
+#[tokio::test]
+async fn a_user_refused_the_sorted_set_commands_leases_and_waits_without_a_line() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "noline",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-@sortedset",
+    ]);
+    let url = format!("redis://noline:pw@127.0.0.1:{}", server.port());
+    let client = LeaseClient::redis(&url, redis_settings()).unwrap();
+    let mut holder = acquired(&client, &request(&client, "r")).await;
+    let waiter = LeaseClient::redis(&url, redis_settings()).unwrap();
+    let found = crate::common::backends::assert_waiter_finds_an_unheard_release(
+        &mut holder,
+        waiter,
+        async {},
+    )
+    .await;
+    println!("measured: without a line, the waiter found the release {found:?} after it");
+    let keys = client.keys(&Purpose::new("test").unwrap(), &ResourceDigest::of("r"));
+    let line = leasehold::fuzzing::calls::line_key(&keys);
+    assert_eq!(server.query::<i64>(&["EXISTS", &line]), 0);
+    let log = format!("{:?}", server.cmd(&["ACL", "LOG"]));
+    assert!(
+        log.contains("zadd"),
+        "no refused ZADD in the ACL log: {log}"
+    );
+}
+
 /// A holder refused PUBLISH releases without a notice: a subscribed waiter still finds
 /// the lease free within a second, not at the holder's TTL (30 s).
 #[tokio::test]
@@ -125,12 +162,13 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
     let reply = server.cmd(&[
         "EVAL",
         &script,
-        "3",
+        "4",
         keys.lease(),
         keys.fence(),
+        &leasehold::fuzzing::calls::line_key(&keys),
         keys.lease(),
         "7",
-        "A30000",
+        "A30000 -00000000000000a1",
         "another-owner op ",
         "I",
         "another-owner op ",

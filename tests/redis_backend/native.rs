@@ -192,31 +192,20 @@ async fn a_release_is_delifeq_where_the_server_has_it_and_answers_alike_on_eithe
 #[tokio::test]
 async fn a_user_refused_the_servers_own_release_still_releases_by_the_script() {
     let server = RedisServer::start();
-    server.cmd(&[
-        "ACL",
-        "SETUSER",
-        "scripted",
-        "on",
-        ">pw",
-        "~leasehold:lease:v2:*",
-        "resetchannels",
-        "&leasehold:lease:v2:*",
-        "+evalsha",
-        "+eval",
-        "+script|load",
-        "+get",
-        "+set",
-        "+pexpire",
-        "+del",
-        "+pttl",
-        "+time",
-        "+publish",
-        "+subscribe",
-        "+unsubscribe",
-        "+wait",
-        "+ping",
-        "+info",
-    ]);
+    // The ACL of docs/production.md, word for word but for the user's name and password.
+    let doc = include_str!("../../docs/production.md");
+    let acl = doc
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER leases on >secret "))
+        .expect("docs/production.md gives the ACL");
+    let mut words: Vec<&str> = acl.split_whitespace().collect();
+    words[2] = "scripted";
+    words[4] = ">pw";
+    assert!(
+        !words.contains(&"+delifeq"),
+        "the ACL written for the script"
+    );
+    server.cmd(&words);
     let url = format!("redis://scripted:pw@127.0.0.1:{}", server.port());
     let client = LeaseClient::redis(&url, redis_settings()).unwrap();
     let native = capabilities(&server);

@@ -55,8 +55,8 @@ use super::{
 use crate::error::LeaseError;
 use crate::protocol::limits::{self, CONNECT_TIMEOUT, deadline_after};
 use crate::protocol::{
-    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, ReleaseReply,
-    RenewReply, ReplicaWait,
+    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, ReleaseReply,
+    RenewReply, ReplicaWait, WaiterId,
 };
 
 use call::malformed;
@@ -331,9 +331,10 @@ impl Operations for RedisBackend {
         &'a self,
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
+        place: LinePlace,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
-        let item = batch::Item::acquire(keys, request);
+        let item = batch::Item::acquire(keys, request, place);
         self.operation(item, timeout, parse::acquire)
     }
 
@@ -343,6 +344,7 @@ impl Operations for RedisBackend {
         &'a self,
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
+        place: LinePlace,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
@@ -350,7 +352,7 @@ impl Operations for RedisBackend {
             let twin = self.inner.replicated.as_ref().unwrap_or(self);
             let deadline = deadline_after(Instant::now(), timeout);
             let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
-            let item = batch::Item::acquire(keys, request);
+            let item = batch::Item::acquire(keys, request, place);
             let deadlines = batch::Deadlines::one(batch::Deadline::at(deadline));
             let value = twin
                 .send_one(generation, &connected, &item, deadlines)
@@ -404,6 +406,25 @@ impl Operations for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.subscribe(keys, vec![keys.release_channel.clone()], timeout)
+    }
+
+    fn leave_line<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ()> {
+        let item = batch::Item::leave(keys, attempt);
+        self.operation(item, timeout, parse::left)
+    }
+
+    fn subscribe_turn<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        id: &'a WaiterId,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices> {
+        self.subscribe(keys, vec![keys.waiter(id.as_str())], timeout)
     }
 
     fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {

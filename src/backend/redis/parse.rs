@@ -84,6 +84,17 @@ impl<'a> Line<'a> {
         u16::try_from(n).map_err(|_| format!("slot {n} is out of range"))
     }
 
+    /// A waiting acquisition's rank in the line at `at`, if the reply has one.
+    fn rank(&self, at: usize) -> Parsed<Option<u32>> {
+        if self.numbers.len() <= at {
+            return Ok(None);
+        }
+        let n = self.int(at, "rank")?;
+        u32::try_from(n)
+            .map(Some)
+            .map_err(|_| format!("rank {n} is out of range"))
+    }
+
     /// The holder label at `at`, if the reply has one.
     fn holder(&self, at: usize) -> Parsed<Option<HolderLabel>> {
         self.numbers
@@ -124,11 +135,13 @@ pub(super) fn acquire(value: Value) -> Parsed<AcquireReply> {
         (b"CONFLICT", 1) => AcquireReply::Conflict {
             pttl: line.millis(0)?,
         },
-        (b"CONTENDED", 1) => AcquireReply::Contended {
+        (b"CONTENDED", 1 | 2) => AcquireReply::Contended {
             pttl: line.millis(0)?,
+            rank: line.rank(1)?,
         },
-        (b"DELAYED", 1) => AcquireReply::Delayed {
+        (b"DELAYED", 1 | 2) => AcquireReply::Delayed {
             pttl: line.millis(0)?,
+            rank: line.rank(1)?,
         },
         _ => return Err(line.unknown("acquire")),
     })
@@ -150,6 +163,15 @@ pub(super) fn release(value: Value) -> Parsed<ReleaseReply> {
         .then(|| ReleaseReply::from_status(line.status))
         .flatten()
         .ok_or_else(|| line.unknown("release"))
+}
+
+/// `LEFT`: the waiter is not in the line (any more).
+pub(super) fn left(value: Value) -> Parsed<()> {
+    let line = Line::read(&value)?;
+    match (line.status, line.numbers.len()) {
+        (b"LEFT", 0) => Ok(()),
+        _ => Err(line.unknown("leave")),
+    }
 }
 
 pub(super) fn inspect(value: Value) -> Parsed<InspectReply> {
@@ -304,9 +326,19 @@ mod tests {
         assert_eq!(
             acquire(bulk("CONTENDED -1")),
             Ok(AcquireReply::Contended {
-                pttl: Duration::ZERO
+                pttl: Duration::ZERO,
+                rank: None,
             })
         );
+        assert_eq!(
+            acquire(bulk("CONTENDED 0 3")),
+            Ok(AcquireReply::Contended {
+                pttl: Duration::ZERO,
+                rank: Some(3),
+            })
+        );
+        assert!(acquire(bulk("CONTENDED 0 -1")).is_err());
+        assert!(acquire(bulk("CONTENDED 0 1 2")).is_err());
         assert_eq!(
             inspect(bulk("HELD_BY_OTHER 1500 9")),
             Ok(InspectReply::HeldByOther {
@@ -332,7 +364,8 @@ mod tests {
         assert_eq!(
             acquire(bulk("DELAYED 1999")),
             Ok(AcquireReply::Delayed {
-                pttl: Duration::from_millis(1999)
+                pttl: Duration::from_millis(1999),
+                rank: None,
             })
         );
         assert_eq!(

@@ -10,6 +10,8 @@ pub(super) static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("../../../lua/owner.lua"),
         "\n",
+        include_str!("../../../lua/line.lua"),
+        "\n",
         include_str!("../../../lua/acquire.lua"),
         "\n",
         include_str!("../../../lua/renew.lua"),

@@ -182,10 +182,10 @@ impl AcquireOutcome {
                 let budget = ValidityBudget::replayed(sent.sent_at, sent.ttl, pttl, sent.drift);
                 Self::Replayed(hold(budget, token, slot))
             }
-            AcquireReply::Contended { pttl } => Self::Contended {
+            AcquireReply::Contended { pttl, .. } => Self::Contended {
                 retry_after: retry_after(pttl),
             },
-            AcquireReply::Delayed { pttl } => Self::LockDelayed {
+            AcquireReply::Delayed { pttl, .. } => Self::LockDelayed {
                 retry_after: retry_after(pttl),
             },
             AcquireReply::Conflict { pttl } => Self::OwnerOperationConflict {

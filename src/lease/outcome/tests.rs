@@ -181,6 +181,7 @@ fn an_acquire_reply_that_holds_nothing_this_client_can_name_makes_no_handle() {
     ));
     let none_left = AcquireReply::Contended {
         pttl: Duration::ZERO,
+        rank: None,
     };
     assert!(matches!(
         read(Ok(none_left)),
@@ -188,6 +189,7 @@ fn an_acquire_reply_that_holds_nothing_this_client_can_name_makes_no_handle() {
     ));
     let delayed = AcquireReply::Delayed {
         pttl: Duration::from_millis(70),
+        rank: Some(2),
     };
     assert!(matches!(
         read(Ok(delayed)),
@@ -211,6 +213,7 @@ fn a_replica_wait_says_what_wait_answered_or_that_nothing_was_waited_for() {
         Ok(ReplicatedReply {
             reply: AcquireReply::Contended {
                 pttl: Duration::ZERO,
+                rank: None,
             },
             acked,
         })

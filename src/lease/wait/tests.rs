@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{BACKOFF_MAX, Patience, RESUBSCRIBE_MAX, Step, WaitPolicy};
+use super::{BACKOFF_MAX, Listen, Patience, Place, RESUBSCRIBE_MAX, Step, WaitPolicy};
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::acquire::AcquireOutcome;
 use crate::protocol::{Attempt, OperationId};
@@ -19,6 +19,8 @@ const MS: Duration = Duration::from_millis(1);
 enum Try {
     Conflict,
     Contended(u64),
+    /// Contended, with others ahead in the line.
+    Behind(u64),
     LockDelayed(u64),
     Indeterminate,
     Unavailable,
@@ -35,8 +37,10 @@ enum Expect {
     /// Done, with an outcome of this `as_str()`.
     Done(&'static str),
     Subscribe,
-    /// Retry at t0 + ms, for this reason.
+    /// Retry at t0 + ms, for this reason, woken early by a release or its turn.
     Retry(u64, &'static str),
+    /// Retry at t0 + ms, contended, woken early only by its turn.
+    Turn(u64),
     /// After a subscription event: the next attempt to subscribe is at t0 + ms (`None`:
     /// there is a subscription).
     Resubscribe(Option<u64>),
@@ -73,7 +77,7 @@ const SETTLING: Option<Patience> = Some(Patience {
     settling: Duration::from_secs(3),
 });
 
-use Expect::{Done, Resubscribe, Retry, Subscribe};
+use Expect::{Done, Resubscribe, Retry, Subscribe, Turn};
 
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
@@ -95,6 +99,17 @@ const ROWS: &[Row] = &[
         (Try::Contended(30000), 2, Retry(752, "contended")),
         (Try::Contended(30000), 752, Retry(1502, "contended")),
         (Try::LockDelayed(30000), 1502, Retry(2252, "lock_delayed")),
+    ] },
+    Row { name: "behind others in line, a waiter sleeps through releases and looks again within 950 ms", patience: WHILE_CONTENDED, tries: &[
+        (Try::Behind(30000), 0, Subscribe),
+        (Try::Subscribed, 1, Resubscribe(None)),
+        (Try::Behind(30000), 2, Turn(952)),
+        (Try::Behind(10), 952, Turn(1902)),
+        (Try::Contended(30000), 1902, Retry(2652, "contended")),
+        (Try::Behind(30000), 2652, Turn(3602)),
+    ] },
+    Row { name: "behind others, an unknown end is replayed as soon as ever", patience: SETTLING, tries: &[
+        (Try::Indeterminate, 0, Retry(10, "indeterminate")),
     ] },
     Row { name: "without a subscription a contended sleep ends at the next attempt at one", patience: None, tries: &[
         (Try::Contended(5000), 0, Subscribe),
@@ -178,7 +193,7 @@ fn outcome(t: Try, attempt: &Attempt) -> AcquireOutcome {
         Try::Conflict => AcquireOutcome::OwnerOperationConflict {
             retry_after: MS * 100,
         },
-        Try::Contended(ms) => AcquireOutcome::Contended {
+        Try::Contended(ms) | Try::Behind(ms) => AcquireOutcome::Contended {
             retry_after: MS * u32::try_from(ms).unwrap_or(u32::MAX),
         },
         Try::LockDelayed(ms) => AcquireOutcome::LockDelayed {
@@ -232,13 +247,25 @@ fn every_row_of_the_wait_policy_table() {
                 assert_eq!(got, expect, "{}: {t:?} at {ms}", row.name);
                 continue;
             }
-            let step = policy.handle_outcome(outcome(t, &attempt), at(ms), &mut jitter);
+            let place = match t {
+                Try::Behind(_) => Place::Behind,
+                _ => Place::Front,
+            };
+            let step = policy.handle_outcome(outcome(t, &attempt), place, at(ms), &mut jitter);
             let got = match &step {
                 Step::Done(outcome) => Done(outcome.as_str()),
                 Step::Subscribe => Subscribe,
-                Step::Retry { wake_at, why } => {
-                    let ms = wake_at.duration_since(t0).as_millis();
-                    Retry(u64::try_from(ms).unwrap_or(u64::MAX), why.label())
+                Step::Retry {
+                    wake_at,
+                    why,
+                    listen,
+                } => {
+                    let ms =
+                        u64::try_from(wake_at.duration_since(t0).as_millis()).unwrap_or(u64::MAX);
+                    match listen {
+                        Listen::Releases => Retry(ms, why.label()),
+                        Listen::Turn => Turn(ms),
+                    }
                 }
             };
             assert_eq!(got, expect, "{}: {t:?} at {ms}", row.name);
@@ -252,8 +279,18 @@ fn the_settled_indeterminate_outcome_names_the_attempt_that_may_hold_the_lease()
     let t0 = Instant::now();
     let mut policy = WaitPolicy::new(t0, wait(Duration::ZERO));
     let mut jitter = |max: Duration| max;
-    let _ = policy.handle_outcome(outcome(Try::Indeterminate, &attempt), t0 - MS, &mut jitter);
-    match policy.handle_outcome(outcome(Try::Unavailable, &attempt), t0, &mut jitter) {
+    let _ = policy.handle_outcome(
+        outcome(Try::Indeterminate, &attempt),
+        Place::Front,
+        t0 - MS,
+        &mut jitter,
+    );
+    match policy.handle_outcome(
+        outcome(Try::Unavailable, &attempt),
+        Place::Front,
+        t0,
+        &mut jitter,
+    ) {
         Step::Done(AcquireOutcome::Indeterminate { attempt: a, .. }) => assert_eq!(a, attempt),
         other => panic!("{other:?}"),
     }
@@ -269,7 +306,9 @@ fn the_backoff_after_unavailable_stops_growing_at_its_maximum() {
         let unavailable = AcquireOutcome::Unavailable {
             detail: FailureDetail::new(FailureKind::Connect, "test"),
         };
-        if let Step::Retry { wake_at, .. } = policy.handle_outcome(unavailable, t0, &mut jitter) {
+        if let Step::Retry { wake_at, .. } =
+            policy.handle_outcome(unavailable, Place::Front, t0, &mut jitter)
+        {
             last = wake_at - t0;
         }
     }
@@ -312,8 +351,8 @@ async fn a_grant_whose_validity_ended_before_its_reply_was_handled_is_replayed_n
 
     let t0 = Instant::now();
     let mut policy = WaitPolicy::new(t0, SETTLING.unwrap_or(SECOND));
-    match policy.handle_outcome(grant, valid_until, &mut jitter) {
-        Step::Retry { wake_at, why } => {
+    match policy.handle_outcome(grant, Place::Front, valid_until, &mut jitter) {
+        Step::Retry { wake_at, why, .. } => {
             assert_eq!(
                 (wake_at - valid_until, why),
                 (10 * MS, super::Retried::Indeterminate)
@@ -327,7 +366,12 @@ async fn a_grant_whose_validity_ended_before_its_reply_was_handled_is_replayed_n
     assert_eq!(replay.as_str(), "replayed", "{replay:?}");
 
     let mut policy = WaitPolicy::new(t0, wait(Duration::ZERO));
-    match policy.handle_outcome(replay, t0 + Duration::from_secs(30), &mut jitter) {
+    match policy.handle_outcome(
+        replay,
+        Place::Front,
+        t0 + Duration::from_secs(30),
+        &mut jitter,
+    ) {
         Step::Done(AcquireOutcome::Indeterminate { attempt, .. }) => {
             assert_eq!(&attempt, request.attempt());
         }
@@ -336,7 +380,7 @@ async fn a_grant_whose_validity_ended_before_its_reply_was_handled_is_replayed_n
 
     let mut policy = WaitPolicy::new(t0, wait(Duration::ZERO));
     let fresh = client.try_acquire(&request).await.expect("outcome");
-    match policy.handle_outcome(fresh, Instant::now(), &mut jitter) {
+    match policy.handle_outcome(fresh, Place::Front, Instant::now(), &mut jitter) {
         Step::Done(AcquireOutcome::Replayed(_)) => {}
         other => panic!("a grant with validity left is handed out: {other:?}"),
     }

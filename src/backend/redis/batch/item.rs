@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Value};
 
 use super::super::{ServerCapabilities, scripts};
-use crate::protocol::{Attempt, Holding, LeaseKeys, LeaseRequest};
+use crate::protocol::{Attempt, Holding, LeaseKeys, LeaseRequest, LinePlace, WaiterId};
 
 /// What an item does, as far as the queue cares (see `Item::urgent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +16,7 @@ enum Kind {
     Renew,
     Release,
     Inspect,
+    Leave,
 }
 
 /// One operation on one lease, owning its keys and arguments so it can wait in the queue:
@@ -29,12 +30,14 @@ pub(in super::super) struct Item {
     /// The slot keys a counted lease's acquisition reads (`LeaseKeys::slot_keys`), in
     /// place of `lease`; empty for every other item.
     slots: Vec<String>,
-    /// The group's fence counter: acquire only.
-    fence: Option<String>,
+    /// The group's fence counter and the lease's line: acquire only.
+    fence: Option<(String, String)>,
     /// The kind letter, then for a counted acquisition the number of slots and a space,
     /// then the ttl in milliseconds for acquire and renew (for an acquire, then its
-    /// lock-delay after a slash if it has one), then for an acquire the holder label if
-    /// any: `A30000`, `A30000 web-7`, `A30000/2000`, `P4 30000`.
+    /// lock-delay after a slash if it has one), then for an acquire a space, `+` (it
+    /// waits) or `-` (a try), its waiter id, and the holder label if any, after a space:
+    /// `A30000 +0123456789abcdef`, `A30000/2000 -0123456789abcdef web-7`,
+    /// `P4 30000 +0123456789abcdef`.
     head: String,
     /// `"<owner> <op> "`: the lease value's prefix while this attempt holds it.
     mine: String,
@@ -68,7 +71,7 @@ impl Item {
             kind,
             lease: keys.lease.clone(),
             slots: Vec::new(),
-            fence: (kind == Kind::Acquire).then(|| keys.fence.clone()),
+            fence: (kind == Kind::Acquire).then(|| (keys.fence.clone(), keys.line())),
             head,
             mine,
             value: None,
@@ -76,12 +79,21 @@ impl Item {
         }
     }
 
-    pub(in super::super) fn acquire(keys: &LeaseKeys, request: &LeaseRequest) -> Self {
-        // The ttl, and its lock-delay after a slash: `30000/2000`.
-        let ttl = match request.lock_delay() {
+    pub(in super::super) fn acquire(
+        keys: &LeaseKeys,
+        request: &LeaseRequest,
+        place: LinePlace,
+    ) -> Self {
+        // The ttl, its lock-delay after a slash, and the place: `30000/2000 +<id>`.
+        let mut ttl = match request.lock_delay() {
             None => request.ttl().as_millis().to_string(),
             Some(delay) => format!("{}/{}", request.ttl().as_millis(), delay.as_millis()),
         };
+        ttl.push_str(match place {
+            LinePlace::Waits => " +",
+            LinePlace::Tries => " -",
+        });
+        ttl.push_str(WaiterId::of(request.attempt()).as_str());
         let holder = request.holder();
         // A counted lease's acquisition reads every slot; keys that already name a slot
         // are read as a lease of their own.
@@ -128,6 +140,15 @@ impl Item {
         Self::new(Kind::Inspect, keys, attempt, "I".to_owned())
     }
 
+    /// `attempt`'s waiter leaves the lease's line: its key is the line's (which routes as
+    /// the lease does: one hash tag).
+    pub(in super::super) fn leave(keys: &LeaseKeys, attempt: &Attempt) -> Self {
+        let head = format!("L{} {}", keys.permits(), WaiterId::of(attempt).as_str());
+        let mut item = Self::new(Kind::Leave, keys, attempt, head);
+        item.lease = keys.line();
+        item
+    }
+
     /// The key a cluster routes the item by.
     pub(in super::super) fn route(&self) -> &str {
         &self.lease
@@ -153,7 +174,7 @@ impl Item {
             && match self.kind {
                 Kind::Renew => capabilities.renews_natively(),
                 Kind::Release => capabilities.releases_natively(),
-                Kind::Acquire | Kind::Inspect => false,
+                Kind::Acquire | Kind::Inspect | Kind::Leave => false,
             }
     }
 
@@ -239,7 +260,7 @@ impl Item {
 pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
     let keys: usize = items
         .iter()
-        .map(|i| i.slots.len().max(1) + usize::from(i.fence.is_some()))
+        .map(|i| i.slots.len().max(1) + 2 * usize::from(i.fence.is_some()))
         .sum();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(scripts::BATCH.get_hash()).arg(keys);
@@ -250,8 +271,8 @@ pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
         for slot in &item.slots {
             cmd.arg(slot);
         }
-        if let Some(fence) = &item.fence {
-            cmd.arg(fence);
+        if let Some((fence, line)) = &item.fence {
+            cmd.arg(fence).arg(line);
         }
     }
     cmd.arg(id);

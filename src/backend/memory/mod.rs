@@ -15,7 +15,7 @@ use super::{
 use crate::protocol::limits::deadline_after;
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, HolderLabel, Holding, InspectReply, LeaseKeys,
-    LeaseRequest, ReleaseReply, RenewReply, ReplicaWait,
+    LeaseRequest, LinePlace, ReleaseReply, RenewReply, ReplicaWait, WaiterId,
 };
 
 /// An in-process lease store with the same semantics as the Redis scripts.
@@ -83,9 +83,13 @@ pub enum MemoryFault {
     Slow(Duration),
 }
 
+mod line;
+
 #[derive(Default)]
 struct Store {
     leases: HashMap<String, Entry>,
+    /// Each lease's line of waiters, by its key (`LeaseKeys::line`).
+    lines: HashMap<String, line::Line>,
     fences: HashMap<String, u64>,
     watchers: HashMap<String, Vec<mpsc::Sender<()>>>,
     fault: Option<MemoryFault>,
@@ -145,6 +149,52 @@ impl Store {
             self.leases.remove(key);
         }
         self.leases.get_mut(key)
+    }
+
+    /// Whether `id` may take one of `free` free slots of the lease whose line is `line`
+    /// (`lua/line.lua`): dead waiters ahead of it are removed.
+    fn entitled(
+        &mut self,
+        line: &str,
+        id: &WaiterId,
+        free: usize,
+        permits: usize,
+        now: Instant,
+    ) -> line::Entitled {
+        let Some(waiting) = self.lines.get_mut(line) else {
+            return line::Entitled::Outside;
+        };
+        if waiting.is_gone(now) {
+            self.lines.remove(line);
+            return line::Entitled::Outside;
+        }
+        let entitled = waiting.entitled(id.as_str(), free, permits, now);
+        if waiting.is_gone(now) {
+            self.lines.remove(line);
+        }
+        entitled
+    }
+
+    /// A refused acquisition that waits joins `line`, or keeps its place: its rank. A try
+    /// leaves the line as it is.
+    fn wait_in_line(
+        &mut self,
+        line: &str,
+        id: &WaiterId,
+        place: LinePlace,
+        now: Instant,
+    ) -> Option<u32> {
+        if place == LinePlace::Tries {
+            return None;
+        }
+        let waiting = self
+            .lines
+            .entry(line.to_owned())
+            .or_insert_with(|| line::Line::new(now));
+        if waiting.is_gone(now) {
+            *waiting = line::Line::new(now);
+        }
+        Some(waiting.wait(id.as_str(), now))
     }
 
     /// One subscription to every channel of `channels`.
@@ -323,17 +373,21 @@ impl Operations for MemoryBackend {
         &'a self,
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
+        place: LinePlace,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
         let (attempt, ttl) = (request.attempt(), request.ttl());
+        let id = WaiterId::of(attempt);
         self.run(timeout, move |store, now| {
             // A plain lease is its one key; a counted lease's acquisition reads each slot
             // (lua/acquire.lua's acquire_slot).
             let slots = keys.slot_keys();
             let (mut free, mut least, mut conflict) = (None, None::<(Duration, bool)>, None);
+            let mut frees = 0;
             for (slot, key) in (0u16..).zip(&slots) {
                 let Some(entry) = store.live(key, now) else {
                     free = free.or(Some((slot, key)));
+                    frees += 1;
                     continue;
                 };
                 let (pttl, ended) = entry.left(now);
@@ -351,12 +405,31 @@ impl Operations for MemoryBackend {
             if let Some(pttl) = conflict {
                 return AcquireReply::Conflict { pttl };
             }
+            let line = keys.line();
             let Some((slot, key)) = free else {
+                let rank = store.wait_in_line(&line, &id, place, now);
                 return match least.unwrap_or_default() {
-                    (pttl, true) => AcquireReply::Delayed { pttl },
-                    (pttl, false) => AcquireReply::Contended { pttl },
+                    (pttl, true) => AcquireReply::Delayed { pttl, rank },
+                    (pttl, false) => AcquireReply::Contended { pttl, rank },
                 };
             };
+            let next = match store.entitled(&line, &id, frees, slots.len(), now) {
+                line::Entitled::No => {
+                    let rank = store.wait_in_line(&line, &id, place, now);
+                    let pttl = Duration::ZERO;
+                    return AcquireReply::Contended { pttl, rank };
+                }
+                line::Entitled::InLine { next } => {
+                    if let Some(line) = store.lines.get_mut(&line) {
+                        line.leave(id.as_str(), 0);
+                    }
+                    next
+                }
+                line::Entitled::Outside => None,
+            };
+            if let Some(next) = next {
+                store.notify(&keys.waiter(&next));
+            }
             let last = store.fences.get(&keys.fence).copied().unwrap_or(0);
             let token = last + 1;
             store.fences.insert(keys.fence.clone(), token);
@@ -385,11 +458,12 @@ impl Operations for MemoryBackend {
         &'a self,
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
+        place: LinePlace,
         _wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
         Box::pin(async move {
-            let reply = self.acquire(keys, request, timeout).await?;
+            let reply = self.acquire(keys, request, place, timeout).await?;
             let acked = matches!(reply, AcquireReply::Acquired { .. }).then_some(Ok(0));
             Ok(ReplicatedReply { reply, acked })
         })
@@ -480,6 +554,36 @@ impl Operations for MemoryBackend {
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.run(timeout, move |store, _| {
             store.subscribe([keys.release_channel.clone()])
+        })
+    }
+
+    fn leave_line<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        attempt: &'a Attempt,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ()> {
+        let id = WaiterId::of(attempt);
+        let permits = usize::from(keys.permits());
+        self.run(timeout, move |store, _| {
+            let line = keys.line();
+            let Some(waiting) = store.lines.get_mut(&line) else {
+                return;
+            };
+            if let Some(next) = waiting.leave(id.as_str(), permits) {
+                store.notify(&keys.waiter(&next));
+            }
+        })
+    }
+
+    fn subscribe_turn<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        id: &'a WaiterId,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ReleaseNotices> {
+        self.run(timeout, move |store, _| {
+            store.subscribe([keys.waiter(id.as_str())])
         })
     }
 

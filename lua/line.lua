@@ -1,0 +1,133 @@
+-- leasehold's line of waiters (docs/design.md §4, "The line"): who may take a free lease
+-- (a slot of a counted lease), first come, first served; lua/acquire.lua asks it.
+--
+-- line    "<name>:line", a sorted set per lease (a counted lease's: per lease, not per
+--         slot; protocol::LeaseKeys::line): its members are waiter ids (16 hex digits, a
+--         digest of the attempt: protocol::WaiterId, so a replay keeps its place), each
+--         scored by the server's TIME in µs when it joined. Equal scores are ordered by
+--         the member, which is how the server breaks a tie. The key lives LINE_PX past the
+--         last join, longer than any wait (an hour at most): a line whose waiters all
+--         went is gone by then.
+-- alive   "<line>:<id>": a waiter's keep-alive, SET with PX KEEP_MS by the waiter while it
+--         waits (its looks, and the keep-alives of src/lease/wait.rs). Also the channel on
+--         which a waiter is told its turn.
+--
+-- An ACL that refuses the sorted-set commands (one written for leasehold before the line)
+-- leaves the line out: every acquisition then behaves as with an empty line, as before
+-- the line existed. The line's first read and its join are pcall'ed for that.
+--
+-- An entry is alive while its keep-alive key lives, or for KEEP_US after it joined (so
+-- that joining costs no keep-alive write). A dead entry is removed by the next call that
+-- finds it at the head of the line while the lease is free: a waiter that died (killed,
+-- frozen, its client dropped) blocks the line for KEEP at most after its last sign of
+-- life.
+
+local KEEP_US = 2000000
+local KEEP_MS = '2000'
+local LINE_PX = '3660000'
+-- Dead entries one call removes at most, so that its run time stays bounded; the next
+-- call removes more.
+local PRUNE_MAX = 64
+
+-- Whether the entry `id` of `line`, which joined at `joined` (µs), is alive.
+local function alive(line, id, joined, now)
+  if now() - joined < KEEP_US then
+    return true
+  end
+  return redis.call('GET', line .. ':' .. id) ~= false
+end
+
+-- Whether the waiter `id` may take one of `free` (>= 1) free slots of a lease of
+-- `permits` slots: it is among the first `free` live entries of `line`, or it is not in
+-- the line and the line holds fewer than `free` live entries. Dead entries met before
+-- `id` or the `free`-th live entry are removed. When `id` may and is in the line, also
+-- returns true and the entry that will be at rank permits - 1 once `id` left (the one to
+-- tell its turn), if any.
+--
+-- Cost: one ZRANGE for an empty line or a waiter at the head, plus a GET per entry
+-- ahead of it that joined more than KEEP ago (each such one found dead, a ZREM).
+local function entitled(line, id, free, permits, now)
+  local pruned = 0
+  while true do
+    local entries = redis.pcall('ZRANGE', line, 0, permits, 'WITHSCORES')
+    if entries.err then
+      return true, false
+    end
+    local live, dead = 0, 0
+    for i = 1, #entries, 2 do
+      local other = entries[i]
+      if other == id then
+        if live >= free then
+          return false
+        end
+        -- Unless entries were removed, the one at rank `permits` now moves to
+        -- `permits - 1`; otherwise it is read again.
+        local next_id = entries[2 * permits + 1]
+        if dead > 0 then
+          next_id = redis.call('ZRANGE', line, permits, permits)[1]
+        end
+        return true, true, next_id
+      end
+      if live >= free then
+        return false
+      end
+      if alive(line, other, tonumber(entries[i + 1]), now) then
+        live = live + 1
+      else
+        redis.call('ZREM', line, other)
+        dead = dead + 1
+      end
+    end
+    pruned = pruned + dead
+    -- The whole line was read (fewer entries than asked for): `id` is not in it.
+    if #entries < 2 * (permits + 1) then
+      return live < free, false
+    end
+    -- Read in full with entries removed (nothing else ends a full read here): read on,
+    -- unless this call removed enough.
+    if dead == 0 or pruned >= PRUNE_MAX then
+      return false
+    end
+  end
+end
+
+-- Puts the waiter `id` in `line` (joining at the server's TIME) or, already in it,
+-- refreshes its keep-alive; returns its rank (0 for the head), or nil without a line.
+local function wait_in_line(line, id, now)
+  local added = redis.pcall('ZADD', line, 'NX', string.format('%d', now()), id)
+  if type(added) == 'table' then
+    return nil
+  elseif added == 1 then
+    redis.call('PEXPIRE', line, LINE_PX)
+  else
+    redis.call('SET', line .. ':' .. id, '1', 'PX', KEEP_MS)
+  end
+  return redis.call('ZRANK', line, id)
+end
+
+-- `id` took a slot: it leaves the line, and the entry next in line is told its turn.
+local function served(line, id, in_line, next_id)
+  if in_line then
+    redis.call('ZREM', line, id)
+  end
+  if next_id then
+    redis.pcall('PUBLISH', line .. ':' .. next_id, 'turn')
+  end
+end
+
+-- The waiter `id` leaves `line`: its wait ended without the lease. The waiter that moves
+-- up to rank permits - 1 by it, if any, is told its turn.
+local function leave(line, id, permits)
+  local rank = redis.pcall('ZRANK', line, id)
+  if type(rank) == 'number' then
+    redis.call('ZREM', line, id)
+    redis.call('DEL', line .. ':' .. id)
+    if rank < permits then
+      local next_id = redis.call('ZRANGE', line, permits - 1, permits - 1)[1]
+      if next_id then
+        redis.pcall('PUBLISH', line .. ':' .. next_id, 'turn')
+      end
+    end
+  end
+  return 'LEFT'
+end
