@@ -13,7 +13,7 @@ use super::watchdog::{Action, Cancellation};
 use super::worker::WorkerState;
 use super::{KILL_WAIT, LEASE_END};
 use crate::backend::{FailureDetail, FailureKind};
-use crate::lease::{LeaseHandle, ReleaseOutcome, RenewSent, Renewal};
+use crate::lease::{LeaseHandle, ReleaseOutcome, Renewal};
 use crate::runtime::{JobEnd, LeaseCancelled, LeaseReport};
 use crate::telemetry;
 
@@ -83,15 +83,6 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
                 self.worker.view(),
             ),
         }
-    }
-
-    /// The renewal in flight ended, seen at `now`: the handle applies what its calls got,
-    /// the watchdog decides what that calls for.
-    pub(super) fn end_renewal(&mut self, sent: RenewSent, now: Instant) -> Vec<Action> {
-        self.renewal = None;
-        let renewal = self.handle.end_renewal(sent, now);
-        self.watchdog
-            .handle_renewal(&renewal, now, self.worker.view())
     }
 
     /// Abandons the renewal in flight, if one is: dropped mid-flight, it leaves the handle

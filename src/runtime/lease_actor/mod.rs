@@ -319,8 +319,12 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             }
             // The lease finishing abandoned its renewal; an end that still came says nothing.
             Command::Renewed(_) if state.finishing() => {}
+            // The handle applies what the renewal's calls got; the watchdog decides.
             Command::Renewed(sent) => {
-                let actions = state.end_renewal(sent, now);
+                state.renewal = None;
+                let renewal = state.handle.end_renewal(sent, now);
+                let worker = state.worker.view();
+                let actions = state.watchdog.handle_renewal(&renewal, now, worker);
                 Self::perform(&myself, state, actions, now).await;
             }
             Command::Drain => {

@@ -320,6 +320,24 @@ fn a_cancellation_after_failed_renewals_says_since_when() {
     );
 }
 
+/// A renewal still in flight at the cancellation deadline is one that did not confirm: the
+/// cancellation's delay counts from when it was asked for.
+#[test]
+fn a_renewal_in_flight_at_the_deadline_counts_from_when_it_was_asked_for() {
+    let t0 = Instant::now();
+    let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
+    dog.handle_timeout(at(t0, 1000), CHILD, false);
+    assert_eq!(
+        dog.handle_timeout(at(t0, 2800), CHILD, true),
+        [Action::Cancel(Cancellation {
+            reason: CancelReason::Unknown,
+            remaining: MS * 200,
+            stop_by: at(t0, VALID),
+            unconfirmed_for: Some(MS * 1800),
+        })]
+    );
+}
+
 /// A renewal confirmed after the watchdog gave up on it moves nothing: the worker keeps the
 /// end it was told, and is stopped then.
 #[test]
