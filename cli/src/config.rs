@@ -125,6 +125,25 @@ impl Connection {
     /// # Errors
     /// As [`client`](Self::client), for the settings.
     pub(crate) fn target(&self, renew_every: Option<Sourced<Duration>>) -> Result<Target, String> {
+        // The settings first: a wrong one is refused before the URL is looked at.
+        let settings = self.settings(renew_every)?;
+        let (url, source) = self.redis_url()?;
+        diagnose::check_url(&url).map_err(|e| format!("{source}: {e}"))?;
+        Ok(Target {
+            server: Server::of_url(&url)
+                .with_timeouts(settings.command_timeout, settings.connect_timeout),
+            url,
+            source,
+            settings,
+        })
+    }
+
+    /// The settings: the `LEASEHOLD_*` variables, overridden by `--namespace` and
+    /// `renew_every` when given.
+    ///
+    /// # Errors
+    /// One line naming the variable (or the flag) that is wrong.
+    fn settings(&self, renew_every: Option<Sourced<Duration>>) -> Result<LeaseSettings, String> {
         let overridden = |var: &str| {
             (var == NAMESPACE_ENV && self.namespace.is_some())
                 || (var == RENEW_EVERY_ENV && renew_every.is_some())
@@ -156,6 +175,15 @@ impl Connection {
                 .validate()
                 .map_err(|e| durations::option_error(every.flag, false, &e))?;
         }
+        Ok(settings)
+    }
+
+    /// Where Redis is — `--redis`, `--redis-file`, their variables, or the default — and
+    /// how to name it in a message (the URL masked: it may carry a password).
+    ///
+    /// # Errors
+    /// Both variables set, or a file that cannot be read as one URL.
+    fn redis_url(&self) -> Result<(String, String), String> {
         // Set but empty counts as unset, as the library reads it.
         let set = |var| inputs::variable(var).map(|v| v.filter(|v| !v.is_empty()));
         let (env_url, env_file) = match (&self.redis, &self.redis_file) {
@@ -184,8 +212,7 @@ impl Connection {
             }
             None => None,
         };
-        // The URL may carry a password: it is shown masked.
-        let (url, source) = match (&self.redis, from_file, env_url) {
+        Ok(match (&self.redis, from_file, env_url) {
             (Some(url), _, _) => (url.clone(), format!("--redis {}", diagnose::masked(url))),
             (None, Some((url, file)), _) => {
                 let source = format!("{file}: {}", diagnose::masked(&url));
@@ -199,14 +226,6 @@ impl Connection {
                 DEFAULT_REDIS_URL.to_owned(),
                 format!("the default --redis {DEFAULT_REDIS_URL}"),
             ),
-        };
-        diagnose::check_url(&url).map_err(|e| format!("{source}: {e}"))?;
-        Ok(Target {
-            server: Server::of_url(&url)
-                .with_timeouts(settings.command_timeout, settings.connect_timeout),
-            url,
-            source,
-            settings,
         })
     }
 }

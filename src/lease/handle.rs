@@ -1,5 +1,6 @@
-//! `LeaseHandle`: one held lease. It sends, retries and applies what the state machine of
-//! docs/design.md §7 decides (sans I/O, in `state.rs`):
+//! `LeaseHandle`: one held lease. It sends (a renewal's calls and retries in `renewal.rs`)
+//! and applies what the state machine of docs/design.md §7 decides (sans I/O, in
+//! `state.rs`):
 //!
 //! ```text
 //! ACTIVE ──renew RENEWED──▶ ACTIVE            (budget replaced)
@@ -28,11 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument as _;
 
-use crate::backend::{FailureDetail, FailureKind, SendFailure};
 use crate::lease::outcome::{LeaseState, ReleaseOutcome, RenewOutcome, Replication};
 use crate::lease::release::{self, Release};
+use crate::lease::renewal::{CallResult, RenewCall, RenewReach, RenewSent, Renewal};
 use crate::lease::session::Session;
 use crate::lease::state::{HandleState, RenewParams};
 use crate::lease::trace;
@@ -43,10 +43,6 @@ use crate::protocol::{
 };
 use crate::telemetry::{self, HeldLease, Operation};
 
-/// Idempotent attempts one `renew` makes before it declares the lease UNKNOWN (a lease
-/// actor's renewal is the handle's: one retry policy).
-const RENEW_ATTEMPTS: u32 = 3;
-
 /// One acquired lease: its attempt, fencing token, local validity and state.
 ///
 /// Obtained from [`AcquireOutcome::Acquired`](crate::AcquireOutcome::Acquired) or
@@ -55,11 +51,12 @@ const RENEW_ATTEMPTS: u32 = 3;
 /// [`release`](Self::release) to get the outcome yourself.
 pub struct LeaseHandle {
     session: Arc<Session>,
-    keys: LeaseKeys,
+    /// Shared with a renewal's calls while they run (`Arc`: cloned once per renewal).
+    keys: Arc<LeaseKeys>,
     purpose: Purpose,
     resource: ResourceDigest,
     /// The attempt, and the exact value its lease key holds.
-    holding: Holding,
+    holding: Arc<Holding>,
     ttl: Duration,
     token: FencingToken,
     /// The last budget the server confirmed; kept in every state for diagnostics.
@@ -82,10 +79,10 @@ impl LeaseHandle {
     ) -> Self {
         let mut handle = Self {
             session,
-            keys,
+            keys: Arc::new(keys),
             purpose: request.purpose().clone(),
             resource: *request.resource(),
-            holding: Holding::acquired(request, token),
+            holding: Arc::new(Holding::acquired(request, token)),
             ttl: request.ttl(),
             token,
             confirmed: budget,
@@ -137,7 +134,13 @@ impl LeaseHandle {
 
     /// The current state, after applying the clock (invariant 3).
     pub fn state(&mut self) -> LeaseState {
-        self.observe(Instant::now());
+        self.state_at(Instant::now())
+    }
+
+    /// The state at `now`, the clock applied (invariant 3): for an owner that read the
+    /// clock once for everything an event does.
+    pub(crate) fn state_at(&mut self, now: Instant) -> LeaseState {
+        self.observe(now);
         self.state.public()
     }
 
@@ -150,7 +153,12 @@ impl LeaseHandle {
 
     /// The instant local validity ends while ACTIVE; `None` in any other state.
     pub fn valid_until(&mut self) -> Option<Instant> {
-        self.observe(Instant::now());
+        self.valid_until_at(Instant::now())
+    }
+
+    /// As [`valid_until`](Self::valid_until), the clock read by the caller.
+    pub(crate) fn valid_until_at(&mut self, now: Instant) -> Option<Instant> {
+        self.observe(now);
         match self.state {
             HandleState::Active { budget } => Some(budget.valid_until()),
             _ => None,
@@ -181,7 +189,7 @@ impl LeaseHandle {
     /// handle keeps its old budget and state — which is safe, since the old budget is a
     /// lower bound either way.
     pub async fn renew(&mut self) -> RenewOutcome {
-        self.renew_by(None).await
+        self.renew_by(Instant::now(), None).await
     }
 
     /// As [`renew`](Self::renew), but gives up at `now + bound` even if validity is left
@@ -191,93 +199,99 @@ impl LeaseHandle {
     /// # Cancel safety
     /// As for [`renew`](Self::renew).
     pub async fn renew_within(&mut self, bound: Duration) -> RenewOutcome {
-        self.renew_by(Some(deadline_after(Instant::now(), bound)))
-            .await
+        let now = Instant::now();
+        self.renew_by(now, Some(deadline_after(now, bound))).await
     }
 
-    /// As [`renew_within`](Self::renew_within), giving up at `deadline`: the lease actor's
-    /// renewal, whose deadline its watchdog decides. With the outcome, the budget of the
-    /// last confirmation — the renewal's own if it was confirmed: what a reply proved, and
-    /// nothing more.
-    pub(crate) async fn renew_until(
+    async fn renew_by(&mut self, now: Instant, limit: Option<Instant>) -> RenewOutcome {
+        let call = match self.begin_renewal(now, limit) {
+            Ok(call) => call,
+            Err(refused) => return refused,
+        };
+        let sent = call.send().await;
+        let now = Instant::now();
+        self.end_renewal(sent, now).outcome(now)
+    }
+
+    /// Begins a renewal at `now`, giving up at `limit` (or at local validity's end, if
+    /// sooner): the calls to make, or — not ACTIVE at `now` — the outcome of refusing it
+    /// without one. The calls own what they send, so they may run elsewhere (a lease
+    /// actor's renewal task) while the handle stays with its owner; hand what they got to
+    /// [`end_renewal`](Self::end_renewal). Until then the handle keeps its old budget.
+    pub(crate) fn begin_renewal(
         &mut self,
-        deadline: Instant,
-    ) -> (RenewOutcome, ValidityBudget) {
-        let outcome = self.renew_by(Some(deadline)).await;
-        (outcome, self.confirmed)
-    }
-
-    async fn renew_by(&mut self, limit: Option<Instant>) -> RenewOutcome {
+        now: Instant,
+        limit: Option<Instant>,
+    ) -> Result<RenewCall, RenewOutcome> {
         let span = trace::span!("lease.renew", &self.purpose, &self.resource, self.attempt());
         span.record("token", self.token.get());
-        let started = Instant::now();
-        let outcome = self.renew_inner(limit).instrument(span.clone()).await;
-        let metric = Some((Operation::Renew, &self.purpose));
-        trace::finish(&span, metric, &outcome, started);
-        outcome
-    }
-
-    async fn renew_inner(&mut self, limit: Option<Instant>) -> RenewOutcome {
-        let now = Instant::now();
         self.observe(now);
         let budget = match self.state.renewable(now) {
             Ok(budget) => budget,
-            Err(refused) => return refused,
+            Err(refused) => {
+                let metric = Some((Operation::Renew, &self.purpose));
+                trace::finish_after(&span, metric, &refused, Duration::ZERO);
+                return Err(refused);
+            }
         };
-        let settings = self.session.settings();
-        let (command_timeout, drift) = (settings.command_timeout, settings.drift_budget);
-        let params = RenewParams {
+        Ok(RenewCall {
+            session: Arc::clone(&self.session),
+            keys: Arc::clone(&self.keys),
+            holding: Arc::clone(&self.holding),
             ttl: self.ttl,
-            drift,
+            // Retries never run past local validity: a confirmation after that is worthless.
+            deadline: limit.map_or(budget.valid_until(), |l| l.min(budget.valid_until())),
+            span,
+            began: now,
+            reach: RenewReach::default(),
+        })
+    }
+
+    /// Applies what a renewal's calls got, seen at `now`, as the state machine decides: a
+    /// reply read after local validity ended confirms nothing (invariant 3). Answers the
+    /// validity a confirmation proved — the one place it is handed out — or what
+    /// [`renew`](Self::renew) would answer instead.
+    pub(crate) fn end_renewal(&mut self, sent: RenewSent, now: Instant) -> Renewal {
+        let RenewSent {
+            result,
+            span,
+            began,
+        } = sent;
+        let outcome = match result {
+            CallResult::Replied { reply, sent_at } => {
+                if let (RenewReply::Renewed, HandleState::Active { budget }) = (reply, self.state)
+                    && !budget.is_exhausted(now)
+                {
+                    telemetry::renew_margin(&self.purpose, budget.remaining(now));
+                }
+                let params = RenewParams {
+                    ttl: self.ttl,
+                    drift: self.session.settings().drift_budget,
+                };
+                let (next, outcome) = self.state.handle_renew_reply(reply, sent_at, now, params);
+                self.apply(next);
+                outcome
+            }
+            CallResult::Failed { maybe_sent, detail } => {
+                let (next, outcome) = self.state.handle_renew_failed(maybe_sent, detail, now);
+                self.apply(next);
+                outcome
+            }
         };
-        // Retries never run past local validity: a confirmation after that is worthless.
-        let deadline = limit.map_or(budget.valid_until(), |l| l.min(budget.valid_until()));
-        let mut last_failure = None;
-        let mut maybe_sent = false;
-        for attempt_no in 0..RENEW_ATTEMPTS {
-            let sent_at = Instant::now();
-            if sent_at >= deadline {
-                break;
-            }
-            let timeout = command_timeout.min(deadline - sent_at);
-            let result = self
-                .session
-                .backend()
-                .renew(&self.keys, &self.holding, self.ttl, timeout)
-                .await;
-            let now = Instant::now();
-            match result {
-                Ok(reply) => {
-                    if reply == RenewReply::Renewed && !budget.is_exhausted(now) {
-                        telemetry::renew_margin(&self.purpose, budget.remaining(now));
-                    }
-                    let (next, outcome) =
-                        self.state.handle_renew_reply(reply, sent_at, now, params);
-                    self.apply(next);
-                    return outcome;
-                }
-                Err(failure) => {
-                    tracing::debug!(attempt = attempt_no + 1, %failure, "renew attempt failed");
-                    maybe_sent |= matches!(failure, SendFailure::MaybeSent(_));
-                    last_failure = Some(failure.detail().clone());
-                }
-            }
-            // A short pause keeps a fast-failing connection from spinning; bounded by the
-            // deadline, which the next iteration checks. None after the last attempt: the
-            // caller should hear the outcome at once.
-            if attempt_no + 1 < RENEW_ATTEMPTS {
-                let pause = Duration::from_millis(5 * u64::from(attempt_no + 1));
-                tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
-            }
+        let metric = Some((Operation::Renew, &self.purpose));
+        trace::finish_after(
+            &span,
+            metric,
+            &outcome,
+            now.saturating_duration_since(began),
+        );
+        match (&outcome, self.state) {
+            // Invariant 4: `Renewed` comes only with ACTIVE, whose budget is the renewal's.
+            (RenewOutcome::Renewed { .. }, HandleState::Active { budget }) => Renewal::Confirmed {
+                valid_until: budget.valid_until(),
+            },
+            _ => Renewal::Unconfirmed(outcome),
         }
-        let detail = last_failure.unwrap_or_else(|| {
-            FailureDetail::new(FailureKind::Timeout, "no time left for a renewal attempt")
-        });
-        let (next, outcome) = self
-            .state
-            .handle_renew_failed(maybe_sent, detail, Instant::now());
-        self.apply(next);
-        outcome
     }
 
     /// Releases the lease: owner-checked `DEL` and a release notice to waiters.
@@ -318,10 +332,10 @@ impl LeaseHandle {
     pub(crate) fn take(&mut self) -> LeaseHandle {
         LeaseHandle {
             session: Arc::clone(&self.session),
-            keys: self.keys.clone(),
+            keys: Arc::clone(&self.keys),
             purpose: self.purpose.clone(),
             resource: self.resource,
-            holding: self.holding.clone(),
+            holding: Arc::clone(&self.holding),
             ttl: self.ttl,
             token: self.token,
             confirmed: self.confirmed,
@@ -407,8 +421,8 @@ impl Drop for LeaseHandle {
             return;
         };
         let session = Arc::clone(&self.session);
-        let keys = self.keys.clone();
-        let holding = self.holding.clone();
+        let keys = Arc::clone(&self.keys);
+        let holding = Arc::clone(&self.holding);
         let (purpose, resource) = (self.purpose.clone(), self.resource);
         runtime.spawn(async move {
             let release = Release {

@@ -11,6 +11,7 @@ mod list;
 mod observe;
 mod outcome;
 mod release;
+mod renewal;
 mod session;
 mod settings;
 mod state;
@@ -27,6 +28,7 @@ pub use observe::{LeaseObserver, ResourceHolder};
 pub use outcome::{
     InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };
+pub(crate) use renewal::{RenewReach, RenewSent, Renewal};
 pub use settings::LeaseSettings;
 pub use variables::{ENV_VARS, REDIS_URL_ENV};
 pub(crate) use wait::Patience;

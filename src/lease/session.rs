@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! client ─▶ wait ─▶ acquire ─▶ handle ─▶ release ─▶ session
+//!                                  ├──▶ renewal ─────────▶ session
 //!                                  └──▶ state
 //! ```
 //!

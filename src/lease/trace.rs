@@ -5,6 +5,8 @@
 //! owner token, never a raw resource id — the span macro only accepts the typed values, and
 //! their `Display` cannot print either.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use crate::protocol::{FencingToken, Purpose};
@@ -35,7 +37,17 @@ pub(crate) fn finish(
     outcome: &impl Label,
     started: Instant,
 ) {
-    let latency = started.elapsed();
+    finish_after(span, metric, outcome, started.elapsed());
+}
+
+/// As [`finish`], for an operation whose latency the caller measured on a clock it read
+/// anyway (a renewal, whose end is handled at the instant its owner reads).
+pub(crate) fn finish_after(
+    span: &tracing::Span,
+    metric: Option<(Operation, &Purpose)>,
+    outcome: &impl Label,
+    latency: Duration,
+) {
     if let Some((op, purpose)) = metric {
         telemetry::operation(op, purpose, outcome, latency);
     }

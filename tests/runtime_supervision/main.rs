@@ -5,12 +5,14 @@
 //!
 //! The scripted worker is in `worker`; the tests are grouped by what ends or limits a job:
 //! the lease (`cancellation`), the worker or its lease actor (`job_end`), the runtime's
-//! admission (`admission`), and every combination of the two (`grid`).
+//! admission (`admission`), every combination of the two (`grid`), and the renewal in flight
+//! beside its actor (`renewal`).
 
 mod admission;
 mod cancellation;
 mod grid;
 mod job_end;
+mod renewal;
 mod worker;
 
 use std::time::Duration;

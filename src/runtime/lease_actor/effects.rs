@@ -1,4 +1,4 @@
-//! The effects of the watchdog's decisions on a lease actor's state: the renewal call, the
+//! The effects of the watchdog's decisions on a lease actor's state: the renewal's task, the
 //! one cancellation, stopping the worker, the timer, and the release with its report —
 //! the I/O, messages and telemetry the watchdog leaves out.
 
@@ -7,34 +7,36 @@ use std::time::Duration;
 use ractor::{ActorRef, Message};
 use tokio::time::Instant;
 
-use super::message::LeaseActorMsg;
-use super::state::LeaseActorState;
+use super::message::{Command, LeaseActorMsg};
+use super::state::{InFlight, LeaseActorState};
 use super::watchdog::{Action, Cancellation};
 use super::worker::WorkerState;
 use super::{KILL_WAIT, LEASE_END};
 use crate::backend::{FailureDetail, FailureKind};
-use crate::lease::{LeaseHandle, ReleaseOutcome};
+use crate::lease::{LeaseHandle, ReleaseOutcome, Renewal};
 use crate::runtime::{JobEnd, LeaseCancelled, LeaseReport};
 use crate::telemetry;
 
 impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
-    /// Carries out `actions`, in order, and those a renewal's outcome calls for.
+    /// Carries out `actions`, decided at `now`, in order, and those a renewal refused at
+    /// once calls for.
     pub(super) async fn carry_out(
         &mut self,
         myself: &ActorRef<LeaseActorMsg>,
         actions: Vec<Action>,
+        now: Instant,
     ) {
         let mut pending = std::collections::VecDeque::from(actions);
         while let Some(action) = pending.pop_front() {
             match action {
                 Action::Renew { until } => {
-                    let next = self.renew(until).await;
+                    let next = self.start_renewal(myself, until, now);
                     for action in next.into_iter().rev() {
                         pending.push_front(action);
                     }
                 }
-                Action::Confirmed => self.publish(),
-                Action::Cancel(cancellation) => self.send_cancellation(cancellation),
+                Action::Confirmed => self.publish(now),
+                Action::Cancel(cancellation) => self.send_cancellation(cancellation, now),
                 Action::KillWorker => self.kill_worker(),
                 Action::FinishAttached => {
                     let end = self.end_for_exit();
@@ -54,17 +56,52 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         }
     }
 
-    /// One renewal, giving up at `until`; what its outcome calls for.
-    async fn renew(&mut self, until: Instant) -> Vec<Action> {
-        let started = Instant::now();
-        let (outcome, confirmed) = self.handle.renew_until(until).await;
-        let worker = self.worker.view();
-        self.watchdog
-            .handle_renew_outcome(&outcome, confirmed, started, Instant::now(), worker)
+    /// Starts the renewal the watchdog asked for at `now`, giving up at `until`: its calls
+    /// run in a task of their own, whose end comes back as a message (`Renewed`), so the
+    /// actor's other messages — a status, a drain, the worker's end, its timer — do not wait
+    /// behind a slow reply. What a renewal the handle refuses at once calls for.
+    fn start_renewal(
+        &mut self,
+        myself: &ActorRef<LeaseActorMsg>,
+        until: Instant,
+        now: Instant,
+    ) -> Vec<Action> {
+        match self.handle.begin_renewal(now, Some(until)) {
+            Ok(call) => {
+                let (myself, reach) = (myself.clone(), call.reach());
+                let task = tokio::spawn(async move {
+                    let sent = call.send().await;
+                    // An actor that ended meanwhile cannot receive it; nothing is owed then.
+                    let _ = myself.send_message(LeaseActorMsg(Command::Renewed(sent)));
+                });
+                self.renewal = Some(InFlight { task, reach });
+                Vec::new()
+            }
+            Err(refused) => self.watchdog.handle_renewal(
+                &Renewal::Unconfirmed(refused),
+                now,
+                self.worker.view(),
+            ),
+        }
+    }
+
+    /// Abandons the renewal in flight, if one is: dropped mid-flight, it leaves the handle
+    /// its old budget (a lower bound whether or not it landed).
+    fn abandon_renewal(&mut self) {
+        if let Some(renewal) = self.renewal.take() {
+            renewal.task.abort();
+        }
+    }
+
+    /// Whether the renewal in flight, if one is, may have reached Redis so far.
+    pub(super) fn renewal_reached(&self) -> bool {
+        self.renewal
+            .as_ref()
+            .is_some_and(|renewal| renewal.reach.may_have_landed())
     }
 
     /// Sends the one cancellation (invariant 2) the watchdog decided.
-    fn send_cancellation(&mut self, cancellation: Cancellation) {
+    fn send_cancellation(&mut self, cancellation: Cancellation, now: Instant) {
         let Cancellation {
             reason,
             remaining,
@@ -86,7 +123,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         telemetry::cancellation(self.handle.purpose(), &reason, unconfirmed_for);
         self.cancelled = Some(message.clone());
         // Published before the token fires, so work woken by it reads the reason.
-        self.publish();
+        self.publish(now);
         self.cancel.cancel();
         if self.worker.alive() {
             let target = match &self.worker {
@@ -118,8 +155,10 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     pub(super) async fn finish(&mut self, end: JobEnd) -> LeaseReport {
         self.watchdog.finish();
         self.armed.disarm();
+        self.abandon_renewal();
         let release = release_retrying(&mut self.handle).await;
-        self.publish();
+        // The release's own instant: it took its time since the event that ended the work.
+        self.publish(Instant::now());
         let report = LeaseReport {
             end,
             cancelled: self.cancelled.clone(),
@@ -182,6 +221,9 @@ impl<M> Drop for LeaseActorState<M> {
     fn drop(&mut self) {
         // Invariant 6: reached after a panic or kill too, where post_stop does not run.
         self.cancel.cancel();
+        if let Some(renewal) = self.renewal.take() {
+            renewal.task.abort();
+        }
         let running = self.worker.take_running();
         if let Some(running) = &running {
             running.kill();

@@ -1,10 +1,11 @@
 //! What a lease actor is sent: the public requests (status, release) and the internal
-//! timer and task-end events, behind one opaque type so callers cannot forge a timer.
+//! timer, renewal-end and task-end events, behind one opaque type so callers cannot forge a timer.
 
 use std::fmt;
 
 use ractor::RpcReplyPort;
 
+use crate::lease::RenewSent;
 use crate::runtime::LeaseStatus;
 #[cfg(doc)]
 use crate::runtime::{CancelReason, LeaseCancelled};
@@ -15,6 +16,8 @@ pub struct LeaseActorMsg(pub(in crate::runtime) Command);
 
 pub(in crate::runtime) enum Command {
     Tick(u64),
+    /// The renewal in flight ended; what its calls got, for the handle to apply.
+    Renewed(RenewSent),
     Status(RpcReplyPort<LeaseStatus>),
     Release,
     /// The task running the work ended; the panic's message if it panicked.
@@ -59,6 +62,7 @@ impl fmt::Debug for LeaseActorMsg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self.0 {
             Command::Tick(_) => "LeaseActorMsg::Tick",
+            Command::Renewed(_) => "LeaseActorMsg::Renewed",
             Command::Status(_) => "LeaseActorMsg::Status",
             Command::Release => "LeaseActorMsg::Release",
             Command::TaskEnded(_) => "LeaseActorMsg::TaskEnded",

@@ -7,7 +7,8 @@
 //! [`watchdog`] the lease's time (sans I/O: what to do next, and when); [`timers`] the
 //! runtime's one timer task that wakes it; [`worker`] the work it supervises, an actor or a
 //! task; [`published`] the status it publishes to the work and to observers; `state` what
-//! it holds; `effects` what it does on the watchdog's word (cancel, stop, release, report).
+//! it holds; `effects` what it does on the watchdog's word (start a renewal, cancel, stop,
+//! release, report).
 //! The runtime's entry points (`spawn`, `run`, `job`, `drain`, the supervisor) are beside
 //! this folder.
 //!
@@ -34,6 +35,11 @@
 //! 7. Stopped from outside (not killed), the actor sends the worker [`LeaseCancelled`] with
 //!    [`CancelReason::Shutdown`] (unless one was sent) and gives it a grace, within local
 //!    validity, to end on its own before stopping it.
+//! 8. At most one renewal is in flight, its calls in a task of their own whose end comes
+//!    back as a message: no other message waits for a reply. The clock is read once per
+//!    message and that instant is passed to everything the message does. What a renewal
+//!    says after the cancellation was sent moves nothing (the worker keeps its `stop_by`);
+//!    the release aborts a renewal still in flight.
 
 mod effects;
 pub(super) mod message;
@@ -168,7 +174,9 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             timers,
         } = args;
         let now = Instant::now();
-        let valid_until = handle.valid_until().unwrap_or(now);
+        // The acquisition's validity; from here on the watchdog holds it, and only a
+        // confirmed renewal moves it.
+        let valid_until = handle.valid_until_at(now).unwrap_or(now);
         let span = tracing::info_span!(
             "lease_actor",
             purpose = %handle.purpose(),
@@ -198,9 +206,10 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             ),
             cancelled: None,
             armed: ArmedTimer::new(timers, myself.get_id().pid()),
+            renewal: None,
             span,
         };
-        state.publish();
+        state.publish(now);
         Ok(state)
     }
 
@@ -280,13 +289,14 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             }
             other => state.worker = other,
         }
-        let actions = if state.handle.state() == LeaseState::Active {
+        let now = Instant::now();
+        let actions = if state.handle.state_at(now) == LeaseState::Active {
             Vec::new()
         } else {
             // A replay born without validity: cancel at once.
-            state.on_cancel(CancelReason::RenewalUnconfirmed)
+            state.on_cancel(CancelReason::RenewalUnconfirmed, now)
         };
-        Self::perform(&myself, state, actions).await;
+        Self::perform(&myself, state, actions, now).await;
         Ok(())
     }
 
@@ -296,30 +306,41 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         message: LeaseActorMsg,
         state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
+        // The clock, read once for everything this message does.
+        let now = Instant::now();
         match message.0 {
             Command::Tick(generation)
                 if !state.armed.is_current(generation) || state.finishing() => {}
             Command::Tick(_) => {
                 state.armed.ticked();
-                let actions = state
-                    .watchdog
-                    .handle_timeout(Instant::now(), state.worker.view());
-                Self::perform(&myself, state, actions).await;
+                let (worker, reached) = (state.worker.view(), state.renewal_reached());
+                let actions = state.watchdog.handle_timeout(now, worker, reached);
+                Self::perform(&myself, state, actions, now).await;
+            }
+            // The lease finishing abandoned its renewal; an end that still came says nothing.
+            Command::Renewed(_) if state.finishing() => {}
+            // The handle applies what the renewal's calls got; the watchdog decides.
+            Command::Renewed(sent) => {
+                state.renewal = None;
+                let renewal = state.handle.end_renewal(sent, now);
+                let worker = state.worker.view();
+                let actions = state.watchdog.handle_renewal(&renewal, now, worker);
+                Self::perform(&myself, state, actions, now).await;
             }
             Command::Drain => {
-                let actions = state.on_cancel(CancelReason::Shutdown);
-                Self::perform(&myself, state, actions).await;
+                let actions = state.on_cancel(CancelReason::Shutdown, now);
+                Self::perform(&myself, state, actions, now).await;
             }
             Command::DrainDeadline => {
                 // Sent after `Drain`, but from another task: it may arrive first, so the
                 // watchdog sends the drain's cancellation if it was not sent.
                 let actions = state
                     .watchdog
-                    .handle_drain_deadline(Instant::now(), state.worker.view());
-                Self::perform(&myself, state, actions).await;
+                    .handle_drain_deadline(now, state.worker.view());
+                Self::perform(&myself, state, actions, now).await;
             }
             Command::Status(reply) => {
-                state.publish();
+                state.publish(now);
                 let _ = reply.send(state.status.get());
             }
             Command::TaskEnded(failure) => {
@@ -345,21 +366,22 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                     myself.stop(Some(format!("{LEASE_END}released")));
                 }
                 _ => {
-                    let actions = state.on_cancel(CancelReason::Shutdown);
-                    Self::perform(&myself, state, actions).await;
+                    let actions = state.on_cancel(CancelReason::Shutdown, now);
+                    Self::perform(&myself, state, actions, now).await;
                 }
             },
         }
         Ok(())
     }
 
-    /// Carries out the watchdog's decisions, then arms the next timer.
+    /// Carries out the watchdog's decisions, made at `now`, then arms the next timer.
     async fn perform(
         myself: &ActorRef<LeaseActorMsg>,
         state: &mut LeaseActorState<M>,
         actions: Vec<Action>,
+        now: Instant,
     ) {
-        state.carry_out(myself, actions).await;
+        state.carry_out(myself, actions, now).await;
         state.arm(myself);
     }
 
@@ -414,12 +436,10 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         }
         // Stopped from outside while the worker ran (invariant 7); the release waits for the
         // worker's end (invariant 5).
-        let actions = state.on_cancel(CancelReason::Shutdown);
-        state.carry_out(&myself, actions).await;
-        let left = state
-            .watchdog
-            .valid_until()
-            .saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let actions = state.on_cancel(CancelReason::Shutdown, now);
+        state.carry_out(&myself, actions, now).await;
+        let left = state.watchdog.valid_until().saturating_duration_since(now);
         let running = match state.worker.take_running() {
             Some(running) => running.ended_within(STOP_GRACE.min(left)).await,
             None => None,

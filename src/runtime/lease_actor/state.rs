@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -11,7 +12,7 @@ use super::published::Publisher;
 use super::timers::{ArmedTimer, Timers};
 use super::watchdog::{Action, Phase, Watchdog};
 use super::worker::{Worker, WorkerState};
-use crate::lease::{LeaseHandle, LeaseState};
+use crate::lease::{LeaseHandle, LeaseState, RenewReach};
 use crate::runtime::registry::Admission;
 use crate::runtime::{CancelPolicy, CancelReason, LeaseCancelled, LeaseReport, LeaseStatus};
 
@@ -30,6 +31,13 @@ pub(crate) struct LeaseActorArgs<M> {
     pub(crate) timers: Timers,
 }
 
+/// A renewal in flight: the task running its calls, and whether they may have reached
+/// Redis so far.
+pub(super) struct InFlight {
+    pub(super) task: JoinHandle<()>,
+    pub(super) reach: RenewReach,
+}
+
 /// The actor's private state.
 pub(crate) struct LeaseActorState<M> {
     pub(super) handle: LeaseHandle,
@@ -46,24 +54,28 @@ pub(crate) struct LeaseActorState<M> {
     /// The deadline armed with the runtime's timers, and its generation; disarmed when the
     /// actor ends.
     pub(super) armed: ArmedTimer,
+    /// The renewal in flight, if one is; aborted when the actor finishes or is dropped (a
+    /// renewal dropped mid-flight leaves the handle's old budget).
+    pub(super) renewal: Option<InFlight>,
     /// One span for the lease's whole life in this actor.
     pub(super) span: tracing::Span,
 }
 
 impl<M> LeaseActorState<M> {
-    /// What cancelling for `reason` now calls for, as the watchdog decides it (nothing if a
-    /// cancellation was sent).
-    pub(super) fn on_cancel(&mut self, reason: CancelReason) -> Vec<Action> {
-        self.watchdog
-            .handle_cancel(reason, Instant::now(), self.worker.view())
+    /// What cancelling for `reason` at `now` calls for, as the watchdog decides it
+    /// (nothing if a cancellation was sent).
+    pub(super) fn on_cancel(&mut self, reason: CancelReason, now: Instant) -> Vec<Action> {
+        self.watchdog.handle_cancel(reason, now, self.worker.view())
     }
 
     pub(super) fn finishing(&self) -> bool {
         self.watchdog.phase() == Phase::Finishing
     }
 
-    pub(super) fn publish(&mut self) {
-        let state = self.handle.state();
+    /// Publishes the status at `now` (if it changed): the handle's state, the watchdog's
+    /// validity.
+    pub(super) fn publish(&mut self, now: Instant) {
+        let state = self.handle.state_at(now);
         let valid_until = self.watchdog.valid_until();
         let status = LeaseStatus {
             state,

@@ -1,10 +1,11 @@
 //! The lease actor's time, sans I/O: when to renew, when to give up on renewing and
 //! cancel, when to stop the worker — as pure functions of what happened and `now`
 //! (docs/design.md §8). It holds the lease's one local validity end in the runtime, taken
-//! only from a budget a renewal reply proved.
+//! only from a renewal the handle says was confirmed ([`Renewal::Confirmed`]), and knows
+//! whether a renewal is in flight: one at a time, its end arriving as an event of its own.
 //!
 //! `LeaseActor` makes one call per event — [`handle_timeout`](Watchdog::handle_timeout),
-//! [`handle_renew_outcome`](Watchdog::handle_renew_outcome), [`handle_cancel`](Watchdog::handle_cancel),
+//! [`handle_renewal`](Watchdog::handle_renewal), [`handle_cancel`](Watchdog::handle_cancel),
 //! [`handle_drain_deadline`](Watchdog::handle_drain_deadline) — carries out the [`Action`]s it
 //! returns, and arms one timer for [`poll_timeout`](Watchdog::poll_timeout): the I/O,
 //! telemetry and messages stay in the actor.
@@ -13,8 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::validity::ValidityBudget;
-use crate::lease::{LeaseState, RenewOutcome};
+use crate::lease::{LeaseState, LostReason, RenewOutcome, Renewal};
 use crate::runtime::{CancelPolicy, CancelReason};
 
 /// Spacing of the renewal grid, at most: renewals are brought forward onto multiples of it.
@@ -25,8 +25,9 @@ pub(crate) const RENEWAL_GRID: Duration = Duration::from_millis(100);
 pub(crate) enum Deadline {
     /// Fires when the next renewal is due.
     Renew(Instant),
-    /// Fires at `valid_until − safety margin` if no renewal was confirmed by then: the next
-    /// confirmation could not arrive in time, so the worker is cancelled.
+    /// Fires at `valid_until − safety margin` if no renewal was confirmed by then (a renewal
+    /// in flight included: it is bounded by this instant): the next confirmation could not
+    /// arrive in time, so the worker is cancelled.
     Cancel(Instant),
     /// Fires at local validity end, after a cancellation, if the worker must be stopped (or,
     /// attached, let go of).
@@ -64,8 +65,9 @@ pub(crate) enum Phase {
 /// What the actor must do, in the order given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
-    /// Renew, giving up at `until` (the cancellation deadline: validity left minus the
-    /// safety margin); hand the outcome to [`Watchdog::handle_renew_outcome`].
+    /// Start a renewal, giving up at `until` (the cancellation deadline: validity left
+    /// minus the safety margin), and hand its end to [`Watchdog::handle_renewal`] when it
+    /// comes. No other is asked for until then.
     Renew { until: Instant },
     /// A renewal was confirmed: publish the new validity.
     Confirmed,
@@ -107,6 +109,8 @@ pub(crate) struct Watchdog {
     /// Start of the first renewal since the last confirmation that did not confirm: where
     /// the cancellation delay is measured from.
     first_failure_at: Option<Instant>,
+    /// When the renewal in flight was asked for, if one is: at most one at a time.
+    renewing: Option<Instant>,
     renewals: u64,
 }
 
@@ -131,6 +135,7 @@ impl Watchdog {
             next_renew_at: now,
             phase: Phase::Watching,
             first_failure_at: None,
+            renewing: None,
             renewals: 0,
         };
         watchdog.confirmed_until(valid_until);
@@ -161,11 +166,13 @@ impl Watchdog {
     pub(crate) fn poll_timeout(&self, worker: WorkerView) -> Option<Deadline> {
         match self.phase {
             Phase::Finishing => None,
-            Phase::Watching => Some(if self.next_renew_at < self.cancel_at {
-                Deadline::Renew(self.next_renew_at)
-            } else {
-                Deadline::Cancel(self.cancel_at)
-            }),
+            Phase::Watching => Some(
+                if self.renewing.is_none() && self.next_renew_at < self.cancel_at {
+                    Deadline::Renew(self.next_renew_at)
+                } else {
+                    Deadline::Cancel(self.cancel_at)
+                },
+            ),
             Phase::Cancelled { killed, .. } => {
                 let kill_due = self.policy == CancelPolicy::Kill && worker.alive && !killed;
                 (worker.attached || kill_due).then_some(Deadline::KillWorker(self.valid_until))
@@ -174,57 +181,96 @@ impl Watchdog {
     }
 
     /// What a timer that fired at `now` calls for (nothing, for a timer fired early).
-    pub(crate) fn handle_timeout(&mut self, now: Instant, worker: WorkerView) -> Vec<Action> {
+    /// `reached`: whether the renewal in flight, if one is, may have reached Redis (see
+    /// [`RenewReach`](crate::lease::RenewReach)) — what the cancellation's reason says if
+    /// the deadline comes before its end.
+    pub(crate) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        worker: WorkerView,
+        reached: bool,
+    ) -> Vec<Action> {
         match self.phase {
             Phase::Finishing => Vec::new(),
             Phase::Cancelled { .. } if now >= self.valid_until => self.end_of_work(worker),
             Phase::Cancelled { .. } => Vec::new(),
+            // The deadline does not wait for a renewal in flight: it is bounded by this
+            // instant, and its end, a moment later, would come too late to tell the worker
+            // in time. One that may have landed leaves the lease unknown, as its own
+            // outcome would; it counts as a renewal that did not confirm.
             Phase::Watching if now >= self.cancel_at => {
-                self.handle_cancel(CancelReason::RenewalUnconfirmed, now, worker)
+                let mut reason = CancelReason::RenewalUnconfirmed;
+                if let Some(started) = self.renewing {
+                    self.first_failure_at.get_or_insert(started);
+                    if reached {
+                        reason = CancelReason::Unknown;
+                    }
+                }
+                self.handle_cancel(reason, now, worker)
             }
+            // One renewal at a time: the one in flight ends by the cancellation deadline.
+            Phase::Watching if self.renewing.is_some() => Vec::new(),
             // Before the cancellation deadline, so the renewal has time left to spend.
-            Phase::Watching if now >= self.next_renew_at => vec![Action::Renew {
-                until: self.cancel_at,
-            }],
+            Phase::Watching if now >= self.next_renew_at => {
+                self.renewing = Some(now);
+                vec![Action::Renew {
+                    until: self.cancel_at,
+                }]
+            }
             Phase::Watching => Vec::new(),
         }
     }
 
-    /// A renewal sent at `started` ended with `outcome`, seen at `now`; `confirmed` is the
-    /// handle's last confirmed budget, taken as the new validity only if `outcome` says the
-    /// renewal was confirmed.
-    pub(crate) fn handle_renew_outcome(
+    /// The renewal in flight ended so, seen at `now`. Only a confirmation moves validity,
+    /// and only while watching: once the worker was told when it must have stopped, nothing
+    /// a renewal says changes that (a late confirmation is not taken, a late loss sends no
+    /// second cancellation). With no renewal in flight (the lease finished, or a stray end)
+    /// it does nothing.
+    pub(crate) fn handle_renewal(
         &mut self,
-        outcome: &RenewOutcome,
-        confirmed: ValidityBudget,
-        started: Instant,
+        renewal: &Renewal,
         now: Instant,
         worker: WorkerView,
     ) -> Vec<Action> {
-        if !matches!(outcome, RenewOutcome::Renewed { .. }) {
-            self.first_failure_at.get_or_insert(started);
+        let Some(started) = self.renewing.take() else {
+            return Vec::new();
+        };
+        if self.phase != Phase::Watching {
+            return Vec::new();
         }
-        let reason = match outcome {
-            RenewOutcome::Renewed { .. } => {
+        let outcome = match renewal {
+            Renewal::Confirmed { valid_until } if *valid_until > now => {
                 self.first_failure_at = None;
-                self.confirmed_until(confirmed.valid_until());
+                self.confirmed_until(*valid_until);
                 self.renewals += 1;
                 self.schedule_renewal(started);
                 return vec![Action::Confirmed];
             }
+            // Confirmed until an instant already past: it proves nothing now (the handle
+            // answers so only if its clock and this one disagree).
+            Renewal::Confirmed { .. } => None,
+            Renewal::Unconfirmed(outcome) => Some(outcome),
+        };
+        self.first_failure_at.get_or_insert(started);
+        let reason = match outcome {
+            None => CancelReason::Lost(LostReason::ValidityExpired),
             // Provably never reached Redis: the old budget holds. The handle already spent
             // its attempts; the next renewal comes on the usual schedule, and the
             // cancellation deadline gives up in time if this keeps failing.
-            RenewOutcome::Unavailable { .. } => {
+            Some(RenewOutcome::Unavailable { .. }) => {
                 self.schedule_renewal(now);
                 return Vec::new();
             }
-            RenewOutcome::Lost { reason } => CancelReason::Lost(*reason),
-            RenewOutcome::Indeterminate { .. } => CancelReason::Unknown,
-            RenewOutcome::Refused {
+            Some(RenewOutcome::Lost { reason }) => CancelReason::Lost(*reason),
+            Some(RenewOutcome::Refused {
                 state: LeaseState::Lost(reason),
-            } => CancelReason::Lost(*reason),
-            RenewOutcome::Refused { .. } => CancelReason::Unknown,
+            }) => CancelReason::Lost(*reason),
+            // `Renewed` is always `Confirmed`; were it not, it would prove nothing here.
+            Some(
+                RenewOutcome::Indeterminate { .. }
+                | RenewOutcome::Refused { .. }
+                | RenewOutcome::Renewed { .. },
+            ) => CancelReason::Unknown,
         };
         self.handle_cancel(reason, now, worker)
     }
@@ -264,9 +310,11 @@ impl Watchdog {
         actions
     }
 
-    /// The release begins: no timer any more, no cancellation.
+    /// The release begins: no timer any more, no cancellation; a renewal in flight is
+    /// abandoned (its end, should it come, does nothing).
     pub(crate) fn finish(&mut self) {
         self.phase = Phase::Finishing;
+        self.renewing = None;
     }
 
     fn confirmed_until(&mut self, valid_until: Instant) {

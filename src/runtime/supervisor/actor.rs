@@ -8,21 +8,22 @@
 //! supervisor stopped with its application would take its term's worker down with no
 //! `LeaseCancelled`. However the supervisor ends, it ends its term as a stop from outside
 //! does: the worker told, given its grace, stopped, the lease released, the term counted.
+//!
+//! This file: the actor, its phases and its handlers (acquiring, a term starting and
+//! ending). A term as it is held, and ending it from here: `term`; the supervisor's end,
+//! however it ends: `farewell`.
 
 use std::marker::PhantomData;
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use futures_util::future::Shared;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{AcquireOutcome, LeaseHandle, Patience, ReleaseOutcome};
 use crate::protocol::{FencingToken, LeaseRequest};
-use crate::runtime::job::report_or_vanished;
 use crate::runtime::lease_actor::message::LeaseActorMsg;
-use crate::runtime::lease_actor::stop_time;
 use crate::runtime::lease_actor::worker::{SpawnFuture, Worker};
 use crate::runtime::registry::Admission;
 use crate::runtime::supervisor::pacing::{Pacing, jittered, retry_hint};
@@ -92,36 +93,10 @@ enum Phase {
     Holding(Term),
 }
 
-struct Term {
-    lease: ActorRef<LeaseActorMsg>,
-    token: FencingToken,
-    /// The lease actor's report, awaited by the task that tells the supervisor the term
-    /// ended, and by whoever ends the term from here.
-    report: Shared<oneshot::Receiver<LeaseReport>>,
-}
+mod farewell;
+mod term;
 
-impl Term {
-    /// The report, or a "vanished" one if the lease actor ended without one.
-    async fn report(self) -> LeaseReport {
-        report_or_vanished(self.report.await.ok(), self.token)
-    }
-
-    /// Ends the term from here — the lease actor stopped from outside: its worker sent
-    /// `LeaseCancelled` with `Shutdown` and given a grace, then stopped; the lease
-    /// released — and returns its report, waiting at most `bound` for it.
-    async fn end(self, bound: Duration) -> LeaseReport {
-        self.lease.stop(None);
-        let token = self.token;
-        let report = tokio::time::timeout(bound, self.report).await;
-        report_or_vanished(report.ok().and_then(Result::ok), token)
-    }
-}
-
-/// How long ending a term from here may take: the lease actor's stop, and a margin for a
-/// report that never comes.
-fn end_bound<W: Actor>(core: &Core<W>) -> Duration {
-    REPORT_WAIT + stop_time(core.runtime.client().settings().command_timeout)
-}
+use term::{Term, end_bound};
 
 pub(crate) struct Core<W: Actor> {
     runtime: LeaseRuntime,
@@ -140,73 +115,6 @@ pub(crate) struct Core<W: Actor> {
     /// landed): the next acquisition replays its attempt, which either finds the lease it
     /// took or learns it took nothing — never a fresh attempt beside it (invariant 2).
     unsettled: Option<LeaseRequest>,
-}
-
-impl<W: Actor> Drop for Core<W> {
-    /// However the actor ends — stopped, failed, killed — watchers see `Stopped` and
-    /// [`LeaseSupervisor::join`](crate::runtime::LeaseSupervisor::join) gets the summary; an
-    /// acquisition in flight is given up. A term still running — the supervisor was killed,
-    /// say with its application, and ractor skipped `post_stop` — is ended in a task, as a
-    /// stop from outside ends it, and counted before the summary goes out.
-    fn drop(&mut self) {
-        let bound = end_bound(self);
-        let farewell = Farewell {
-            state: std::mem::replace(
-                &mut self.state,
-                watch::Sender::new(SupervisorState::Stopped),
-            ),
-            summary: std::mem::replace(&mut self.summary, watch::Sender::new(None)),
-            terms: self.terms,
-            last: self.last.take(),
-        };
-        match std::mem::replace(&mut self.phase, Phase::Paused) {
-            Phase::Acquiring(cancel, _) => cancel.cancel(),
-            Phase::Holding(term) => match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(async move { farewell.publish(Some(term.end(bound).await)) });
-                    return;
-                }
-                // No runtime to wait in: the lease actor still ends its term on its own.
-                Err(_) => term.lease.stop(None),
-            },
-            Phase::Paused => {
-                // An acquisition that may have landed is given up by its attempt
-                // (owner-checked), as one in flight is.
-                if let (Some(request), Ok(runtime)) =
-                    (self.unsettled.take(), tokio::runtime::Handle::try_current())
-                {
-                    let client = self.runtime.client().clone();
-                    runtime.spawn(async move {
-                        given_up(&client.release_attempt(&request).await);
-                    });
-                }
-            }
-        }
-        farewell.publish(None);
-    }
-}
-
-/// What watchers are told when the supervisor is gone.
-struct Farewell {
-    state: watch::Sender<SupervisorState>,
-    summary: watch::Sender<Option<SupervisorSummary>>,
-    terms: u64,
-    last: Option<LeaseReport>,
-}
-
-impl Farewell {
-    /// `Stopped`, and the summary — with `ended`, a term that ended last, counted.
-    fn publish(mut self, ended: Option<LeaseReport>) {
-        if let Some(report) = ended {
-            self.terms += 1;
-            self.last = Some(report);
-        }
-        self.state.send_replace(SupervisorState::Stopped);
-        self.summary.send_replace(Some(SupervisorSummary {
-            terms: self.terms,
-            last: self.last,
-        }));
-    }
 }
 
 impl<W> Actor for SupervisorActor<W>
@@ -306,9 +214,6 @@ fn given_up(released: &ReleaseOutcome) {
         );
     }
 }
-
-/// Bound on waiting for a stopped lease actor's report, and for a stopped worker.
-const REPORT_WAIT: Duration = Duration::from_secs(1);
 
 impl<W> Core<W>
 where

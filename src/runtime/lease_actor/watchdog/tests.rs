@@ -1,7 +1,8 @@
 //! The watchdog as a table: each row drives a fresh [`Watchdog`] (confirmed until
 //! t0 + 3 s, renewing every 1 s, safety margin 200 ms, its renewal grid starting at t0)
 //! through some steps, checking each step's output, then the timer it asks for. Times are
-//! milliseconds after t0.
+//! milliseconds after t0. A renewal's end counts only while one is in flight: a row starts
+//! it with the `Timeout` that asks for it.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{
     Action, CancelPolicy, CancelReason, Cancellation, Deadline, LeaseState, RENEWAL_GRID,
-    RenewOutcome, ValidityBudget, Watchdog, WorkerView, on_renewal_grid,
+    RenewOutcome, Renewal, Watchdog, WorkerView, on_renewal_grid,
 };
 use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::LostReason;
@@ -70,11 +71,18 @@ enum Ended {
 enum Step {
     /// A timer fired at this time; these actions.
     Timeout(u64, &'static [Did]),
-    /// A renewal sent at the first time was confirmed until the second.
+    /// A timer fired at this time, the renewal in flight having maybe reached Redis; these
+    /// actions.
+    TimeoutReached(u64, &'static [Did]),
+    /// The renewal in flight was confirmed until the second time, seen at the first.
     Renewed(u64, u64),
-    /// A renewal sent at the first time provably never reached Redis (seen at the second).
+    /// The renewal in flight was confirmed until the first time, seen at the second (late,
+    /// after a cancellation or validity's end); these actions.
+    RenewedLate(u64, u64, &'static [Did]),
+    /// The renewal in flight provably never reached Redis, seen at the second time (the
+    /// first is when it was asked for, for the reader).
     Unavailable(u64, u64),
-    /// A renewal sent at this time ended so, seen at once; these actions.
+    /// The renewal in flight ended so, seen at this time; these actions.
     Ended(Ended, u64, &'static [Did]),
     /// A cancellation for this reason at this time; these actions (none if one was sent).
     Cancel(CancelReason, u64, &'static [Did]),
@@ -106,7 +114,8 @@ struct Row {
 }
 
 use Step::{
-    Cancel, DrainDeadline, Ended as End, Finish, KillWorker, Renewed, Timeout, Unavailable,
+    Cancel, DrainDeadline, Ended as End, Finish, KillWorker, Renewed, RenewedLate, Timeout,
+    TimeoutReached, Unavailable,
 };
 
 mod rows;
@@ -125,25 +134,30 @@ fn signed(t0: Instant, ms: i64) -> Instant {
     }
 }
 
-/// A budget confirmed for a renewal sent at `sent`, valid until `until` (ms after t0).
-fn budget(t0: Instant, sent: u64, until: u64) -> ValidityBudget {
-    ValidityBudget::renewed(
-        at(t0, sent),
-        MS * u32::try_from(until - sent).unwrap_or(0),
-        Duration::ZERO,
-    )
+/// A renewal confirmed until `until` (ms after t0).
+fn confirmed(t0: Instant, until: u64) -> Renewal {
+    Renewal::Confirmed {
+        valid_until: at(t0, until),
+    }
 }
 
 fn detail() -> FailureDetail {
     FailureDetail::new(FailureKind::Timeout, "test")
 }
 
-fn outcome(ended: Ended) -> RenewOutcome {
-    match ended {
+fn outcome(ended: Ended) -> Renewal {
+    Renewal::Unconfirmed(match ended {
         Ended::Lost(reason) => RenewOutcome::Lost { reason },
         Ended::Indeterminate => RenewOutcome::Indeterminate { detail: detail() },
         Ended::Refused(state) => RenewOutcome::Refused { state },
-    }
+    })
+}
+
+fn unavailable(remaining: Duration) -> Renewal {
+    Renewal::Unconfirmed(RenewOutcome::Unavailable {
+        detail: detail(),
+        remaining,
+    })
 }
 
 fn watchdog(t0: Instant, valid: u64, policy: CancelPolicy) -> Watchdog {
@@ -157,33 +171,37 @@ fn run(dog: &mut Watchdog, t0: Instant, row: &Row, step: Step) {
     match step {
         Timeout(ms, expected) => {
             assert_eq!(
-                did(&dog.handle_timeout(at(t0, ms), worker)),
+                did(&dog.handle_timeout(at(t0, ms), worker, false)),
                 expected,
                 "{what}"
             );
         }
-        Renewed(sent, until) => {
-            let renewed = RenewOutcome::Renewed {
-                remaining: MS * u32::try_from(until - sent).unwrap_or(0),
-            };
-            let (confirmed, sent) = (budget(t0, sent, until), at(t0, sent));
-            let actions = dog.handle_renew_outcome(&renewed, confirmed, sent, sent, worker);
+        TimeoutReached(ms, expected) => {
+            assert_eq!(
+                did(&dog.handle_timeout(at(t0, ms), worker, true)),
+                expected,
+                "{what}"
+            );
+        }
+        Renewed(seen, until) => {
+            let actions = dog.handle_renewal(&confirmed(t0, until), at(t0, seen), worker);
             assert_eq!(did(&actions), [Did::Confirmed], "{what}");
         }
-        Unavailable(sent, ms) => {
-            let unavailable = RenewOutcome::Unavailable {
-                detail: detail(),
-                remaining: dog.valid_until().saturating_duration_since(at(t0, ms)),
-            };
-            // The handle's budget is the old one: it is not taken.
-            let stale = budget(t0, 0, 9000);
-            let actions =
-                dog.handle_renew_outcome(&unavailable, stale, at(t0, sent), at(t0, ms), worker);
+        RenewedLate(until, seen, expected) => {
+            let valid_until = dog.valid_until();
+            let actions = dog.handle_renewal(&confirmed(t0, until), at(t0, seen), worker);
+            assert_eq!(did(&actions), expected, "{what}");
+            // Never taken: the worker's end stays where it was told it is.
+            assert_eq!(dog.valid_until(), valid_until, "{what}: validity moved");
+        }
+        Unavailable(_asked, ms) => {
+            let now = at(t0, ms);
+            let left = dog.valid_until().saturating_duration_since(now);
+            let actions = dog.handle_renewal(&unavailable(left), now, worker);
             assert_eq!(did(&actions), [], "{what}");
         }
         End(ended, ms, expected) => {
-            let (stale, now) = (budget(t0, 0, 9000), at(t0, ms));
-            let actions = dog.handle_renew_outcome(&outcome(ended), stale, now, now, worker);
+            let actions = dog.handle_renewal(&outcome(ended), at(t0, ms), worker);
             assert_eq!(did(&actions), expected, "{what}");
         }
         Cancel(reason, ms, expected) => {
@@ -226,7 +244,7 @@ fn a_renewal_is_bounded_by_the_validity_left_before_the_margin() {
     let t0 = Instant::now();
     let renew_at = |ms| {
         let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
-        dog.handle_timeout(at(t0, ms), CHILD)
+        dog.handle_timeout(at(t0, ms), CHILD, false)
     };
     // 1 s of validity left: 800 ms to renew in.
     assert_eq!(
@@ -251,30 +269,32 @@ fn the_cancellation_delay_counts_from_the_first_renewal_that_did_not_confirm() {
     let t0 = Instant::now();
     let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
     assert_eq!(dog.failing_for(at(t0, 1500)), None);
-    let unavailable = RenewOutcome::Unavailable {
-        detail: detail(),
-        remaining: MS * 2000,
-    };
-    let stale = budget(t0, 0, VALID);
-    for ms in [1000, 1100] {
+    // Unavailable at 1000, asked again half-way to the cancellation deadline (1900).
+    for ms in [1000, 1900] {
         let now = at(t0, ms);
-        dog.handle_renew_outcome(&unavailable, stale, now, now, CHILD);
+        assert_eq!(
+            did(&dog.handle_timeout(now, CHILD, false)),
+            [Did::Renew],
+            "{ms}"
+        );
+        dog.handle_renewal(&unavailable(MS * 1000), now, CHILD);
     }
-    assert_eq!(dog.failing_for(at(t0, 1500)), Some(MS * 500));
-    let renewed = RenewOutcome::Renewed {
-        remaining: MS * 3000,
-    };
-    let (sent, confirmed) = (at(t0, 1200), budget(t0, 1200, 4200));
-    dog.handle_renew_outcome(&renewed, confirmed, sent, sent, CHILD);
-    assert_eq!(dog.failing_for(at(t0, 1500)), None);
+    assert_eq!(dog.failing_for(at(t0, 2000)), Some(MS * 1000));
+    // Then half-way again (2350), confirmed.
+    assert_eq!(
+        did(&dog.handle_timeout(at(t0, 2350), CHILD, false)),
+        [Did::Renew]
+    );
+    dog.handle_renewal(&confirmed(t0, 5350), at(t0, 2400), CHILD);
+    assert_eq!(dog.failing_for(at(t0, 2500)), None);
     assert_eq!(dog.renewals(), 1);
-    let cancellation = dog.handle_cancel(CancelReason::Unknown, at(t0, 4000), CHILD);
+    let cancellation = dog.handle_cancel(CancelReason::Unknown, at(t0, 5150), CHILD);
     assert_eq!(
         cancellation,
         [Action::Cancel(Cancellation {
             reason: CancelReason::Unknown,
             remaining: MS * 200,
-            stop_by: at(t0, 4200),
+            stop_by: at(t0, 5350),
             unconfirmed_for: None,
         })]
     );
@@ -284,16 +304,11 @@ fn the_cancellation_delay_counts_from_the_first_renewal_that_did_not_confirm() {
 fn a_cancellation_after_failed_renewals_says_since_when() {
     let t0 = Instant::now();
     let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
-    let lost = RenewOutcome::Lost {
+    dog.handle_timeout(at(t0, 1000), CHILD, false);
+    let lost = Renewal::Unconfirmed(RenewOutcome::Lost {
         reason: LostReason::NotOwner,
-    };
-    let actions = dog.handle_renew_outcome(
-        &lost,
-        budget(t0, 0, 9000),
-        at(t0, 1000),
-        at(t0, 1250),
-        CHILD,
-    );
+    });
+    let actions = dog.handle_renewal(&lost, at(t0, 1250), CHILD);
     assert_eq!(
         actions,
         [Action::Cancel(Cancellation {
@@ -302,6 +317,44 @@ fn a_cancellation_after_failed_renewals_says_since_when() {
             stop_by: at(t0, VALID),
             unconfirmed_for: Some(MS * 250),
         })]
+    );
+}
+
+/// A renewal still in flight at the cancellation deadline is one that did not confirm: the
+/// cancellation's delay counts from when it was asked for.
+#[test]
+fn a_renewal_in_flight_at_the_deadline_counts_from_when_it_was_asked_for() {
+    let t0 = Instant::now();
+    let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
+    dog.handle_timeout(at(t0, 1000), CHILD, false);
+    assert_eq!(
+        dog.handle_timeout(at(t0, 2800), CHILD, true),
+        [Action::Cancel(Cancellation {
+            reason: CancelReason::Unknown,
+            remaining: MS * 200,
+            stop_by: at(t0, VALID),
+            unconfirmed_for: Some(MS * 1800),
+        })]
+    );
+}
+
+/// A renewal confirmed after the watchdog gave up on it moves nothing: the worker keeps the
+/// end it was told, and is stopped then.
+#[test]
+fn a_confirmation_after_the_cancellation_does_not_move_the_worker_s_end() {
+    let t0 = Instant::now();
+    let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
+    dog.handle_timeout(at(t0, 1000), CHILD, false);
+    dog.handle_renewal(&outcome(Ended::Indeterminate), at(t0, 1100), CHILD);
+    // A stray end (none in flight) and a late confirmation: nothing.
+    assert_eq!(
+        dog.handle_renewal(&confirmed(t0, 9000), at(t0, 1200), CHILD),
+        []
+    );
+    assert_eq!(dog.valid_until(), at(t0, VALID));
+    assert_eq!(
+        dog.poll_timeout(CHILD),
+        Some(Deadline::KillWorker(at(t0, VALID)))
     );
 }
 

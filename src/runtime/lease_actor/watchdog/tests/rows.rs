@@ -1,7 +1,8 @@
 //! The rows of the watchdog's table (see the parent module for the setting).
 
 use super::Step::{
-    Cancel, DrainDeadline, Ended as End, Finish, KillWorker, Renewed, Timeout, Unavailable,
+    Cancel, DrainDeadline, Ended as End, Finish, KillWorker, Renewed, RenewedLate, Timeout,
+    TimeoutReached, Unavailable,
 };
 use super::{ATTACHED, CHILD, Did, Ended, GONE, LOST, Row, Timer, VALID};
 use crate::lease::{LeaseState, LostReason};
@@ -49,11 +50,120 @@ pub(super) const ROWS: &[Row] = &[
         timer: Timer::Renew(1000),
     },
     Row {
-        name: "renewal due → renew",
+        name: "renewal due → renew; while it is in flight the timer is the cancellation deadline",
         policy: CancelPolicy::Kill,
         worker: CHILD,
         valid: VALID,
         steps: &[Timeout(1000, &[Did::Renew])],
+        timer: Timer::Cancel(2800),
+    },
+    Row {
+        // The actor answers a status, a drain or the worker's end meanwhile: none of them
+        // waits for the renewal, and none starts another.
+        name: "renewing: one renewal at a time, a timer before the cancellation deadline does nothing",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[Timeout(1000, &[Did::Renew]), Timeout(2000, &[])],
+        timer: Timer::Cancel(2800),
+    },
+    Row {
+        name: "renewing past the cancellation deadline → cancel; the late confirmation is not taken",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            Timeout(2800, &[Did::Cancel(CancelReason::RenewalUnconfirmed)]),
+            RenewedLate(4000, 2900, &[]),
+        ],
+        timer: Timer::KillWorker(3000),
+    },
+    Row {
+        name: "renewing past the cancellation deadline, a call maybe landed → cancel, unknown",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            TimeoutReached(2000, &[]),
+            TimeoutReached(2800, &[Did::Cancel(CancelReason::Unknown)]),
+            End(Ended::Indeterminate, 2800, &[]),
+        ],
+        timer: Timer::KillWorker(3000),
+    },
+    Row {
+        name: "a renewal's end after the worker was killed: nothing",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            Timeout(2800, &[Did::Cancel(CancelReason::RenewalUnconfirmed)]),
+            Timeout(3000, &[Did::KillWorker]),
+            End(Ended::Lost(LostReason::Absent), 3100, &[]),
+            RenewedLate(6000, 3200, &[]),
+        ],
+        timer: Timer::None,
+    },
+    Row {
+        name: "a renewal's end after a drain's cancellation: nothing, the worker's end stays",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            Cancel(
+                CancelReason::Shutdown,
+                1500,
+                &[Did::Cancel(CancelReason::Shutdown)],
+            ),
+            RenewedLate(4000, 1600, &[]),
+        ],
+        timer: Timer::KillWorker(3000),
+    },
+    Row {
+        name: "a confirmation read after validity ended → lost, stopped at once",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            RenewedLate(
+                3000,
+                3000,
+                &[
+                    Did::Cancel(CancelReason::Lost(LostReason::ValidityExpired)),
+                    Did::KillWorker,
+                ],
+            ),
+        ],
+        timer: Timer::None,
+    },
+    Row {
+        name: "a renewal's end after validity ended, as the handle says it → lost, stopped at once",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            End(
+                Ended::Lost(LostReason::ValidityExpired),
+                3050,
+                &[
+                    Did::Cancel(CancelReason::Lost(LostReason::ValidityExpired)),
+                    Did::KillWorker,
+                ],
+            ),
+        ],
+        timer: Timer::None,
+    },
+    Row {
+        name: "a renewal's end with none in flight: nothing",
+        policy: CancelPolicy::Kill,
+        worker: CHILD,
+        valid: VALID,
+        steps: &[End(Ended::Lost(LostReason::Absent), 1000, &[])],
         timer: Timer::Renew(1000),
     },
     Row {
@@ -70,7 +180,7 @@ pub(super) const ROWS: &[Row] = &[
         policy: CancelPolicy::Kill,
         worker: CHILD,
         valid: VALID,
-        steps: &[Unavailable(1000, 1000)],
+        steps: &[Timeout(1000, &[Did::Renew]), Unavailable(1000, 1000)],
         timer: Timer::Renew(1900),
     },
     Row {
@@ -89,11 +199,14 @@ pub(super) const ROWS: &[Row] = &[
         policy: CancelPolicy::Kill,
         worker: CHILD,
         valid: VALID,
-        steps: &[End(
-            Ended::Indeterminate,
-            1000,
-            &[Did::Cancel(CancelReason::Unknown)],
-        )],
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            End(
+                Ended::Indeterminate,
+                1000,
+                &[Did::Cancel(CancelReason::Unknown)],
+            ),
+        ],
         timer: Timer::KillWorker(3000),
     },
     Row {
@@ -102,6 +215,7 @@ pub(super) const ROWS: &[Row] = &[
         worker: CHILD,
         valid: VALID,
         steps: &[
+            Timeout(1000, &[Did::Renew]),
             End(
                 Ended::Refused(LeaseState::Lost(LostReason::Absent)),
                 1000,
@@ -116,11 +230,14 @@ pub(super) const ROWS: &[Row] = &[
         policy: CancelPolicy::Kill,
         worker: CHILD,
         valid: VALID,
-        steps: &[End(
-            Ended::Refused(LeaseState::Unknown),
-            1000,
-            &[Did::Cancel(CancelReason::Unknown)],
-        )],
+        steps: &[
+            Timeout(1000, &[Did::Renew]),
+            End(
+                Ended::Refused(LeaseState::Unknown),
+                1000,
+                &[Did::Cancel(CancelReason::Unknown)],
+            ),
+        ],
         timer: Timer::KillWorker(3000),
     },
     Row {
@@ -129,6 +246,7 @@ pub(super) const ROWS: &[Row] = &[
         worker: CHILD,
         valid: VALID,
         steps: &[
+            Timeout(1000, &[Did::Renew]),
             Unavailable(1000, 2750),
             Timeout(2800, &[Did::Cancel(CancelReason::RenewalUnconfirmed)]),
         ],
@@ -139,7 +257,7 @@ pub(super) const ROWS: &[Row] = &[
         policy: CancelPolicy::Kill,
         worker: CHILD,
         valid: VALID,
-        steps: &[Unavailable(1000, 2750)],
+        steps: &[Timeout(1000, &[Did::Renew]), Unavailable(1000, 2750)],
         timer: Timer::Renew(2775),
     },
     Row {
