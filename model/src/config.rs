@@ -49,6 +49,18 @@ pub struct Config {
     /// Renewals and releases take the server's own commands (`SET … IFEQ … GET PX`,
     /// `DELIFEQ`), falling back to the script as the client does.
     pub native: bool,
+    /// Clients that wait in the resource's line (W, then W or K, or die): the first
+    /// `waiters` clients; the others try (A). Each client keeps its way for every attempt:
+    /// a choice per attempt multiplies the space by the clients' combinations (eight for
+    /// three), out of the CI's time. 0: every acquisition is a try and the line stays
+    /// empty — the scripts before the line, and what the conformance replay runs.
+    pub waiters: u8,
+    /// KEEP: a line entry is alive while its alive key lives or for this many ticks after
+    /// it joined; a keep-alive sets the alive key to expire this many ticks on.
+    pub keep: u8,
+    /// Waiters that may die in one run: stop sending for their attempt and move to a next
+    /// one (`NextAttempt`, beyond `attempts`), their entry left in the line.
+    pub deaths: u8,
     /// Deliberate breakages of the scripts or the client.
     pub bugs: Bugs,
 }
@@ -72,6 +84,12 @@ pub struct Bugs {
     pub ignore_lock_delay: bool,
     /// A RENEWED that comes after the handle left ACTIVE makes it ACTIVE again.
     pub revive_handle: bool,
+    /// A free slot goes to whoever asks for it: the line is not consulted.
+    pub line_ignored: bool,
+    /// Entries that are no longer alive are never pruned from the line.
+    pub no_prune: bool,
+    /// A try (A) takes a free slot despite live waiters ahead of it.
+    pub try_jumps: bool,
 }
 
 impl Config {
@@ -95,6 +113,9 @@ impl Config {
             replica_ahead: 0,
             time_past_counter: true,
             native: false,
+            waiters: 0,
+            keep: 2,
+            deaths: 0,
             bugs: Bugs::default(),
         }
     }
@@ -149,6 +170,28 @@ impl Config {
         }
     }
 
+    /// The line of waiters on a plain lease: two clients that wait (W, K) and one that
+    /// tries (A), lost replies, and one waiter that dies in the line.
+    pub fn line() -> Config {
+        Config {
+            clients: 3,
+            attempts: 1,
+            waiters: 2,
+            max_time: 3,
+            deaths: 1,
+            late_requests: false,
+            ..Config::plain()
+        }
+    }
+
+    /// The line of a counted lease of two slots: two waiters and a trier, one death.
+    pub fn counted_line() -> Config {
+        Config {
+            permits: 2,
+            ..Config::line()
+        }
+    }
+
     /// The same configuration with `LEASEHOLD_MODEL_DEPTH` more ticks of clock (0 when
     /// unset), and one more fault where faults are injected (two in a row: an eviction
     /// then a failover, say): the deeper run of README.md.
@@ -169,6 +212,11 @@ impl Config {
     /// The same configuration with `bugs`.
     pub fn with_bugs(self, bugs: Bugs) -> Config {
         Config { bugs, ..self }
+    }
+
+    /// Whether any client waits: the line is in play.
+    pub fn waiting(&self) -> bool {
+        self.waiters > 0
     }
 
     /// Slots the server has room for: one more when the broken scan may overrun.

@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod config;
+pub mod line;
 pub mod model;
 mod native;
 pub mod properties;
@@ -27,5 +28,5 @@ pub mod state;
 mod step;
 
 pub use config::{Bugs, Config};
-pub use model::{Action, LeaseModel};
+pub use model::{Acquisition, Action, LeaseModel};
 pub use properties::{check, counterexample};

@@ -93,3 +93,27 @@ fn counter_lost_ahead_of_the_clock_repeats_a_token() {
     };
     breaks(config, TOKENS_INCREASE);
 }
+
+#[test]
+fn line_ignored_grants_past_a_live_waiter() {
+    let config = Config::line().with_bugs(bugs(|b| b.line_ignored = true));
+    breaks(config, FIRST_COME);
+}
+
+#[test]
+fn try_jumping_the_line_grants_past_a_live_waiter() {
+    let config = Config::line().with_bugs(bugs(|b| b.try_jumps = true));
+    breaks(config, FIRST_COME);
+}
+
+#[test]
+fn dead_entries_never_pruned_keep_a_free_slot_from_the_line() {
+    let config = Config::line().with_bugs(bugs(|b| b.no_prune = true));
+    breaks(config, DEAD_WAITER_LEAVES);
+}
+
+#[test]
+fn dead_entries_never_pruned_keep_a_free_slot_from_the_counted_line() {
+    let config = Config::counted_line().with_bugs(bugs(|b| b.no_prune = true));
+    breaks(config, DEAD_WAITER_LEAVES);
+}
