@@ -20,6 +20,7 @@ pub const LOCK_DELAY: &str = "(e) lock-delay refuses every acquisition until it 
 pub const FREE_IS_GRANTED: &str = "(f) a free slot is granted to an entitled contender at once";
 pub const EVERY_CLIENT_GRANTED: &str = "(f) every client is granted at some point";
 pub const FIRST_COME: &str = "(g) a free slot goes past fewer live waiters than free slots";
+pub const JOINS_BEHIND: &str = "(g) a waiter joins behind every waiter already in the line";
 pub const WAITER_SERVED: &str = "(g) a waiter is granted after waiting in the line";
 pub const DEAD_WAITER_LEAVES: &str = "(h) dead entries never keep a free slot from the first live";
 pub const DEAD_PRUNED: &str = "(h) a dead entry is pruned from the line";
@@ -39,6 +40,7 @@ pub fn all() -> Vec<Property<LeaseModel>> {
             s.ghost.granted.iter().all(|&g| g)
         }),
         Property::always(FIRST_COME, |_, s: &State| clean(s, breach::FCFS)),
+        Property::always(JOINS_BEHIND, |_, s: &State| clean(s, breach::ORDER)),
         Property::always(DEAD_WAITER_LEAVES, dead_waiter_leaves),
         // Without waiting the line stays empty: nothing to see there.
         Property::sometimes(WAITER_SERVED, |m: &LeaseModel, s: &State| {

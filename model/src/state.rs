@@ -48,6 +48,8 @@ pub mod breach {
     pub const DELAY: u8 = 16;
     /// (g) a free slot was granted past as many live waiters as there were free slots.
     pub const FCFS: u8 = 32;
+    /// (g) a waiter joined the line ahead of one that was already in it.
+    pub const ORDER: u8 = 64;
 }
 
 /// What the properties need beyond the system's own state.

@@ -1,6 +1,6 @@
-//! What each action does to the state, and the ghost record of every grant (the checks
-//! properties (a)–(e) and (g) read are made where the step happens: a grant is judged against the
-//! server as it stood just before it).
+//! What each action does to the state, and the ghost record of every grant and join (the
+//! checks properties (a)–(e) and (g) read are made where the step happens: a grant is
+//! judged against the server as it stood just before it).
 
 use crate::client::{Client, Handle, Request, Timing};
 use crate::model::{Acquisition, Action, LeaseModel, request_of};
@@ -132,6 +132,11 @@ impl LeaseModel {
             .line
             .iter()
             .any(|e| e.attempt != attempt && !line.iter().any(|l| l.attempt == e.attempt));
+        // (g) in real time: a newcomer joins behind everyone already waiting.
+        let joined = s.server.data.rank_of(attempt);
+        if before.rank_of(attempt).is_none() && joined.is_some_and(|r| r + 1 < line.len()) {
+            s.ghost.breaches |= breach::ORDER;
+        }
         if s.server.data != before {
             s.server.record_write(before, self.config.lost_writes);
         }

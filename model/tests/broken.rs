@@ -117,3 +117,16 @@ fn dead_entries_never_pruned_keep_a_free_slot_from_the_counted_line() {
     let config = Config::counted_line().with_bugs(bugs(|b| b.no_prune = true));
     breaks(config, DEAD_WAITER_LEAVES);
 }
+
+/// Not a bug of the model but a limit of a line scored by the server's `TIME`: after a
+/// failover to a replica whose clock is behind, a newcomer's score is below those of the
+/// waiters already in the line, and it joins ahead of them.
+#[test]
+fn failover_to_a_clock_behind_puts_a_newcomer_ahead_of_the_line() {
+    let config = Config {
+        faults: 1,
+        replica_behind: 1,
+        ..Config::line()
+    };
+    breaks(config, JOINS_BEHIND);
+}
