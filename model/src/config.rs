@@ -171,7 +171,9 @@ impl Config {
     }
 
     /// The line of waiters on a plain lease: two clients that wait (W, K) and one that
-    /// tries (A), lost replies, and one waiter that dies in the line.
+    /// tries (A), lost replies, and one waiter that dies in the line. Three ticks of clock:
+    /// an entry that joined at the first and was never kept alive is dead at the third,
+    /// where a release can free the slot it would block (four ticks cost four times more).
     pub fn line() -> Config {
         Config {
             clients: 3,
