@@ -61,6 +61,11 @@ pub struct Config {
     /// Waiters that may die in one run: stop sending for their attempt and move to a next
     /// one (`NextAttempt`, beyond `attempts`), their entry left in the line.
     pub deaths: u8,
+    /// The wait loop looks (sends W) only at the head of the line: elsewhere it sends K
+    /// alone. Its rank is taken as the server has it, the most a waiter can know. Off, a
+    /// waiter may send W at any step; on, a dead head keeps a free slot from the waiters
+    /// behind it, which a test shows (K never prunes).
+    pub head_looks_only: bool,
     /// Deliberate breakages of the scripts or the client.
     pub bugs: Bugs,
 }
@@ -116,6 +121,7 @@ impl Config {
             waiters: 0,
             keep: 2,
             deaths: 0,
+            head_looks_only: false,
             bugs: Bugs::default(),
         }
     }

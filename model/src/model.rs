@@ -88,7 +88,11 @@ impl LeaseModel {
         } else {
             match client.handle {
                 Handle::Idle if client.waits => {
-                    actions.extend([Action::Acquire(Acquisition::Wait(id)), Action::Renew(id)])
+                    let rank = state.server.data.rank_of(client.attempt(id));
+                    if !config.head_looks_only || rank.is_none_or(|r| r == 0) {
+                        actions.push(Action::Acquire(Acquisition::Wait(id)));
+                    }
+                    actions.push(Action::Renew(id));
                 }
                 Handle::Idle if id < config.waiters => {
                     actions.push(Action::Acquire(Acquisition::Wait(id)))

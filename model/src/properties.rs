@@ -7,7 +7,7 @@
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
 use crate::client::Handle;
-use crate::model::LeaseModel;
+use crate::model::{Acquisition, Action, LeaseModel};
 use crate::server::{AcquireReply, Attempt, Call};
 use crate::state::{State, breach};
 
@@ -23,6 +23,7 @@ pub const FIRST_COME: &str = "(g) a free slot goes past fewer live waiters than 
 pub const JOINS_BEHIND: &str = "(g) a waiter joins behind every waiter already in the line";
 pub const WAITER_SERVED: &str = "(g) a waiter is granted after waiting in the line";
 pub const DEAD_WAITER_LEAVES: &str = "(h) dead entries never keep a free slot from the first live";
+pub const FIRST_LIVE_LOOKS: &str = "(h) the first live waiter may look when a slot is free";
 pub const DEAD_PRUNED: &str = "(h) a dead entry is pruned from the line";
 
 pub fn all() -> Vec<Property<LeaseModel>> {
@@ -42,6 +43,7 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(FIRST_COME, |_, s: &State| clean(s, breach::FCFS)),
         Property::always(JOINS_BEHIND, |_, s: &State| clean(s, breach::ORDER)),
         Property::always(DEAD_WAITER_LEAVES, dead_waiter_leaves),
+        Property::always(FIRST_LIVE_LOOKS, first_live_looks),
         // Without waiting the line stays empty: nothing to see there.
         Property::sometimes(WAITER_SERVED, |m: &LeaseModel, s: &State| {
             !m.config.waiting() || s.ghost.served_from_line
@@ -148,6 +150,27 @@ fn dead_waiter_leaves(model: &LeaseModel, s: &State) -> bool {
             !ready(s, id) || granted(model, s, attempt, true)
         }),
     }
+}
+
+/// (h), the wait loop's part: whenever a slot is free and the line's first live entry is
+/// a client still in its wait loop for that attempt, idle, that client may send W (the
+/// look that prunes dead entries ahead of it and is granted).
+fn first_live_looks(model: &LeaseModel, s: &State) -> bool {
+    if !model.config.waiting() || free_slots(model, s) == 0 {
+        return true;
+    }
+    let Some(first) = s.server.data.first_alive(s.server_now(), model.config.keep) else {
+        return true;
+    };
+    let id = first.attempt.client;
+    let c = &s.clients[usize::from(id)];
+    let looping = c.waits && c.op == first.attempt.op && c.handle == Handle::Idle;
+    if !looping || c.waiting.is_some() {
+        return true;
+    }
+    let mut actions = Vec::new();
+    model.actions(s, &mut actions);
+    actions.contains(&Action::Acquire(Acquisition::Wait(id)))
 }
 
 /// Checks `model` exhaustively (breadth first, so every counterexample is a shortest one)

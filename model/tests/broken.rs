@@ -130,3 +130,14 @@ fn failover_to_a_clock_behind_puts_a_newcomer_ahead_of_the_line() {
     };
     breaks(config, JOINS_BEHIND);
 }
+
+/// Not a bug of the scripts but of a wait loop that looks only at the head: K never
+/// prunes, so a waiter behind a dead head hears rank 1 for ever while the slot is free.
+#[test]
+fn waiters_looking_only_at_the_head_leave_a_free_slot_behind_a_dead_head() {
+    let config = Config {
+        head_looks_only: true,
+        ..Config::line()
+    };
+    breaks(config, FIRST_LIVE_LOOKS);
+}
