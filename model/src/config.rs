@@ -200,6 +200,21 @@ impl Config {
         }
     }
 
+    /// The line under one fault (an eviction, a flush that empties it, a failover that
+    /// loses up to two of its writes): one waiter that dies once and one trier. The
+    /// promoted replica's clock is not behind here: that puts a newcomer ahead of the line,
+    /// which a test shows (`failover_to_a_clock_behind_puts_a_newcomer_ahead_of_the_line`).
+    pub fn line_faults() -> Config {
+        Config {
+            attempts: 1,
+            max_time: 3,
+            replica_behind: 0,
+            waiters: 1,
+            deaths: 1,
+            ..Config::faults()
+        }
+    }
+
     /// The same configuration with `LEASEHOLD_MODEL_DEPTH` more ticks of clock (0 when
     /// unset), and one more fault where faults are injected (two in a row: an eviction
     /// then a failover, say): the deeper run of README.md.

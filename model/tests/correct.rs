@@ -69,3 +69,8 @@ fn line_of_waiters() {
 fn counted_line_of_waiters() {
     holds("counted line", Config::counted_line());
 }
+
+#[test]
+fn line_of_waiters_under_faults() {
+    holds("line faults", Config::line_faults());
+}
