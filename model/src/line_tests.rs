@@ -135,3 +135,36 @@ fn a_counted_grant_tells_the_entry_that_came_within_the_permits() {
     let granted = call(&config, &mut data, 1).wait(C);
     assert_eq!(granted.turn, Some(e));
 }
+
+/// The replay's view of the line's commands: `line_step` names W and K and answers them
+/// as the steps do; `server_step`, which the replay of the configurations without
+/// waiters calls, leaves them to it.
+#[test]
+fn line_steps_are_named_for_the_replay() {
+    use crate::model::{Acquisition, Action, LeaseModel};
+    use crate::replay::{LineAnswer, LineSent};
+    use stateright::Model as _;
+    let model = LeaseModel::new(Config::line());
+    let mut state = model.init_states().remove(0);
+    for action in [Action::Acquire(Acquisition::Try(2)), Action::Deliver(2)] {
+        state = model.next_state(&state, action).unwrap();
+    }
+    state = model
+        .next_state(&state, Action::Acquire(Acquisition::Wait(0)))
+        .unwrap();
+    let wait = model.line_step(&state, Action::Deliver(0)).unwrap();
+    assert_eq!(model.server_step(&state, Action::Deliver(0)), None);
+    assert_eq!((wait.attempt, wait.sent), (A, LineSent::Wait));
+    assert_eq!(wait.answer, LineAnswer::Wait(refused(0)));
+    state = model.next_state(&state, Action::Deliver(0)).unwrap();
+    let keep = model.line_step(&state, Action::Renew(0)).unwrap();
+    let reply = KeepAliveReply {
+        rank: Some(0),
+        free: false,
+    };
+    assert_eq!(
+        (keep.sent, keep.answer),
+        (LineSent::KeepAlive, LineAnswer::KeepAlive(reply))
+    );
+    assert_eq!(model.line_step(&state, Action::Renew(2)), None);
+}
