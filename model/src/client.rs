@@ -50,9 +50,23 @@ impl Handle {
 /// A request on its way to the server, with what its reply is read against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Request {
-    Acquire { sent: Time },
-    Renew { sent: Time, slot: u8, token: Token },
-    Release { slot: u8, token: Token },
+    /// A: try_acquire's acquisition.
+    Acquire {
+        sent: Time,
+    },
+    /// W: the wait loop's acquisition, which joins the line when refused.
+    Wait {
+        sent: Time,
+    },
+    Renew {
+        sent: Time,
+        slot: u8,
+        token: Token,
+    },
+    Release {
+        slot: u8,
+        token: Token,
+    },
 }
 
 /// One client.
@@ -67,6 +81,9 @@ pub struct Client {
     pub late: Option<(u8, Request)>,
     /// Whether this attempt's handle left ACTIVE (for property d: never ACTIVE again).
     pub left_active: bool,
+    /// This attempt is in its wait loop: it has sent W, and sends W or K from now on (or
+    /// dies), never A.
+    pub waits: bool,
 }
 
 /// The lease's timing, as a client reads replies against it.
@@ -86,6 +103,7 @@ impl Client {
             waiting: None,
             late: None,
             left_active: false,
+            waits: false,
         }
     }
 
@@ -160,7 +178,7 @@ impl Client {
     /// A request that got no reply: the client learns nothing (`Indeterminate`).
     pub fn on_no_reply(&mut self, request: Request) {
         match (request, self.handle) {
-            (Request::Acquire { .. }, _) => {}
+            (Request::Acquire { .. } | Request::Wait { .. }, _) => {}
             (_, Handle::Active { slot, token, .. }) => self.set(Handle::Unknown { slot, token }),
             _ => {}
         }

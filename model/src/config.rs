@@ -49,6 +49,23 @@ pub struct Config {
     /// Renewals and releases take the server's own commands (`SET … IFEQ … GET PX`,
     /// `DELIFEQ`), falling back to the script as the client does.
     pub native: bool,
+    /// Clients that wait in the resource's line (W, then W or K, or die): the first
+    /// `waiters` clients; the others try (A). Each client keeps its way for every attempt:
+    /// a choice per attempt multiplies the space by the clients' combinations (eight for
+    /// three), out of the CI's time. 0: every acquisition is a try and the line stays
+    /// empty — the scripts before the line, and what the conformance replay runs.
+    pub waiters: u8,
+    /// KEEP: a line entry is alive while its alive key lives or for this many ticks after
+    /// it joined; a keep-alive sets the alive key to expire this many ticks on.
+    pub keep: u8,
+    /// Waiters that may die in one run: stop sending for their attempt and move to a next
+    /// one (`NextAttempt`, beyond `attempts`), their entry left in the line.
+    pub deaths: u8,
+    /// The wait loop looks (sends W) only at the head of the line: elsewhere it sends K
+    /// alone. Its rank is taken as the server has it, the most a waiter can know. Off, a
+    /// waiter may send W at any step; on, a dead head keeps a free slot from the waiters
+    /// behind it, which a test shows (K never prunes).
+    pub head_looks_only: bool,
     /// Deliberate breakages of the scripts or the client.
     pub bugs: Bugs,
 }
@@ -72,6 +89,12 @@ pub struct Bugs {
     pub ignore_lock_delay: bool,
     /// A RENEWED that comes after the handle left ACTIVE makes it ACTIVE again.
     pub revive_handle: bool,
+    /// A free slot goes to whoever asks for it: the line is not consulted.
+    pub line_ignored: bool,
+    /// Entries that are no longer alive are never pruned from the line.
+    pub no_prune: bool,
+    /// A try (A) takes a free slot despite live waiters ahead of it.
+    pub try_jumps: bool,
 }
 
 impl Config {
@@ -95,6 +118,10 @@ impl Config {
             replica_ahead: 0,
             time_past_counter: true,
             native: false,
+            waiters: 0,
+            keep: 2,
+            deaths: 0,
+            head_looks_only: false,
             bugs: Bugs::default(),
         }
     }
@@ -149,6 +176,45 @@ impl Config {
         }
     }
 
+    /// The line of waiters on a plain lease: two clients that wait (W, K) and one that
+    /// tries (A), lost replies, and one waiter that dies in the line. Three ticks of clock:
+    /// an entry that joined at the first and was never kept alive is dead at the third,
+    /// where a release can free the slot it would block (four ticks cost four times more).
+    pub fn line() -> Config {
+        Config {
+            clients: 3,
+            attempts: 1,
+            waiters: 2,
+            max_time: 3,
+            deaths: 1,
+            late_requests: false,
+            ..Config::plain()
+        }
+    }
+
+    /// The line of a counted lease of two slots: two waiters and a trier, one death.
+    pub fn counted_line() -> Config {
+        Config {
+            permits: 2,
+            ..Config::line()
+        }
+    }
+
+    /// The line under one fault (an eviction, a flush that empties it, a failover that
+    /// loses up to two of its writes): one waiter that dies once and one trier. The
+    /// promoted replica's clock is not behind here: that puts a newcomer ahead of the line,
+    /// which a test shows (`failover_to_a_clock_behind_puts_a_newcomer_ahead_of_the_line`).
+    pub fn line_faults() -> Config {
+        Config {
+            attempts: 1,
+            max_time: 3,
+            replica_behind: 0,
+            waiters: 1,
+            deaths: 1,
+            ..Config::faults()
+        }
+    }
+
     /// The same configuration with `LEASEHOLD_MODEL_DEPTH` more ticks of clock (0 when
     /// unset), and one more fault where faults are injected (two in a row: an eviction
     /// then a failover, say): the deeper run of README.md.
@@ -169,6 +235,11 @@ impl Config {
     /// The same configuration with `bugs`.
     pub fn with_bugs(self, bugs: Bugs) -> Config {
         Config { bugs, ..self }
+    }
+
+    /// Whether any client waits: the line is in play.
+    pub fn waiting(&self) -> bool {
+        self.waiters > 0
     }
 
     /// Slots the server has room for: one more when the broken scan may overrun.

@@ -1,11 +1,13 @@
 //! leasehold's lease protocol as a model, checked exhaustively with `stateright`.
 //!
-//! The model holds one resource (a plain lease, or a counted one of N slots) on a Redis
-//! node with its replica, two or three clients with their attempts and handles, a real
-//! clock in ticks, and the faults leasehold's promises are made against: lost and late
-//! replies, expiry, eviction of the fence counter, `FLUSHALL`, and a failover to a replica
-//! that missed the last writes and whose clock is behind. Every action that reaches the
-//! server runs one branch of a `lua/*.lua` script or one native command (README.md).
+//! The model holds one resource (a plain lease, or a counted one of N slots) and its line
+//! of waiters on a Redis node with its replica, two or three clients (waiting or trying)
+//! with their attempts and handles, a real clock in ticks, and the faults leasehold's
+//! promises are made against: lost and late replies, expiry, eviction of the fence
+//! counter, `FLUSHALL`, and a failover to a replica that missed the last writes and whose
+//! clock is behind. Every action that reaches the server runs one branch of a
+//! `lua/*.lua` script or one native command (README.md); the line's (W, K) run the spec
+//! of issue #39, whose scripts do not exist yet.
 //!
 //! Assumptions the properties rest on, stated where the code makes them:
 //! * drift (`client.rs`): each client's clock runs at the server's rate within the drift
@@ -18,6 +20,7 @@
 
 pub mod client;
 pub mod config;
+pub mod line;
 pub mod model;
 mod native;
 pub mod properties;
@@ -27,5 +30,5 @@ pub mod state;
 mod step;
 
 pub use config::{Bugs, Config};
-pub use model::{Action, LeaseModel};
+pub use model::{Acquisition, Action, LeaseModel};
 pub use properties::{check, counterexample};

@@ -14,13 +14,17 @@ use crate::state::State;
 pub enum Action {
     /// The real clock advances a tick; expired keys go; handles without validity are LOST.
     Tick,
-    /// A client sends its attempt's acquisition (the first time, or a replay).
-    Acquire(u8),
-    /// An ACTIVE client sends a renewal.
+    /// A client sends its attempt's acquisition (the first time, or a replay): a try (A)
+    /// or, in its wait loop, a waiting one (W).
+    Acquire(Acquisition),
+    /// An ACTIVE client sends a renewal; a client in its wait loop (idle) sends its
+    /// keep-alive K, which runs at once: its reply (rank, a slot free) decides nothing the
+    /// model's client does, as any client may send W at any step.
     Renew(u8),
     /// A client whose handle may release sends its release.
     Release(u8),
-    /// A client whose handle is done (or who gives up waiting) starts its next attempt.
+    /// A client whose handle is done (or who gives up waiting) starts its next attempt; a
+    /// waiter doing so dies, its entry left in the line.
     NextAttempt(u8),
     /// The client's request runs and its reply arrives.
     Deliver(u8),
@@ -41,6 +45,25 @@ pub enum Action {
     /// The replica is promoted, missing the last `lost` writes, its clock `lag` ticks
     /// behind the real time (within the bounds of the old primary's lag).
     Failover { lost: u8, lag: u8 },
+}
+
+/// Which acquisition a client sends. (A payload, not two actions: the conformance replay
+/// names every action, and gains the line's when it replays them.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Acquisition {
+    /// A: try_acquire's, which never joins the line.
+    Try(u8),
+    /// W: the wait loop's, which joins the line when refused.
+    Wait(u8),
+}
+
+impl Acquisition {
+    /// The client that sends it.
+    pub fn client(self) -> u8 {
+        match self {
+            Acquisition::Try(id) | Acquisition::Wait(id) => id,
+        }
+    }
 }
 
 /// The model of one configuration.
@@ -64,7 +87,17 @@ impl LeaseModel {
             }
         } else {
             match client.handle {
-                Handle::Idle => actions.push(Action::Acquire(id)),
+                Handle::Idle if client.waits => {
+                    let rank = state.server.data.rank_of(client.attempt(id));
+                    if !config.head_looks_only || rank.is_none_or(|r| r == 0) {
+                        actions.push(Action::Acquire(Acquisition::Wait(id)));
+                    }
+                    actions.push(Action::Renew(id));
+                }
+                Handle::Idle if id < config.waiters => {
+                    actions.push(Action::Acquire(Acquisition::Wait(id)))
+                }
+                Handle::Idle => actions.push(Action::Acquire(Acquisition::Try(id))),
                 Handle::Active { .. } => actions.push(Action::Renew(id)),
                 _ => {}
             }
@@ -72,7 +105,13 @@ impl LeaseModel {
                 actions.push(Action::Release(id));
             }
             let done = !matches!(client.handle, Handle::Active { .. });
-            if done && client.op + 1 < config.attempts {
+            // A death is an attempt of its own: the waiter's next, beyond `attempts`.
+            let dies = client.handle == Handle::Idle && client.waits;
+            let next = match dies {
+                true => state.deaths_left > 0,
+                false => client.op + 1 < config.attempts,
+            };
+            if done && next {
                 actions.push(Action::NextAttempt(id));
             }
             if !matches!(client.handle, Handle::Idle) {
@@ -153,7 +192,10 @@ impl Model for LeaseModel {
 /// The request an action sends, read from the client's handle.
 pub(crate) fn request_of(action: Action, handle: Handle, now: u8) -> Option<Request> {
     match (action, handle) {
-        (Action::Acquire(_), Handle::Idle) => Some(Request::Acquire { sent: now }),
+        (Action::Acquire(Acquisition::Try(_)), Handle::Idle) => {
+            Some(Request::Acquire { sent: now })
+        }
+        (Action::Acquire(Acquisition::Wait(_)), Handle::Idle) => Some(Request::Wait { sent: now }),
         (Action::Renew(_), Handle::Active { slot, token, .. }) => Some(Request::Renew {
             sent: now,
             slot,

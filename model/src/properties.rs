@@ -1,14 +1,14 @@
 //! What must hold in every state the checker reaches, and what must be reachable.
 //!
 //! Safety properties read the state (a) or the ghost record of the step that broke them
-//! (a, b, c, e); a counterexample's last step is the breach. Their names are what the
+//! (a, b, c, e, g); a counterexample's last step is the breach. Their names are what the
 //! tests ask the checker's discoveries for.
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
 use crate::client::Handle;
-use crate::model::LeaseModel;
-use crate::server::{AcquireReply, Call};
+use crate::model::{Acquisition, Action, LeaseModel};
+use crate::server::{AcquireReply, Attempt, Call};
 use crate::state::{State, breach};
 
 pub const AT_MOST_PERMITS: &str = "(a) at most permits clients believe they hold";
@@ -17,8 +17,14 @@ pub const TOKENS_INCREASE: &str = "(b) successive grants carry strictly increasi
 pub const ONE_GRANT_PER_ATTEMPT: &str = "(c) one attempt never holds two grants";
 pub const TERMINAL_STAYS: &str = "(d) a handle that left ACTIVE never sends as ACTIVE again";
 pub const LOCK_DELAY: &str = "(e) lock-delay refuses every acquisition until it ends";
-pub const FREE_IS_GRANTED: &str = "(f) a free slot is granted to a contender in two steps";
+pub const FREE_IS_GRANTED: &str = "(f) a free slot is granted to an entitled contender at once";
 pub const EVERY_CLIENT_GRANTED: &str = "(f) every client is granted at some point";
+pub const FIRST_COME: &str = "(g) a free slot goes past fewer live waiters than free slots";
+pub const JOINS_BEHIND: &str = "(g) a waiter joins behind every waiter already in the line";
+pub const WAITER_SERVED: &str = "(g) a waiter is granted after waiting in the line";
+pub const DEAD_WAITER_LEAVES: &str = "(h) dead entries never keep a free slot from the first live";
+pub const FIRST_LIVE_LOOKS: &str = "(h) the first live waiter may look when a slot is free";
+pub const DEAD_PRUNED: &str = "(h) a dead entry is pruned from the line";
 
 pub fn all() -> Vec<Property<LeaseModel>> {
     vec![
@@ -33,6 +39,17 @@ pub fn all() -> Vec<Property<LeaseModel>> {
         Property::always(FREE_IS_GRANTED, free_is_granted),
         Property::sometimes(EVERY_CLIENT_GRANTED, |_, s: &State| {
             s.ghost.granted.iter().all(|&g| g)
+        }),
+        Property::always(FIRST_COME, |_, s: &State| clean(s, breach::FCFS)),
+        Property::always(JOINS_BEHIND, |_, s: &State| clean(s, breach::ORDER)),
+        Property::always(DEAD_WAITER_LEAVES, dead_waiter_leaves),
+        Property::always(FIRST_LIVE_LOOKS, first_live_looks),
+        // Without waiting the line stays empty: nothing to see there.
+        Property::sometimes(WAITER_SERVED, |m: &LeaseModel, s: &State| {
+            !m.config.waiting() || s.ghost.served_from_line
+        }),
+        Property::sometimes(DEAD_PRUNED, |m: &LeaseModel, s: &State| {
+            !m.config.waiting() || s.ghost.pruned
         }),
     ]
 }
@@ -58,32 +75,102 @@ fn terminal_stays(_: &LeaseModel, s: &State) -> bool {
     })
 }
 
-/// (f) Bounded liveness: whenever a slot is free and a client is ready to send its
-/// acquisition (idle, owning no key), sending it and delivering it grants — two steps.
-fn free_is_granted(model: &LeaseModel, s: &State) -> bool {
-    let now = s.server_now();
+/// Free slots among the lease's `permits`, at server time.
+fn free_slots(model: &LeaseModel, s: &State) -> usize {
     let permits = usize::from(model.config.permits);
-    let data = &s.server.data;
-    if data.slots[..permits].iter().all(Option::is_some) {
+    s.server.data.slots[..permits]
+        .iter()
+        .filter(|k| k.is_none())
+        .count()
+}
+
+/// Whether client `id` owns a key of the resource (under any of its attempts).
+fn owns_a_key(s: &State, id: u8) -> bool {
+    let slots = &s.server.data.slots;
+    slots
+        .iter()
+        .any(|k| k.is_some_and(|k| k.attempt.client == id))
+}
+
+/// Whether `attempt`'s acquisition (`wait`: W, else A), delivered now, is granted.
+fn granted(model: &LeaseModel, s: &State, attempt: Attempt, wait: bool) -> bool {
+    let mut data = s.server.data.clone();
+    let mut call = Call {
+        config: &model.config,
+        data: &mut data,
+        now: s.server_now(),
+    };
+    let reply = match wait {
+        true => call.wait(attempt).reply,
+        false => call.acquire(attempt),
+    };
+    matches!(reply, AcquireReply::Acquired { .. })
+}
+
+/// A client that could send its acquisition now: idle, no reply awaited, owning no key.
+fn ready(s: &State, id: u8) -> bool {
+    let c = &s.clients[usize::from(id)];
+    c.handle == Handle::Idle && c.waiting.is_none() && !owns_a_key(s, id)
+}
+
+/// (f) Bounded liveness: whenever a slot is free, a ready client that the line entitles
+/// to it — fewer live entries ahead of it than free slots (all live entries, if it has no
+/// live entry) — is granted on delivery, by a try and by a waiting acquisition alike.
+fn free_is_granted(model: &LeaseModel, s: &State) -> bool {
+    let free = free_slots(model, s);
+    if free == 0 {
         return true;
     }
-    s.clients.iter().enumerate().all(|(id, c)| {
-        let owns_a_key = data
-            .slots
-            .iter()
-            .any(|k| k.is_some_and(|k| usize::from(k.attempt.client) == id));
-        if c.handle != Handle::Idle || c.waiting.is_some() || owns_a_key {
+    let (now, keep) = (s.server_now(), model.config.keep);
+    (0..model.config.clients).all(|id| {
+        let attempt = s.clients[usize::from(id)].attempt(id);
+        if !ready(s, id) || s.server.data.alive_ahead(attempt, now, keep) >= free {
             return true;
         }
-        let mut data = data.clone();
-        let mut call = Call {
-            config: &model.config,
-            data: &mut data,
-            now,
-        };
-        let reply = call.acquire(c.attempt(id as u8));
-        matches!(reply, AcquireReply::Acquired { .. })
+        granted(model, s, attempt, false)
+            && (!model.config.waiting() || granted(model, s, attempt, true))
     })
+}
+
+/// (h) Bounded liveness of the line: whenever a slot is free, the first live entry's W
+/// is granted, however many dead entries are ahead of it (unless its client holds a key
+/// under another attempt: a conflict, which KEEP ends); with no live entry, any ready
+/// client's W is.
+fn dead_waiter_leaves(model: &LeaseModel, s: &State) -> bool {
+    if !model.config.waiting() || free_slots(model, s) == 0 {
+        return true;
+    }
+    let (now, keep) = (s.server_now(), model.config.keep);
+    match s.server.data.first_alive(now, keep) {
+        Some(first) => {
+            owns_a_key(s, first.attempt.client) || granted(model, s, first.attempt, true)
+        }
+        None => (0..model.config.clients).all(|id| {
+            let attempt = s.clients[usize::from(id)].attempt(id);
+            !ready(s, id) || granted(model, s, attempt, true)
+        }),
+    }
+}
+
+/// (h), the wait loop's part: whenever a slot is free and the line's first live entry is
+/// a client still in its wait loop for that attempt, idle, that client may send W (the
+/// look that prunes dead entries ahead of it and is granted).
+fn first_live_looks(model: &LeaseModel, s: &State) -> bool {
+    if !model.config.waiting() || free_slots(model, s) == 0 {
+        return true;
+    }
+    let Some(first) = s.server.data.first_alive(s.server_now(), model.config.keep) else {
+        return true;
+    };
+    let id = first.attempt.client;
+    let c = &s.clients[usize::from(id)];
+    let looping = c.waits && c.op == first.attempt.op && c.handle == Handle::Idle;
+    if !looping || c.waiting.is_some() {
+        return true;
+    }
+    let mut actions = Vec::new();
+    model.actions(s, &mut actions);
+    actions.contains(&Action::Acquire(Acquisition::Wait(id)))
 }
 
 /// Checks `model` exhaustively (breadth first, so every counterexample is a shortest one)

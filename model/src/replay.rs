@@ -1,9 +1,15 @@
 //! What a step sends to the server and what the model answers, for replaying the model's
 //! traces against leasehold's backends (`tests/conformance/`): the same dispatch the
 //! model's own steps run (`step.rs`), on a copy of the server's data.
+//!
+//! The line's two commands, a waiting acquisition (W) and a keep-alive (K), are
+//! `line_step`'s: `server_step` answers `None` for them, so a replay that knows only
+//! `server_step` runs the configurations without waiting (`Config::waiting` off), where
+//! neither is ever sent and the line stays empty.
 
-use crate::client::Request;
+use crate::client::{Handle, Request};
 use crate::config::Config;
+use crate::line::{KeepAliveReply, WaitReply};
 use crate::model::{Action, LeaseModel};
 use crate::server::{AcquireReply, Attempt, Call, Data, InspectReply, Reply, Time, Token};
 use crate::state::State;
@@ -37,6 +43,50 @@ pub enum Sent {
     },
 }
 
+/// What the line's commands send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineSent {
+    /// W: the acquisition of a wait loop, which joins the line when refused.
+    Wait,
+    /// K: `SET alive PX KEEP`, `ZRANK`, `EXISTS` on the lease's keys.
+    KeepAlive,
+}
+
+/// What the line's commands answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineAnswer {
+    Wait(WaitReply),
+    KeepAlive(KeepAliveReply),
+}
+
+/// One step that sends W or K: the attempt it speaks for, what it sends, and the model's
+/// answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineStep {
+    pub attempt: Attempt,
+    pub sent: LineSent,
+    pub answer: LineAnswer,
+}
+
+/// What a request's run answered: a reply `Answer` has a word for, or a W's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Answer(Answer),
+    Wait(WaitReply),
+}
+
+impl Outcome {
+    /// The acquisition's reply, of an A or a W.
+    pub(crate) fn acquired(self) -> Option<AcquireReply> {
+        match self {
+            Outcome::Answer(Answer::Acquire(reply)) | Outcome::Wait(WaitReply { reply, .. }) => {
+                Some(reply)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// One step that reaches the server: the attempt it speaks for, what it sends, and what
 /// the model's script answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,9 +104,10 @@ pub(crate) fn execute(
     now: Time,
     attempt: Attempt,
     request: Request,
-) -> Answer {
+) -> Outcome {
     let mut call = Call { config, data, now };
-    match request {
+    let answer = match request {
+        Request::Wait { .. } => return Outcome::Wait(call.wait(attempt)),
         Request::Acquire { .. } => Answer::Acquire(call.acquire(attempt)),
         Request::Renew { slot, token, .. } if config.native => {
             Answer::Renew(call.renew_native(slot, attempt, token))
@@ -66,7 +117,8 @@ pub(crate) fn execute(
             Answer::Release(call.release_native(slot, attempt, token))
         }
         Request::Release { slot, .. } => Answer::Release(call.release(slot, attempt)),
-    }
+    };
+    Outcome::Answer(answer)
 }
 
 impl LeaseModel {
@@ -104,16 +156,72 @@ impl LeaseModel {
         };
         let sent = match request {
             Request::Acquire { .. } => Sent::Acquire,
+            Request::Wait { .. } => return None,
             Request::Renew { slot, token, .. } => Sent::Renew { slot, token },
             Request::Release { slot, token } => Sent::Release { slot, token },
         };
         let mut data = state.server.data.clone();
         let now = state.server_now();
-        let answer = execute(&self.config, &mut data, now, attempt, request);
+        let Outcome::Answer(answer) = execute(&self.config, &mut data, now, attempt, request)
+        else {
+            return None;
+        };
         Some(ServerStep {
             attempt,
             sent,
             answer,
         })
+    }
+
+    /// What `action` sends to the line from `state` (W or K), and the model's answer;
+    /// `None` for every other action.
+    pub fn line_step(&self, state: &State, action: Action) -> Option<LineStep> {
+        let (attempt, request) = match action {
+            Action::Deliver(id) | Action::LoseReply(id) => {
+                let client = &state.clients[usize::from(id)];
+                (client.attempt(id), client.waiting?)
+            }
+            Action::LateArrives(id) => {
+                let (op, request) = state.clients[usize::from(id)].late?;
+                (Attempt { client: id, op }, request)
+            }
+            Action::Renew(id) => {
+                let client = &state.clients[usize::from(id)];
+                if client.handle != Handle::Idle || !client.waits {
+                    return None;
+                }
+                let attempt = client.attempt(id);
+                let answer = LineAnswer::KeepAlive(self.keep_alive_on(state, attempt).0);
+                let sent = LineSent::KeepAlive;
+                return Some(LineStep {
+                    attempt,
+                    sent,
+                    answer,
+                });
+            }
+            _ => return None,
+        };
+        let mut data = state.server.data.clone();
+        let now = state.server_now();
+        match execute(&self.config, &mut data, now, attempt, request) {
+            Outcome::Wait(reply) => Some(LineStep {
+                attempt,
+                sent: LineSent::Wait,
+                answer: LineAnswer::Wait(reply),
+            }),
+            Outcome::Answer(_) => None,
+        }
+    }
+
+    /// K for `attempt` on the primary of `state`: its reply and the data after it.
+    pub(crate) fn keep_alive_on(&self, state: &State, attempt: Attempt) -> (KeepAliveReply, Data) {
+        let mut data = state.server.data.clone();
+        let mut call = Call {
+            config: &self.config,
+            data: &mut data,
+            now: state.server_now(),
+        };
+        let reply = call.keep_alive(attempt);
+        (reply, data)
     }
 }

@@ -7,6 +7,7 @@
 //! server's clock; the model passes the clock in, as a script reads `TIME` once per call.
 
 use crate::config::{Bugs, Config};
+use crate::line::Entry;
 
 /// A clock reading in ticks.
 pub type Time = u8;
@@ -48,11 +49,14 @@ impl Key {
     }
 }
 
-/// What one Redis node holds for the resource: its slot keys and the group's fence counter.
+/// What one Redis node holds for the resource: its slot keys, the group's fence counter,
+/// and the resource's line of waiters (`line.rs`), which is data like the keys: a flush
+/// empties it, a failover may lose its last writes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Data {
     pub slots: Vec<Option<Key>>,
     pub fence: Option<Token>,
+    pub line: Vec<Entry>,
 }
 
 impl Data {
@@ -60,14 +64,21 @@ impl Data {
         Data {
             slots: vec![None; config.slot_room()],
             fence: None,
+            line: Vec::new(),
         }
     }
 
-    /// Drops every key whose expiry has come (Redis never serves an expired key).
+    /// Drops every key whose expiry has come (Redis never serves an expired key): lease
+    /// keys and the line's alive keys. A line entry itself (a ZSET member) never expires.
     pub fn expire(&mut self, now: Time) {
         for slot in &mut self.slots {
             if slot.is_some_and(|key| key.expires <= now) {
                 *slot = None;
+            }
+        }
+        for entry in &mut self.line {
+            if entry.alive_until.is_some_and(|until| until <= now) {
+                entry.alive_until = None;
             }
         }
     }
@@ -88,6 +99,16 @@ pub enum AcquireReply {
     Conflict,
     Contended,
     Delayed,
+}
+
+/// What the scan of the lease's keys decides before the line is consulted.
+pub(crate) enum Scan {
+    /// Decided by the keys alone (REPLAYED, CONFLICT): the line is not touched.
+    Decided(AcquireReply),
+    /// No slot is free (held by others, or in its lock-delay): the refusal.
+    Full(AcquireReply),
+    /// `free` slots are free; `slot` is the one a grant takes.
+    Free { slot: usize, free: usize },
 }
 
 /// `renew.lua`'s and `release.lua`'s replies (RELEASED stands in for RENEWED in a release).
@@ -115,13 +136,13 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
-    fn bugs(&self) -> Bugs {
+    pub(crate) fn bugs(&self) -> Bugs {
         self.config.bugs
     }
 
     /// `take`: `token = max(last + 1, TIME)`, stored back, and the key written with
     /// `PX ttl + delay`.
-    fn take(&mut self, slot: usize, attempt: Attempt) -> AcquireReply {
+    pub(crate) fn take(&mut self, slot: usize, attempt: Attempt) -> AcquireReply {
         let last = self.data.fence.unwrap_or(0);
         let token = if self.bugs().no_time_floor {
             last + 1
@@ -141,62 +162,65 @@ impl Call<'_> {
         }
     }
 
-    /// `acquire` (a plain lease) or `acquire_slot` (a counted one).
-    pub fn acquire(&mut self, attempt: Attempt) -> AcquireReply {
+    /// The scan of the lease's keys, before the line is consulted: `acquire` (a plain
+    /// lease) or `acquire_slot` (a counted one).
+    pub(crate) fn scan(&mut self, attempt: Attempt) -> Scan {
         if self.config.permits == 1 {
-            self.acquire_plain(attempt)
+            self.scan_plain(attempt)
         } else {
-            self.acquire_slot(attempt)
+            self.scan_slots(attempt)
         }
     }
 
-    fn acquire_plain(&mut self, attempt: Attempt) -> AcquireReply {
+    fn scan_plain(&mut self, attempt: Attempt) -> Scan {
         let Some(key) = self.data.slots[0] else {
-            return self.take(0, attempt);
+            return Scan::Free { slot: 0, free: 1 };
         };
         if key.ended(self.now) {
             if self.bugs().ignore_lock_delay {
-                return self.take(0, attempt);
+                return Scan::Free { slot: 0, free: 1 };
             }
-            return AcquireReply::Delayed;
+            return Scan::Full(AcquireReply::Delayed);
         }
         if key.attempt == attempt {
             if self.bugs().replay_new_token {
-                return self.take(0, attempt);
+                return Scan::Decided(self.take(0, attempt));
             }
-            return AcquireReply::Replayed {
+            return Scan::Decided(AcquireReply::Replayed {
                 left: key.left(self.now),
                 token: key.token,
                 slot: 0,
-            };
+            });
         }
         if key.attempt.client == attempt.client {
-            return AcquireReply::Conflict;
+            return Scan::Decided(AcquireReply::Conflict);
         }
-        AcquireReply::Contended
+        Scan::Full(AcquireReply::Contended)
     }
 
-    /// The scan: this attempt's slot is replayed, else a conflict refuses, else the first
-    /// free slot is taken, else the earliest slot's refusal (DELAYED or CONTENDED).
-    fn acquire_slot(&mut self, attempt: Attempt) -> AcquireReply {
+    /// The slot scan: this attempt's slot is replayed, else a conflict refuses, else the
+    /// free slots are counted (the first is the one taken), else the earliest slot's
+    /// refusal (DELAYED or CONTENDED).
+    fn scan_slots(&mut self, attempt: Attempt) -> Scan {
         let n = usize::from(self.config.permits);
-        let (mut free, mut conflict, mut least) = (None, false, None::<(Time, bool)>);
+        let (mut first, mut free, mut conflict) = (None, 0, false);
+        let mut least = None::<(Time, bool)>;
         for i in 0..n {
             let Some(key) = self.data.slots[i] else {
-                free = free.or(Some(i));
+                (first, free) = (first.or(Some(i)), free + 1);
                 continue;
             };
             let ended = key.ended(self.now);
             if ended && self.bugs().ignore_lock_delay {
-                free = free.or(Some(i));
+                (first, free) = (first.or(Some(i)), free + 1);
                 continue;
             }
             if !ended && key.attempt == attempt {
                 if self.bugs().replay_new_token {
-                    return self.take(i, attempt);
+                    return Scan::Decided(self.take(i, attempt));
                 }
                 let (left, token, slot) = (key.left(self.now), key.token, i as u8);
-                return AcquireReply::Replayed { left, token, slot };
+                return Scan::Decided(AcquireReply::Replayed { left, token, slot });
             }
             conflict |= !ended && key.attempt.client == attempt.client;
             let left = key.left(self.now);
@@ -205,17 +229,17 @@ impl Call<'_> {
             }
         }
         if conflict {
-            return AcquireReply::Conflict;
+            return Scan::Decided(AcquireReply::Conflict);
         }
-        if let Some(i) = free {
-            return self.take(i, attempt);
+        if let Some(slot) = first {
+            return Scan::Free { slot, free };
         }
         if self.bugs().slot_scan_extra && self.data.slots[n].is_none() {
-            return self.take(n, attempt);
+            return Scan::Free { slot: n, free: 1 };
         }
         match least {
-            Some((_, true)) => AcquireReply::Delayed,
-            _ => AcquireReply::Contended,
+            Some((_, true)) => Scan::Full(AcquireReply::Delayed),
+            _ => Scan::Full(AcquireReply::Contended),
         }
     }
 

@@ -46,6 +46,10 @@ pub mod breach {
     pub const HANDLE: u8 = 8;
     /// (e) a slot in its lock-delay was granted.
     pub const DELAY: u8 = 16;
+    /// (g) a free slot was granted past as many live waiters as there were free slots.
+    pub const FCFS: u8 = 32;
+    /// (g) a waiter joined the line ahead of one that was already in it.
+    pub const ORDER: u8 = 64;
 }
 
 /// What the properties need beyond the system's own state.
@@ -59,6 +63,10 @@ pub struct Ghost {
     pub data_lost: bool,
     /// Breached properties (`breach` bits).
     pub breaches: u8,
+    /// A slot was granted to an attempt that was waiting in the line.
+    pub served_from_line: bool,
+    /// A pruning walk removed another attempt's dead entry.
+    pub pruned: bool,
 }
 
 /// The whole state.
@@ -70,6 +78,8 @@ pub struct State {
     pub clients: Vec<Client>,
     /// Faults still allowed.
     pub faults_left: u8,
+    /// Waiters that may still die (`Config::deaths`).
+    pub deaths_left: u8,
     pub ghost: Ghost,
 }
 
@@ -84,6 +94,7 @@ impl State {
             },
             clients: vec![Client::new(); usize::from(config.clients)],
             faults_left: config.faults,
+            deaths_left: config.deaths,
             ghost: Ghost {
                 granted: vec![false; usize::from(config.clients)],
                 ..Ghost::default()

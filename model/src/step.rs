@@ -1,10 +1,10 @@
-//! What each action does to the state, and the ghost record of every grant (the checks
-//! properties (a)–(e) read are made where the step happens: a grant is judged against the
-//! server as it stood just before it).
+//! What each action does to the state, and the ghost record of every grant and join (the
+//! checks properties (a)–(e) and (g) read are made where the step happens: a grant is
+//! judged against the server as it stood just before it).
 
-use crate::client::{Client, Request, Timing};
-use crate::model::{Action, LeaseModel, request_of};
-use crate::replay::{Answer, execute};
+use crate::client::{Client, Handle, Request, Timing};
+use crate::model::{Acquisition, Action, LeaseModel, request_of};
+use crate::replay::{Answer, Outcome, execute};
 use crate::server::{AcquireReply, Attempt, Call, Data, InspectReply};
 use crate::state::{State, breach};
 
@@ -12,12 +12,23 @@ impl LeaseModel {
     pub(crate) fn apply(&self, s: &mut State, action: Action) {
         match action {
             Action::Tick => self.tick(s),
-            Action::Acquire(id) | Action::Renew(id) | Action::Release(id) => {
+            Action::Acquire(acquisition) => {
+                let client = &mut s.clients[usize::from(acquisition.client())];
+                client.waiting = request_of(action, client.handle, s.now);
+                client.waits |= matches!(acquisition, Acquisition::Wait(_));
+            }
+            Action::Renew(id) if s.clients[usize::from(id)].handle == Handle::Idle => {
+                self.keep_alive(s, id)
+            }
+            Action::Renew(id) | Action::Release(id) => {
                 let client = &mut s.clients[usize::from(id)];
                 client.waiting = request_of(action, client.handle, s.now);
             }
             Action::NextAttempt(id) => {
                 let client = &mut s.clients[usize::from(id)];
+                if client.handle == Handle::Idle && client.waits {
+                    s.deaths_left -= 1;
+                }
                 *client = Client {
                     op: client.op + 1,
                     late: client.late,
@@ -76,13 +87,15 @@ impl LeaseModel {
             return;
         }
         match (answer, request) {
-            (Answer::Acquire(reply), Request::Acquire { sent }) => {
-                client.on_acquire(reply, sent, now, timing)
+            (outcome, Request::Acquire { sent } | Request::Wait { sent }) => {
+                if let Some(reply) = outcome.acquired() {
+                    client.on_acquire(reply, sent, now, timing)
+                }
             }
-            (Answer::Renew(reply), Request::Renew { sent, .. }) => {
+            (Outcome::Answer(Answer::Renew(reply)), Request::Renew { sent, .. }) => {
                 client.on_renew(reply, sent, now, timing)
             }
-            (Answer::Release(reply), _) => client.on_release(reply),
+            (Outcome::Answer(Answer::Release(reply)), _) => client.on_release(reply),
             _ => {}
         }
         self.check_backed(s, id);
@@ -96,7 +109,7 @@ impl LeaseModel {
             return;
         }
         let (attempt, slot) = match client.handle {
-            crate::client::Handle::Active { slot, .. } => (client.attempt(id), slot),
+            Handle::Active { slot, .. } => (client.attempt(id), slot),
             _ => return,
         };
         let key = s.server.data.slots[usize::from(slot)];
@@ -107,21 +120,42 @@ impl LeaseModel {
 
     /// Runs `request` for `attempt` on the primary, recording the write for the replica
     /// and judging a grant.
-    fn run(&self, s: &mut State, attempt: Attempt, request: Request) -> Answer {
+    fn run(&self, s: &mut State, attempt: Attempt, request: Request) -> Outcome {
         let before = s.server.data.clone();
         let now = s.server_now();
-        let answer = execute(&self.config, &mut s.server.data, now, attempt, request);
-        if let Answer::Acquire(AcquireReply::Acquired { token, slot }) = answer {
+        let outcome = execute(&self.config, &mut s.server.data, now, attempt, request);
+        if let Some(AcquireReply::Acquired { token, slot }) = outcome.acquired() {
             self.judge_grant(s, &before, attempt, token, slot);
+        }
+        let line = &s.server.data.line;
+        s.ghost.pruned |= before
+            .line
+            .iter()
+            .any(|e| e.attempt != attempt && !line.iter().any(|l| l.attempt == e.attempt));
+        // (g) in real time: a newcomer joins behind everyone already waiting.
+        let joined = s.server.data.rank_of(attempt);
+        if before.rank_of(attempt).is_none() && joined.is_some_and(|r| r + 1 < line.len()) {
+            s.ghost.breaches |= breach::ORDER;
         }
         if s.server.data != before {
             s.server.record_write(before, self.config.lost_writes);
         }
-        answer
+        outcome
+    }
+
+    /// K: the waiter's keep-alive, run at once (no reply the model's client acts on).
+    fn keep_alive(&self, s: &mut State, id: u8) {
+        let attempt = s.clients[usize::from(id)].attempt(id);
+        let (_, data) = self.keep_alive_on(s, attempt);
+        let before = std::mem::replace(&mut s.server.data, data);
+        if s.server.data != before {
+            s.server.record_write(before, self.config.lost_writes);
+        }
     }
 
     /// (b) tokens increase, (c) no second grant to an attempt that holds, (e) no grant of
-    /// a slot in its lock-delay — judged against the data just before the grant.
+    /// a slot in its lock-delay, (g) first come, first served — judged against the data
+    /// just before the grant.
     fn judge_grant(&self, s: &mut State, before: &Data, attempt: Attempt, token: u16, slot: u8) {
         let now = s.server_now();
         let ghost = &mut s.ghost;
@@ -135,6 +169,13 @@ impl LeaseModel {
         if before.slots[usize::from(slot)].is_some_and(|k| k.ended(now)) {
             ghost.breaches |= breach::DELAY;
         }
+        // (g): a free slot goes past fewer live waiters than there were free slots.
+        let keep = self.config.keep;
+        let free_slot = before.slots[usize::from(slot)].is_none();
+        if free_slot && before.alive_ahead(attempt, now, keep) >= before.free_slots() {
+            ghost.breaches |= breach::FCFS;
+        }
+        ghost.served_from_line |= before.rank_of(attempt).is_some();
         ghost.granted[usize::from(attempt.client)] = true;
     }
 

@@ -93,3 +93,51 @@ fn counter_lost_ahead_of_the_clock_repeats_a_token() {
     };
     breaks(config, TOKENS_INCREASE);
 }
+
+#[test]
+fn line_ignored_grants_past_a_live_waiter() {
+    let config = Config::line().with_bugs(bugs(|b| b.line_ignored = true));
+    breaks(config, FIRST_COME);
+}
+
+#[test]
+fn try_jumping_the_line_grants_past_a_live_waiter() {
+    let config = Config::line().with_bugs(bugs(|b| b.try_jumps = true));
+    breaks(config, FIRST_COME);
+}
+
+#[test]
+fn dead_entries_never_pruned_keep_a_free_slot_from_the_line() {
+    let config = Config::line().with_bugs(bugs(|b| b.no_prune = true));
+    breaks(config, DEAD_WAITER_LEAVES);
+}
+
+#[test]
+fn dead_entries_never_pruned_keep_a_free_slot_from_the_counted_line() {
+    let config = Config::counted_line().with_bugs(bugs(|b| b.no_prune = true));
+    breaks(config, DEAD_WAITER_LEAVES);
+}
+
+/// Not a bug of the model but a limit of a line scored by the server's `TIME`: after a
+/// failover to a replica whose clock is behind, a newcomer's score is below those of the
+/// waiters already in the line, and it joins ahead of them.
+#[test]
+fn failover_to_a_clock_behind_puts_a_newcomer_ahead_of_the_line() {
+    let config = Config {
+        faults: 1,
+        replica_behind: 1,
+        ..Config::line()
+    };
+    breaks(config, JOINS_BEHIND);
+}
+
+/// Not a bug of the scripts but of a wait loop that looks only at the head: K never
+/// prunes, so a waiter behind a dead head hears rank 1 for ever while the slot is free.
+#[test]
+fn waiters_looking_only_at_the_head_leave_a_free_slot_behind_a_dead_head() {
+    let config = Config {
+        head_looks_only: true,
+        ..Config::line()
+    };
+    breaks(config, FIRST_LIVE_LOOKS);
+}

@@ -59,3 +59,18 @@ fn native_commands_answer_as_the_script() {
     };
     holds("native", native);
 }
+
+#[test]
+fn line_of_waiters() {
+    holds("line", Config::line());
+}
+
+#[test]
+fn counted_line_of_waiters() {
+    holds("counted line", Config::counted_line());
+}
+
+#[test]
+fn line_of_waiters_under_faults() {
+    holds("line faults", Config::line_faults());
+}
