@@ -22,7 +22,8 @@
 --   'REPLAYED <pttl_ms> <token>'  this very attempt holds it; nothing changed (no TTL reset)
 --   'CONFLICT <pttl_ms>'          same owner token, other operation id
 --   'CONTENDED <pttl_ms>'         another holder; its value never leaves Redis. pttl_ms is 0
---                                 when the key was absent but live waiters are ahead
+--                                 when the key was absent but live waiters are ahead, and
+--                                 for a waiting acquisition behind others (no PTTL is read)
 --   'DELAYED <pttl_ms>'           the last lease ended unreleased and its lock-delay runs
 --                                 for pttl_ms more (whoever asks, its own attempt too)
 -- A waiting acquisition's CONTENDED and DELAYED end with its rank in the line (0: first).
@@ -120,6 +121,16 @@ local function acquire(lease, fence, mine, ttl, holder, delay, now, line, id, wa
     local text = take(lease, fence, mine, ttl, holder, delay, now)
     served(line, id, in_line, next_id)
     return 'ACQUIRED ' .. ttl .. ' ' .. text
+  end
+  -- A waiter behind others, refused by a holder that is not its own attempt's owner: its
+  -- rank is all it needs (it sleeps through releases), so no PTTL is read for it.
+  if waits and delay_of(seen) == 0 and not whose(seen, mine) then
+    local rank = wait_in_line(line, id, now)
+    if rank and rank > 0 then
+      return 'CONTENDED 0 ' .. rank
+    elseif rank then
+      return string.format('CONTENDED %d 0', (left_of(lease, seen)))
+    end
   end
   local left, delayed = left_of(lease, seen)
   if delayed then

@@ -92,16 +92,18 @@ local function entitled(line, id, free, permits, now)
 end
 
 -- Puts the waiter `id` in `line` (joining at the server's TIME) or, already in it,
--- refreshes its keep-alive; returns its rank (0 for the head), or nil without a line.
+-- refreshes its keep-alive; returns its rank (0 for the head), or nil without a line (an
+-- ACL that refuses the sorted-set commands). A refresh reads no TIME and writes no score.
 local function wait_in_line(line, id, now)
-  local added = redis.pcall('ZADD', line, 'NX', string.format('%d', now()), id)
-  if type(added) == 'table' then
+  local rank = redis.pcall('ZRANK', line, id)
+  if type(rank) == 'table' then
     return nil
-  elseif added == 1 then
-    redis.call('PEXPIRE', line, LINE_PX)
-  else
+  elseif rank then
     redis.call('SET', line .. ':' .. id, '1', 'PX', KEEP_MS)
+    return rank
   end
+  redis.call('ZADD', line, 'NX', string.format('%d', now()), id)
+  redis.call('PEXPIRE', line, LINE_PX)
   return redis.call('ZRANK', line, id)
 end
 

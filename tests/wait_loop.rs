@@ -215,3 +215,29 @@ async fn a_release_noticed_before_the_waiter_subscribed_is_found_by_its_next_try
         "found {found:?} after the release"
     );
 }
+
+/// A wait dropped while its runtime shuts down (its task never polled again) leaves its
+/// place in the line to the keep-alive: the leave it would spawn cannot run, and nothing
+/// spawns again and again (a regression: that overflowed the stack).
+#[test]
+fn a_wait_dropped_with_its_runtime_shutting_down_ends() {
+    for flavor in ["current_thread", "multi_thread"] {
+        let runtime = match flavor {
+            "current_thread" => tokio::runtime::Builder::new_current_thread(),
+            _ => tokio::runtime::Builder::new_multi_thread(),
+        }
+        .enable_all()
+        .build()
+        .unwrap();
+        runtime.block_on(async {
+            let (client, _backend) = setup();
+            let holder = hold(&client, Duration::from_secs(30)).await;
+            let req = request(&client, Duration::from_secs(30), Duration::from_secs(60));
+            let waiter = client.clone();
+            tokio::spawn(async move { waiter.acquire(&req).await });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            std::mem::forget(holder);
+        });
+        drop(runtime);
+    }
+}

@@ -14,7 +14,8 @@
 //! 5. Once contended, the loop keeps a subscription: while it has none (subscribing failed,
 //!    or the connection ended) a contended sleep lasts at most until the next attempt to
 //!    subscribe — [`RESUBSCRIBE_MIN`] doubling to [`RESUBSCRIBE_MAX`] — never the holder's
-//!    whole remaining TTL; each attempt is followed by a try.
+//!    whole remaining TTL; each attempt is followed by a try. (Behind others in the line a
+//!    waiter's look bounds its sleep instead: invariant 8.)
 //! 6. A grant is handed out only with local validity left at the instant its reply is
 //!    handled; one that arrived spent is `Indeterminate`, and replayed.
 //! 7. No wake-up hangs on one message: subscribed or not, a contended (or lock-delayed)
@@ -153,15 +154,19 @@ pub(crate) enum Place {
     /// First in line (among the first `permits` of a counted lease), or not known (a try
     /// that did not wait, an outcome without a rank).
     Front,
-    /// Others are ahead of it.
+    /// Next after them: its turn may come at any moment.
+    Next,
+    /// Further back: its turn comes once the waiters ahead of it were served.
     Behind,
 }
 
 impl Place {
     /// The place a refusal's `rank` gives, on a lease of `permits`.
     pub(crate) fn of(rank: Option<u32>, permits: u16) -> Self {
+        let permits = u32::from(permits);
         match rank {
-            Some(rank) if rank >= u32::from(permits) => Self::Behind,
+            Some(rank) if rank > permits => Self::Behind,
+            Some(rank) if rank == permits => Self::Next,
             _ => Self::Front,
         }
     }
@@ -286,14 +291,17 @@ impl WaitPolicy {
             _ if now >= deadline => return Step::Done(self.settle(outcome)),
             // A lock-delay ends at its time, or earlier on the ended holder's release: the
             // notice wakes the waiter for it too.
+            // Far back in line nothing it could miss before its subscription is live
+            // concerns it: it subscribes and sleeps (invariant 8), without the try.
             AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
-                if !self.wants_notices =>
+                if !self.wants_notices && place != Place::Behind =>
             {
                 self.wants_notices = true;
                 return Step::Subscribe;
             }
             AcquireOutcome::Contended { retry_after }
             | AcquireOutcome::LockDelayed { retry_after } => {
+                self.wants_notices = true;
                 let pause = match place {
                     Place::Front => {
                         let pause = *retry_after + jitter(*retry_after / 10);
@@ -301,13 +309,15 @@ impl WaitPolicy {
                         let look_again = LOOK_AGAIN_MIN + jitter(LOOK_AGAIN_MAX - LOOK_AGAIN_MIN);
                         pause.min(look_again)
                     }
-                    Place::Behind => BEHIND_LOOK_MIN + jitter(BEHIND_LOOK_MAX - BEHIND_LOOK_MIN),
+                    Place::Next | Place::Behind => {
+                        BEHIND_LOOK_MIN + jitter(BEHIND_LOOK_MAX - BEHIND_LOOK_MIN)
+                    }
                 };
                 // Without a subscription, no longer than until the next attempt at one
-                // (invariant 5).
-                let pause = match self.resubscribe_at {
-                    Some(at) => pause.min(at.saturating_duration_since(now)),
-                    None => pause,
+                // (invariant 5) — but behind others, whose look bounds its sleep anyway.
+                let pause = match (self.resubscribe_at, place) {
+                    (Some(at), Place::Front) => pause.min(at.saturating_duration_since(now)),
+                    _ => pause,
                 };
                 let why = if matches!(outcome, AcquireOutcome::Contended { .. }) {
                     Retried::Contended
@@ -332,7 +342,9 @@ impl WaitPolicy {
             }
         };
         let listen = match (place, why) {
-            (Place::Behind, Retried::Contended | Retried::LockDelayed) => Listen::Turn,
+            (Place::Next | Place::Behind, Retried::Contended | Retried::LockDelayed) => {
+                Listen::Turn
+            }
             _ => Listen::Releases,
         };
         Step::Retry {
@@ -429,6 +441,11 @@ pub(crate) async fn acquire_with_wait(
         }
         telemetry::wait_retry(request.purpose(), &why);
         if let Some((wake_at, listen)) = wake {
+            // Listening before the sleep (a waiter far back subscribes here, not before a try).
+            if notices.is_none() && policy.poll_subscribe(Instant::now()) {
+                notices = subscribe(session, request).await;
+                policy.handle_subscribed(notices.is_some(), Instant::now());
+            }
             sleep(&mut notices, &mut policy, wake_at, listen, request).await;
         }
     }
@@ -454,20 +471,10 @@ impl InLine {
         }
     }
 
-    /// Leaves the line, if the wait joined it. Best effort: a place not left lives out its
-    /// keep-alive, as a dead waiter's does.
+    /// Leaves the line, if the wait joined it.
     async fn leave(&mut self) {
-        if !std::mem::take(&mut self.joined) {
-            return;
-        }
-        let timeout = self.session.settings().command_timeout;
-        let left = self
-            .session
-            .backend()
-            .leave_line(&self.keys, &self.attempt, timeout)
-            .await;
-        if let Err(failure) = left {
-            tracing::debug!(%failure, "leaving the line failed; the place lives out its keep-alive");
+        if std::mem::take(&mut self.joined) {
+            leave_line(&self.session, &self.keys, &self.attempt).await;
         }
     }
 }
@@ -480,13 +487,23 @@ impl Drop for InLine {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut place = Self {
-            session: Arc::clone(&self.session),
-            keys: self.keys.clone(),
-            attempt: self.attempt.clone(),
-            joined: std::mem::take(&mut self.joined),
-        };
-        runtime.spawn(async move { place.leave().await });
+        // Owns no `InLine`: a task dropped unrun (the runtime shutting down) leaves
+        // nothing that would spawn again.
+        let (session, keys, attempt) = (
+            Arc::clone(&self.session),
+            self.keys.clone(),
+            self.attempt.clone(),
+        );
+        runtime.spawn(async move { leave_line(&session, &keys, &attempt).await });
+    }
+}
+
+/// `attempt`'s waiter leaves the lease's line. Best effort: a place not left lives out
+/// its keep-alive, as a dead waiter's does.
+async fn leave_line(session: &Session, keys: &crate::protocol::LeaseKeys, attempt: &Attempt) {
+    let timeout = session.settings().command_timeout;
+    if let Err(failure) = session.backend().leave_line(keys, attempt, timeout).await {
+        tracing::debug!(%failure, "leaving the line failed; the place lives out its keep-alive");
     }
 }
 

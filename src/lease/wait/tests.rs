@@ -19,7 +19,9 @@ const MS: Duration = Duration::from_millis(1);
 enum Try {
     Conflict,
     Contended(u64),
-    /// Contended, with others ahead in the line.
+    /// Contended, next in line after the first.
+    Next(u64),
+    /// Contended, further back in line.
     Behind(u64),
     LockDelayed(u64),
     Indeterminate,
@@ -100,13 +102,17 @@ const ROWS: &[Row] = &[
         (Try::Contended(30000), 752, Retry(1502, "contended")),
         (Try::LockDelayed(30000), 1502, Retry(2252, "lock_delayed")),
     ] },
-    Row { name: "behind others in line, a waiter sleeps through releases and looks again within 950 ms", patience: WHILE_CONTENDED, tries: &[
-        (Try::Behind(30000), 0, Subscribe),
+    Row { name: "far back in line, a waiter subscribes without a try, sleeps through releases and looks again within 950 ms", patience: WHILE_CONTENDED, tries: &[
+        (Try::Behind(30000), 0, Turn(950)),
         (Try::Subscribed, 1, Resubscribe(None)),
-        (Try::Behind(30000), 2, Turn(952)),
-        (Try::Behind(10), 952, Turn(1902)),
-        (Try::Contended(30000), 1902, Retry(2652, "contended")),
-        (Try::Behind(30000), 2652, Turn(3602)),
+        (Try::Behind(10), 950, Turn(1900)),
+        (Try::Contended(30000), 1900, Retry(2650, "contended")),
+        (Try::Behind(30000), 2650, Turn(3600)),
+    ] },
+    Row { name: "next in line, a waiter tries once subscribed, then sleeps through releases", patience: WHILE_CONTENDED, tries: &[
+        (Try::Next(30000), 0, Subscribe),
+        (Try::Subscribed, 1, Resubscribe(None)),
+        (Try::Next(30000), 2, Turn(952)),
     ] },
     Row { name: "behind others, an unknown end is replayed as soon as ever", patience: SETTLING, tries: &[
         (Try::Indeterminate, 0, Retry(10, "indeterminate")),
@@ -193,7 +199,7 @@ fn outcome(t: Try, attempt: &Attempt) -> AcquireOutcome {
         Try::Conflict => AcquireOutcome::OwnerOperationConflict {
             retry_after: MS * 100,
         },
-        Try::Contended(ms) | Try::Behind(ms) => AcquireOutcome::Contended {
+        Try::Contended(ms) | Try::Next(ms) | Try::Behind(ms) => AcquireOutcome::Contended {
             retry_after: MS * u32::try_from(ms).unwrap_or(u32::MAX),
         },
         Try::LockDelayed(ms) => AcquireOutcome::LockDelayed {
@@ -248,6 +254,7 @@ fn every_row_of_the_wait_policy_table() {
                 continue;
             }
             let place = match t {
+                Try::Next(_) => Place::Next,
                 Try::Behind(_) => Place::Behind,
                 _ => Place::Front,
             };
