@@ -166,17 +166,6 @@ async fn start_client(
     }
 }
 
-/// The instants `simulate`'s own timers fire at (besides tasks of the clients it waits
-/// for, which wake it): its start, the steps, the horizon (or the last step, if later),
-/// the end of the settling after it.
-pub(crate) fn world_instants(schedule: &Schedule) -> std::collections::BTreeSet<Duration> {
-    let mut instants: std::collections::BTreeSet<Duration> =
-        schedule.steps.iter().map(|s| s.at).collect();
-    let end = instants.last().map_or(HORIZON, |&last| last.max(HORIZON));
-    instants.extend([Duration::ZERO, end, end + TTL * 2]);
-    instants
-}
-
 /// The run: the clients started, the schedule's steps taken at their instants, then the
 /// end; its history.
 pub(crate) async fn simulate(schedule: Schedule, places: Places) -> Vec<Event> {

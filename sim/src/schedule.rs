@@ -16,8 +16,8 @@ pub const HORIZON: Duration = Duration::from_secs(20);
 /// How many clients (each a `LeaseRuntime` on its own connection to the one store).
 pub const CLIENTS: usize = 3;
 /// One seed in this many pauses a client (those whose remainder is [`PAUSE_SEED`]): such a
-/// run needs a runtime per client, driven in lock-step a millisecond at a time, some forty
-/// times slower than the others.
+/// run needs a runtime per client, driven in lock-step (`crate::lockstep`), some ten times
+/// slower than the others.
 pub const PAUSE_EVERY: u64 = 10;
 /// The remainder, modulo [`PAUSE_EVERY`], of the seeds that pause a client.
 pub const PAUSE_SEED: u64 = 7;
