@@ -1,6 +1,9 @@
-//! Runs one schedule: the clients' runtimes on one current-thread tokio runtime with the
-//! clock paused, over one in-memory store, the schedule's steps at their instants.
+//! Runs one schedule: the clients' runtimes over one in-memory store, the schedule's steps
+//! at their instants. Without a pause every client runs on one current-thread tokio
+//! runtime with the clock paused; a schedule that pauses a client gives each a runtime of
+//! its own, driven in lock-step ([`crate::lockstep`]).
 
+use std::future::Future;
 use std::time::Duration;
 
 use leasehold::__simulation::{self, Bugs};
@@ -14,6 +17,8 @@ use leasehold::{
 };
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt as _, SeedableRng as _};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::history::{Event, What};
@@ -28,6 +33,9 @@ const GRACE: Duration = Duration::from_secs(2);
 
 /// The history of `schedule` run with `bugs` on.
 pub fn run(schedule: &Schedule, bugs: Bugs) -> Vec<Event> {
+    if schedule.pauses() {
+        return crate::lockstep::run(schedule, bugs);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -35,11 +43,50 @@ pub fn run(schedule: &Schedule, bugs: Bugs) -> Vec<Event> {
         .expect("a current-thread runtime");
     __simulation::set_bugs(bugs);
     __simulation::seed_jitter(Some(schedule.seed));
-    let events = runtime.block_on(simulate(schedule));
+    let events = runtime.block_on(simulate(schedule.clone(), Places::Together));
     __simulation::set_bugs(Bugs::default());
     __simulation::seed_jitter(None);
     __simulation::set_grid_origin(None);
     events
+}
+
+/// Where each client's tasks run.
+#[derive(Debug, Clone)]
+pub(crate) enum Places {
+    /// All on the runtime that runs the schedule.
+    Together,
+    /// Each client on a runtime of its own (by client).
+    Apart(Vec<Handle>),
+}
+
+impl Places {
+    /// Runs `work` as a task of client `c`.
+    fn spawn<F>(&self, c: usize, work: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self {
+            Places::Together => tokio::spawn(work),
+            Places::Apart(handles) => handles[c].spawn(work),
+        }
+    }
+
+    /// Runs `work` on client `c`'s runtime and waits for it: here when the clients run
+    /// together, so that their histories are those of runs before pauses were simulated.
+    async fn on<F>(&self, c: usize, work: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self {
+            Places::Together => work.await,
+            Places::Apart(handles) => handles[c]
+                .spawn(work)
+                .await
+                .expect("a client's start does not panic"),
+        }
+    }
 }
 
 fn purpose(resource: usize) -> Purpose {
@@ -78,116 +125,154 @@ struct Client {
     drained: bool,
 }
 
-async fn simulate(schedule: &Schedule) -> Vec<Event> {
+/// Client `c`: its supervisor, its loop of jobs and its observer started, on its runtime.
+async fn start_client(
+    schedule: Schedule,
+    shared: Shared,
+    store: MemoryBackend,
+    c: usize,
+) -> Client {
+    let connection = store.connection();
+    let settings = LeaseSettings::default();
+    let client = LeaseClient::new(connection.clone(), settings).expect("a client");
+    let runtime = LeaseRuntime::new(client.clone());
+    let policy = policy(schedule.kill[c]);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(schedule.job_seed(c));
+    let reaction = Duration::from_millis(rng.random_range(0..400));
+    let term_shared = shared.clone();
+    runtime
+        .supervise(
+            request(&client, 0, &format!("leader-{c}")),
+            move |ctx| {
+                let args = TermArgs {
+                    shared: term_shared.clone(),
+                    ctx,
+                    client: c,
+                    reaction,
+                };
+                (Term, args)
+            },
+            policy,
+            SupervisorConfig::backoff(Duration::from_millis(50), Duration::from_millis(500)),
+        )
+        .await
+        .expect("a supervisor");
+    tokio::spawn(jobs(runtime.clone(), shared.clone(), c, policy, rng));
+    tokio::spawn(observe(client.clone(), shared, c));
+    Client {
+        runtime,
+        connection,
+        drained: false,
+    }
+}
+
+/// The run: the clients started, the schedule's steps taken at their instants, then the
+/// end; its history.
+pub(crate) async fn simulate(schedule: Schedule, places: Places) -> Vec<Event> {
     let shared = Shared::default();
     shared.recorder.start();
     let start = Instant::now();
-    __simulation::set_grid_origin(Some(start));
+    if let Places::Together = places {
+        __simulation::set_grid_origin(Some(start));
+    }
     let store = MemoryBackend::new();
-    let settings = LeaseSettings::default();
     let mut clients = Vec::new();
     for c in 0..CLIENTS {
-        let connection = store.connection();
-        let client = LeaseClient::new(connection.clone(), settings.clone()).expect("a client");
-        let runtime = LeaseRuntime::new(client.clone());
-        let policy = policy(schedule.kill[c]);
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(schedule.job_seed(c));
-        let reaction = Duration::from_millis(rng.random_range(0..400));
-        let term_shared = shared.clone();
-        runtime
-            .supervise(
-                request(&client, 0, &format!("leader-{c}")),
-                move |ctx| {
-                    let args = TermArgs {
-                        shared: term_shared.clone(),
-                        ctx,
-                        client: c,
-                        reaction,
-                    };
-                    (Term, args)
-                },
-                policy,
-                SupervisorConfig::backoff(Duration::from_millis(50), Duration::from_millis(500)),
-            )
-            .await
-            .expect("a supervisor");
-        tokio::spawn(jobs(runtime.clone(), shared.clone(), c, policy, rng));
-        tokio::spawn(observe(client.clone(), shared.clone(), c));
-        clients.push(Client {
-            runtime,
-            connection,
-            drained: false,
-        });
+        let started = start_client(schedule.clone(), shared.clone(), store.clone(), c);
+        clients.push(places.on(c, started).await);
     }
-
     for step in &schedule.steps {
         tokio::time::sleep_until(start + step.at).await;
-        let rec = &shared.recorder;
-        match &step.action {
-            Action::Fault { client, fault } => {
-                let injected = Some(memory_fault(*fault));
-                match client {
-                    Some(c) => clients[*c].connection.set_connection_fault(injected),
-                    None => store.set_fault(injected),
-                }
-                rec.record(What::Fault {
-                    client: *client,
-                    fault: format!("{fault:?}"),
-                });
+        take_step(&step.action, &store, &mut clients, &shared, &places);
+    }
+    finish(start, &store, &clients, &shared, &places).await
+}
+
+/// One step of the schedule, now.
+fn take_step(
+    action: &Action,
+    store: &MemoryBackend,
+    clients: &mut [Client],
+    shared: &Shared,
+    places: &Places,
+) {
+    let rec = &shared.recorder;
+    match action {
+        Action::Fault { client, fault } => {
+            let injected = Some(memory_fault(*fault));
+            match client {
+                Some(c) => clients[*c].connection.set_connection_fault(injected),
+                None => store.set_fault(injected),
             }
-            Action::Heal {
-                client,
-                outage_over,
-            } => {
-                match client {
-                    Some(c) => clients[*c].connection.set_connection_fault(None),
-                    None => store.set_fault(None),
-                }
-                rec.record(What::Healed { client: *client });
-                if *outage_over {
-                    rec.record(What::OutageOver);
-                }
+            rec.record(What::Fault {
+                client: *client,
+                fault: format!("{fault:?}"),
+            });
+        }
+        Action::Heal {
+            client,
+            outage_over,
+        } => {
+            match client {
+                Some(c) => clients[*c].connection.set_connection_fault(None),
+                None => store.set_fault(None),
             }
-            Action::Delete { resource, slot } => {
-                let keys = key(clients[0].runtime.client(), *resource, *slot);
-                store.delete(&keys);
-                rec.record(What::Deleted {
-                    key: Some((*resource, *slot)),
-                });
-            }
-            Action::Restart => {
-                for (resource, &permits) in PERMITS.iter().enumerate() {
-                    for slot in 0..permits as u16 {
-                        store.delete(&key(clients[0].runtime.client(), resource, slot));
-                    }
-                }
-                rec.record(What::Deleted { key: None });
-            }
-            Action::Drain { client } => {
-                let c = &mut clients[*client];
-                if !c.drained {
-                    c.drained = true;
-                    rec.record(What::DrainBegan { client: *client });
-                    let (runtime, rec, client) = (c.runtime.clone(), rec.clone(), *client);
-                    tokio::spawn(async move {
-                        runtime.shutdown(GRACE).await;
-                        let held = runtime.held();
-                        rec.record(What::DrainEnded {
-                            client,
-                            held,
-                            keys_left: None,
-                        });
-                    });
-                }
+            rec.record(What::Healed { client: *client });
+            if *outage_over {
+                rec.record(What::OutageOver);
             }
         }
+        Action::Delete { resource, slot } => {
+            let keys = key(clients[0].runtime.client(), *resource, *slot);
+            store.delete(&keys);
+            rec.record(What::Deleted {
+                key: Some((*resource, *slot)),
+            });
+        }
+        Action::Restart => {
+            for (resource, &permits) in PERMITS.iter().enumerate() {
+                for slot in 0..permits as u16 {
+                    store.delete(&key(clients[0].runtime.client(), resource, slot));
+                }
+            }
+            rec.record(What::Deleted { key: None });
+        }
+        Action::Drain { client } => {
+            let c = &mut clients[*client];
+            if !c.drained {
+                c.drained = true;
+                rec.record(What::DrainBegan { client: *client });
+                let (runtime, rec, client) = (c.runtime.clone(), rec.clone(), *client);
+                places.spawn(client, async move {
+                    runtime.shutdown(GRACE).await;
+                    let held = runtime.held();
+                    rec.record(What::DrainEnded {
+                        client,
+                        held,
+                        keys_left: None,
+                    });
+                });
+            }
+        }
+        // The driver of the clients' runtimes stops and resumes the client's (the
+        // schedule says when); here it is recorded.
+        Action::Pause { client } => rec.record(What::Paused { client: *client }),
+        Action::Resume { client } => rec.record(What::Resumed { client: *client }),
     }
+}
 
-    // The end: every fault cleared, the leases settled, every runtime drained; then
-    // nothing may be held and no key left.
+/// The end: every fault cleared, the leases settled, every runtime drained; then nothing
+/// may be held and no key left.
+async fn finish(
+    start: Instant,
+    store: &MemoryBackend,
+    clients: &[Client],
+    shared: &Shared,
+    places: &Places,
+) -> Vec<Event> {
     tokio::time::sleep_until(start + HORIZON).await;
     store.set_fault(None);
-    for c in &clients {
+    for c in clients {
         c.connection.set_connection_fault(None);
     }
     shared.recorder.record(What::Healed { client: None });
@@ -198,7 +283,7 @@ async fn simulate(schedule: &Schedule) -> Vec<Event> {
             shared.recorder.record(What::DrainBegan { client: i });
         }
         let runtime = c.runtime.clone();
-        drains.push(tokio::spawn(async move {
+        drains.push(places.spawn(i, async move {
             runtime.shutdown(GRACE).await;
         }));
     }

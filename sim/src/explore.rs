@@ -16,7 +16,8 @@ use crate::schedule::{Action, PERMITS, Schedule, TTL};
 /// The variable that replays one seed.
 pub const SEED_VAR: &str = "LEASEHOLD_SIM_SEED";
 /// The variable that turns deliberate bugs on for a replay (names separated by commas):
-/// `cancel_at_validity_end`, `drain_forgets_a_lease`, `forget_unsettled`.
+/// `cancel_at_validity_end`, `drain_forgets_a_lease`, `forget_unsettled`,
+/// `store_on_client_clock`.
 pub const BUG_VAR: &str = "LEASEHOLD_SIM_BUG";
 
 /// The bugs [`BUG_VAR`] names (none if unset).
@@ -26,6 +27,7 @@ pub fn bugs_from_env() -> Bugs {
         cancel_at_validity_end: named.contains("cancel_at_validity_end"),
         drain_forgets_a_lease: named.contains("drain_forgets_a_lease"),
         forget_unsettled: named.contains("forget_unsettled"),
+        store_on_client_clock: named.contains("store_on_client_clock"),
     }
 }
 
@@ -40,6 +42,9 @@ fn bug_setting(bugs: Bugs) -> String {
     }
     if bugs.forget_unsettled {
         names.push("forget_unsettled");
+    }
+    if bugs.store_on_client_clock {
+        names.push("store_on_client_clock");
     }
     if names.is_empty() {
         String::new()
@@ -114,6 +119,10 @@ pub struct Summary {
     pub faults: usize,
     /// Store outages longer than the TTL after which a leader was required.
     pub outages: usize,
+    /// Seeds that paused a client (run on a runtime per client, in lock-step), and the
+    /// time their runs took, summed over the threads.
+    pub paused: u64,
+    pub paused_took: std::time::Duration,
     pub took: std::time::Duration,
     /// The smallest failing seed among those run, if any failed.
     pub found: Option<Found>,
@@ -127,6 +136,7 @@ pub fn explore(from: u64, count: u64, bugs: Bugs, threads: usize) -> Summary {
     let next = AtomicU64::new(from);
     let (ran, events, faults) = (AtomicU64::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
     let outages = AtomicUsize::new(0);
+    let (paused, paused_micros) = (AtomicU64::new(0), AtomicU64::new(0));
     let failed = AtomicBool::new(false);
     let failures: Mutex<Vec<(u64, Violation)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -138,7 +148,13 @@ pub fn explore(from: u64, count: u64, bugs: Bugs, threads: usize) -> Summary {
                         break;
                     }
                     let schedule = Schedule::from_seed(seed);
+                    let one = Instant::now();
                     let (history, verdict) = run(&schedule, bugs);
+                    if schedule.pauses() {
+                        paused.fetch_add(1, Ordering::Relaxed);
+                        let micros = u64::try_from(one.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        paused_micros.fetch_add(micros, Ordering::Relaxed);
+                    }
                     ran.fetch_add(1, Ordering::Relaxed);
                     events.fetch_add(history.len(), Ordering::Relaxed);
                     faults.fetch_add(schedule.faults(), Ordering::Relaxed);
@@ -167,6 +183,8 @@ pub fn explore(from: u64, count: u64, bugs: Bugs, threads: usize) -> Summary {
         events: events.into_inner(),
         faults: faults.into_inner(),
         outages: outages.into_inner(),
+        paused: paused.into_inner(),
+        paused_took: std::time::Duration::from_micros(paused_micros.into_inner()),
         took: began.elapsed(),
         found,
     }
@@ -183,14 +201,19 @@ pub fn shorten(seed: u64, violation: Violation, bugs: Bugs) -> Found {
         if i >= steps.len() {
             continue;
         }
+        // A resume goes only with its pause (a client paused for good is not a run).
+        if matches!(steps[i].action, Action::Resume { .. }) {
+            continue;
+        }
         let mut fewer = steps.clone();
         let step = fewer.remove(i);
-        // A fault goes with its heal.
-        if let Action::Fault { client, .. } = step.action
-            && let Some(heal) = fewer[i..]
-                .iter()
-                .position(|s| matches!(s.action, Action::Heal { client: c, .. } if c == client))
-        {
+        // A fault goes with its heal, a pause with its resume.
+        let end = |s: &crate::schedule::Step| match (&step.action, &s.action) {
+            (Action::Fault { client, .. }, Action::Heal { client: c, .. }) => c == client,
+            (Action::Pause { client }, Action::Resume { client: c }) => c == client,
+            _ => false,
+        };
+        if let Some(heal) = fewer[i..].iter().position(end) {
             fewer.remove(i + heal);
         }
         let candidate = Schedule::with_steps(seed, full.kill.clone(), fewer);
@@ -203,7 +226,7 @@ pub fn shorten(seed: u64, violation: Violation, bugs: Bugs) -> Found {
     }
     let shortened = Schedule::with_steps(seed, full.kill.clone(), steps);
     let (history, _) = run(&shortened, bugs);
-    let cut = upto_violation(&history, &found);
+    let cut = upto_violation(&history, &facts(&shortened));
     Found {
         seed,
         bugs,
@@ -213,18 +236,18 @@ pub fn shorten(seed: u64, violation: Violation, bugs: Bugs) -> Found {
     }
 }
 
-/// How many of `history`'s events come up to the violation's instant.
-fn upto_violation(history: &[Event], violation: &Violation) -> usize {
-    let at = match violation {
-        Violation::TooMany { at, .. } | Violation::ToldLate { at, .. } => Some(*at),
-        Violation::WrongReason { at, .. } => Some(*at),
-        Violation::Untold { stop_by, .. } | Violation::NotStopped { stop_by, .. } => Some(*stop_by),
-        Violation::NoLeader { outage_over } => Some(*outage_over + TTL),
-        Violation::TokenNotIncreasing { .. }
-        | Violation::LeftAfterDrain { .. }
-        | Violation::ObservedGoingBack { .. } => None,
-    };
-    at.map_or(history.len(), |at| {
-        history.iter().take_while(|e| e.at <= at).count()
-    })
+/// How many of `history`'s events come up to the violation: the shortest beginning of it
+/// the checker finds a violation in (the whole history if none).
+fn upto_violation(history: &[Event], facts: &Facts) -> usize {
+    // A beginning that breaks a property is followed only by longer ones that do.
+    let (mut low, mut high) = (0, history.len());
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if check(&history[..mid], facts).is_err() {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    low
 }

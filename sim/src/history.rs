@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use leasehold::__simulation::on_shared_clock;
 use leasehold::runtime::CancelReason;
 
 /// One worker: a term of a supervisor or one `run_under_lease` job.
@@ -63,6 +64,12 @@ pub enum What {
     Observed { client: usize, token: Option<u64> },
     /// A store-wide outage longer than the TTL ended, and a supervisor was running.
     OutageOver,
+    /// Client `client`'s process stopped: none of its tasks runs, none of its timers fires,
+    /// until it resumes.
+    Paused { client: usize },
+    /// Client `client`'s process runs again: every timer due meanwhile fires at once, its
+    /// clock reading now.
+    Resumed { client: usize },
 }
 
 impl fmt::Display for Event {
@@ -82,11 +89,14 @@ pub struct Recorder {
 impl Recorder {
     /// Starts the clock the events are timed by: now.
     pub fn start(&self) {
-        *lock(&self.origin) = Some(tokio::time::Instant::now());
+        *lock(&self.origin) = Some(on_shared_clock(tokio::time::Instant::now()));
     }
 
-    /// `instant` as time since the run began.
+    /// `instant` as time since the run began. An instant is read on the clock of the
+    /// runtime that records it: where each client has a runtime of its own, it is put on
+    /// the timeline they share first.
     pub fn since_start(&self, instant: tokio::time::Instant) -> Duration {
+        let instant = on_shared_clock(instant);
         lock(&self.origin).map_or(Duration::ZERO, |o| instant.saturating_duration_since(o))
     }
 

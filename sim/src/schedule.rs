@@ -2,6 +2,7 @@
 //! clients run are drawn from the seed too, apart (`job_seed`), so that a schedule
 //! shortened by dropping steps keeps its jobs.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
@@ -14,6 +15,12 @@ pub const TTL: Duration = Duration::from_secs(3);
 pub const HORIZON: Duration = Duration::from_secs(20);
 /// How many clients (each a `LeaseRuntime` on its own connection to the one store).
 pub const CLIENTS: usize = 3;
+/// One seed in this many pauses a client (those whose remainder is [`PAUSE_SEED`]): such a
+/// run needs a runtime per client, driven in lock-step (`crate::lockstep`), some ten times
+/// slower than the others.
+pub const PAUSE_EVERY: u64 = 10;
+/// The remainder, modulo [`PAUSE_EVERY`], of the seeds that pause a client.
+pub const PAUSE_SEED: u64 = 7;
 /// Resource 0: one permit, a supervisor on every client. Resource 1: two permits, a loop
 /// of `run_under_lease` jobs on every client.
 pub const PERMITS: [usize; 2] = [1, 2];
@@ -45,6 +52,11 @@ pub enum Action {
     Restart,
     /// `client`'s runtime drains (`LeaseRuntime::shutdown`), and its jobs end.
     Drain { client: usize },
+    /// `client`'s process stops: none of its tasks runs, none of its timers fires.
+    Pause { client: usize },
+    /// `client`'s process runs again, its clock reading now: every timer due meanwhile
+    /// fires at once.
+    Resume { client: usize },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +129,34 @@ impl Schedule {
             };
             steps.push(Step { at, action });
         }
+        if seed % PAUSE_EVERY == PAUSE_SEED {
+            steps.extend(pauses(seed));
+        }
         Schedule::with_steps(seed, kill, steps)
+    }
+
+    /// Whether a client pauses: then each client needs a clock of its own.
+    pub fn pauses(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s.action, Action::Pause { .. }))
+    }
+
+    /// When each client is paused: `(client, paused at, resumed at)`, a resume at the
+    /// horizon if none is scheduled.
+    pub fn pause_windows(&self) -> Vec<(usize, Duration, Duration)> {
+        let mut windows = Vec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            let Action::Pause { client } = step.action else {
+                continue;
+            };
+            let resumed = self.steps[i..]
+                .iter()
+                .find(|s| s.action == Action::Resume { client })
+                .map_or(HORIZON, |s| s.at);
+            windows.push((client, step.at, resumed));
+        }
+        windows
     }
 
     /// A schedule of these steps (sorted by time, stably; the outages marked again).
@@ -132,13 +171,49 @@ impl Schedule {
         self.seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(client as u64 + 1))
     }
 
-    /// How many faults, deletions, restarts and drains it has (heals not counted).
+    /// How many faults, deletions, restarts, drains and pauses it has (heals and resumes
+    /// not counted).
     pub fn faults(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| !matches!(s.action, Action::Heal { .. }))
+            .filter(|s| !matches!(s.action, Action::Heal { .. } | Action::Resume { .. }))
             .count()
     }
+}
+
+/// A pause seed's pauses, drawn apart from its other steps (which stay those of the seed
+/// without them): one or two clients, each stopped once, for less than a TTL (a renewal or
+/// two late, its lease still valid at the resume) or for one to two and a half (its local
+/// validity ends while it is stopped, and another client may take its lease), resumed
+/// before the horizon.
+fn pauses(seed: u64) -> Vec<Step> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5041_5553_4544_u64);
+    let first = rng.random_range(0..CLIENTS);
+    let clients = if rng.random_bool(0.3) {
+        vec![first, (first + rng.random_range(1..CLIENTS)) % CLIENTS]
+    } else {
+        vec![first]
+    };
+    let mut steps = Vec::new();
+    for client in clients {
+        let ttl = TTL.as_millis() as u64;
+        let lasts = if rng.random_bool(0.3) {
+            rng.random_range(200..ttl)
+        } else {
+            rng.random_range(ttl..ttl * 5 / 2)
+        };
+        let latest = HORIZON.as_millis() as u64 - 500 - lasts;
+        let at = rng.random_range(500..latest);
+        steps.push(Step {
+            at: Duration::from_millis(at),
+            action: Action::Pause { client },
+        });
+        steps.push(Step {
+            at: Duration::from_millis(at + lasts),
+            action: Action::Resume { client },
+        });
+    }
+    steps
 }
 
 /// Marks each heal that ends a store outage longer than the TTL, with nothing else
@@ -169,8 +244,8 @@ fn mark_outages(steps: &mut [Step]) {
             })
             .map(|s| s.at);
         let Some(began) = began else { continue };
-        // No fault of a connection still on when it began.
-        let mut on = std::collections::BTreeSet::new();
+        // No fault of a connection, nor a pause, still on when it began.
+        let (mut on, mut paused) = (BTreeSet::new(), BTreeSet::new());
         for s in steps[..i].iter().filter(|s| s.at < began) {
             match s.action {
                 Action::Fault { client, .. } => {
@@ -178,6 +253,12 @@ fn mark_outages(steps: &mut [Step]) {
                 }
                 Action::Heal { client, .. } => {
                     on.remove(&client);
+                }
+                Action::Pause { client } => {
+                    paused.insert(client);
+                }
+                Action::Resume { client } => {
+                    paused.remove(&client);
                 }
                 _ => {}
             }
@@ -188,14 +269,18 @@ fn mark_outages(steps: &mut [Step]) {
                 || s.at > healed + renew
                 || (matches!(s.action, Action::Fault { client: None, .. }) && s.at == began)
         });
-        let drained: std::collections::BTreeSet<usize> = steps[..i]
+        let drained: BTreeSet<usize> = steps[..i]
             .iter()
             .filter_map(|s| match s.action {
                 Action::Drain { client } => Some(client),
                 _ => None,
             })
             .collect();
-        let outage_over = healed - began > TTL && quiet && on.is_empty() && drained.len() < CLIENTS;
+        let outage_over = healed - began > TTL
+            && quiet
+            && on.is_empty()
+            && paused.is_empty()
+            && drained.len() < CLIENTS;
         steps[i].action = Action::Heal {
             client: None,
             outage_over,

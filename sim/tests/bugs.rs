@@ -76,3 +76,20 @@ fn a_supervisor_abandoning_its_unsettled_attempt_is_found() {
         found.violation
     );
 }
+
+/// A store that reads each client's own clock — one that stood still while its client was
+/// paused — lets a lease taken or renewed after a pause expire early for the others: two
+/// holders within their validity. Only a paused client shows it.
+#[test]
+fn a_store_on_a_paused_client_s_clock_is_found() {
+    let found = finds(Bugs {
+        store_on_client_clock: true,
+        ..Bugs::default()
+    });
+    assert!(
+        matches!(found.violation, Violation::TooMany { .. }),
+        "{:?}",
+        found.violation
+    );
+    assert!(Schedule::from_seed(found.seed).pauses());
+}

@@ -43,8 +43,14 @@ fn every_seed_holds_every_property() {
         .unwrap_or(SEEDS);
     let summary = explore::explore(0, seeds, Bugs::default(), 2);
     say(&format!(
-        "simulation: {} seeds in {:.1?}: {} events recorded, {} faults, deletions, restarts and drains injected, {} store outages longer than the TTL each followed by a leader",
-        summary.seeds, summary.took, summary.events, summary.faults, summary.outages
+        "simulation: {} seeds in {:.1?}: {} events recorded, {} faults, deletions, restarts, drains and pauses injected, {} store outages longer than the TTL each followed by a leader; {} seeds paused a client, {:.1?} of runs",
+        summary.seeds,
+        summary.took,
+        summary.events,
+        summary.faults,
+        summary.outages,
+        summary.paused,
+        summary.paused_took
     ));
     if let Some(found) = summary.found {
         panic!("{}", found.report());

@@ -281,3 +281,136 @@ fn an_observer_going_back_to_an_older_token_breaks_it() {
         })
     );
 }
+
+fn paused(ms: u64, client: usize) -> Event {
+    ev(ms, What::Paused { client })
+}
+
+fn resumed(ms: u64, client: usize) -> Event {
+    ev(ms, What::Resumed { client })
+}
+
+/// Client 1 (NotifyOnly) holds resource 0 until 2.9 s and is paused from 1 s to 5 s; client
+/// 0 takes the resource at 3 s. Then `rest`, in time order.
+fn paused_holder(rest: &[Event]) -> Vec<Event> {
+    let mut h = vec![
+        started(0, 1, 1, 0, 1, 2900),
+        paused(1000, 1),
+        started(3000, 2, 0, 0, 2, 6000),
+        resumed(5000, 1),
+    ];
+    h.extend_from_slice(rest);
+    h.sort_by_key(|e| e.at);
+    h
+}
+
+#[test]
+fn a_paused_holder_told_at_the_resume_is_kept() {
+    // Past its local validity while paused: it does not count beside the next holder, and
+    // the pause explains its reason.
+    let h = paused_holder(&[
+        told(5000, 1, CancelReason::RenewalUnconfirmed, 2900),
+        ended(5200, 1),
+    ]);
+    assert_eq!(check(&h, &facts()), Ok(()));
+    // Or it ends at the resume, before it hears.
+    assert_eq!(check(&paused_holder(&[ended(5000, 1)]), &facts()), Ok(()));
+}
+
+#[test]
+fn a_paused_holder_not_told_at_the_resume_breaks_it() {
+    let h = paused_holder(&[ended(5200, 1)]);
+    assert!(matches!(
+        check(&h, &facts()),
+        Err(Violation::Untold { worker: 1, .. })
+    ));
+    // A millisecond after the resume is too late: it ran on, untold.
+    let h = paused_holder(&[
+        told(5001, 1, CancelReason::RenewalUnconfirmed, 2900),
+        ended(5200, 1),
+    ]);
+    assert!(matches!(
+        check(&h, &facts()),
+        Err(Violation::Untold { worker: 1, .. })
+    ));
+}
+
+#[test]
+fn a_paused_holder_under_kill_stops_at_the_resume() {
+    // Client 0 (Kill) holds resource 1's one slot in this history and is paused past its
+    // validity's end.
+    let run = |end: u64| {
+        let mut h = vec![
+            started(0, 1, 0, 1, 1, 2900),
+            paused(1000, 0),
+            resumed(5000, 0),
+            told(5000, 1, CancelReason::RenewalUnconfirmed, 2900),
+            ended(end, 1),
+        ];
+        h.sort_by_key(|e| e.at);
+        check(&h, &facts())
+    };
+    assert_eq!(run(5000), Ok(()));
+    assert!(matches!(
+        run(5001),
+        Err(Violation::NotStopped { worker: 1, .. })
+    ));
+}
+
+#[test]
+fn a_paused_holder_still_valid_counts() {
+    // The pause is no excuse while its validity lasts: the store granted too early.
+    let mut h = vec![
+        started(0, 1, 1, 0, 1, 4000),
+        paused(1000, 1),
+        started(3000, 2, 0, 0, 2, 6000),
+        resumed(5000, 1),
+    ];
+    h.sort_by_key(|e| e.at);
+    assert!(matches!(
+        check(&h, &facts()),
+        Err(Violation::TooMany { resource: 0, .. })
+    ));
+}
+
+#[test]
+fn a_holder_made_valid_again_after_its_validity_breaks_it() {
+    let h = paused_holder(&[ev(
+        5000,
+        What::Validity {
+            worker: 1,
+            stop_by: s(7990),
+        },
+    )]);
+    assert!(matches!(
+        check(&h, &facts()),
+        Err(Violation::Revived { worker: 1, .. })
+    ));
+}
+
+#[test]
+fn a_drain_paused_past_its_grace_may_leave_a_lease() {
+    let drain = |pause: bool| {
+        let mut h = vec![
+            ev(500, What::DrainBegan { client: 1 }),
+            ev(
+                5000,
+                What::DrainEnded {
+                    client: 1,
+                    held: 1,
+                    keys_left: None,
+                },
+            ),
+        ];
+        if pause {
+            h.extend([paused(1000, 1), resumed(5000, 1)]);
+        }
+        h.sort_by_key(|e| e.at);
+        check(&h, &facts())
+    };
+    assert_eq!(drain(true), Ok(()));
+    assert!(matches!(
+        drain(false),
+        Err(Violation::LeftAfterDrain { .. })
+    ));
+}

@@ -13,6 +13,15 @@ use super::{
     ReplicatedReply, SendFailure,
 };
 use crate::protocol::limits::deadline_after;
+
+// The store's clock: tokio's; in the deterministic simulation, one timeline shared by
+// clients that each run on a clock of their own (`crate::simulation::SharedClock`).
+#[cfg(feature = "__simulation")]
+use crate::simulation::store_now as now;
+#[cfg(not(feature = "__simulation"))]
+fn now() -> Instant {
+    Instant::now()
+}
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, HolderLabel, Holding, InspectReply, LeaseKeys,
     LeaseRequest, LinePlace, ReleaseReply, RenewReply, ReplicaWait, WaiterId,
@@ -278,7 +287,7 @@ impl MemoryBackend {
     /// Deletes a lease behind its holder's back, as an operator's `DEL` would. Publishes no
     /// release notice. Returns whether a live lease was there.
     pub fn delete(&self, keys: &LeaseKeys) -> bool {
-        let now = Instant::now();
+        let now = now();
         let mut store = self.lock();
         let existed = store.live(&keys.lease, now).is_some();
         store.leases.remove(&keys.lease);
@@ -292,7 +301,7 @@ impl MemoryBackend {
 
     /// The remaining time of a live lease (its PTTL), or `None` if it is not held.
     pub fn remaining(&self, keys: &LeaseKeys) -> Option<Duration> {
-        let now = Instant::now();
+        let now = now();
         self.lock().live(&keys.lease, now).and_then(|e| e.pttl(now))
     }
 
@@ -303,7 +312,7 @@ impl MemoryBackend {
 
     /// How many leases are live now.
     pub fn held_leases(&self) -> usize {
-        let now = Instant::now();
+        let now = now();
         self.lock()
             .leases
             .values()
@@ -340,13 +349,13 @@ impl MemoryBackend {
                 ))
             };
             match fault {
-                None => Ok(op(&mut self.lock(), Instant::now())),
+                None => Ok(op(&mut self.lock(), now())),
                 Some(MemoryFault::Unavailable) => Err(SendFailure::NotSent(FailureDetail::new(
                     FailureKind::Injected,
                     "backend unavailable (injected)",
                 ))),
                 Some(MemoryFault::LoseReply) => {
-                    op(&mut self.lock(), Instant::now());
+                    op(&mut self.lock(), now());
                     tokio::time::sleep(timeout).await;
                     Err(lost("reply lost"))
                 }
@@ -356,11 +365,11 @@ impl MemoryBackend {
                 }
                 Some(MemoryFault::Slow(delay)) if delay < timeout => {
                     tokio::time::sleep(delay).await;
-                    Ok(op(&mut self.lock(), Instant::now()))
+                    Ok(op(&mut self.lock(), now()))
                 }
                 Some(MemoryFault::Slow(_)) => {
                     tokio::time::sleep(timeout).await;
-                    op(&mut self.lock(), Instant::now());
+                    op(&mut self.lock(), now());
                     Err(lost("slow reply"))
                 }
             }
