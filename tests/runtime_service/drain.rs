@@ -323,7 +323,9 @@ async fn a_supervisor_on_a_drained_runtime_ends_after_its_term() {
 async fn listening(server: &RedisServer, waiters: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let subscribed = server.query::<Vec<String>>(&["PUBSUB", "CHANNELS"]).len();
+        let subscribed = server
+            .query::<Vec<String>>(&["PUBSUB", "CHANNELS", "*:released"])
+            .len();
         if subscribed == waiters {
             return;
         }

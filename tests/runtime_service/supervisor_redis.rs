@@ -97,7 +97,11 @@ async fn on_redis_a_follower_on_defaults_takes_over_at_once_when_the_leader_stop
         let follower = elect(&runtimes[round % 2]).await;
         // The follower waits, listening: the lease's release channel is subscribed.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while server.query::<Vec<String>>(&["PUBSUB", "CHANNELS"]).len() != 1 {
+        while server
+            .query::<Vec<String>>(&["PUBSUB", "CHANNELS", "*:released"])
+            .len()
+            != 1
+        {
             assert!(
                 Instant::now() < deadline,
                 "round {round}: the follower never listened"
