@@ -35,13 +35,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{FailureDetail, FailureKind, ReleaseNotices};
+use crate::backend::{FailureDetail, FailureKind};
 use crate::lease::acquire;
 use crate::lease::acquire::AcquireOutcome;
 use crate::lease::session::Session;
 use crate::protocol::limits::WAIT_TIMEOUT;
-use crate::protocol::{Attempt, LeaseRequest, LinePlace, WaiterId};
+use crate::protocol::{Attempt, LeaseRequest, LinePlace};
 use crate::telemetry;
+
+use in_line::InLine;
+use notices::{Notices, sleep, subscribe};
 
 /// First backoff after `Unavailable` or `QueueFull`; doubled per consecutive one up to
 /// [`BACKOFF_MAX`].
@@ -302,23 +305,7 @@ impl WaitPolicy {
             AcquireOutcome::Contended { retry_after }
             | AcquireOutcome::LockDelayed { retry_after } => {
                 self.wants_notices = true;
-                let pause = match place {
-                    Place::Front => {
-                        let pause = *retry_after + jitter(*retry_after / 10);
-                        // A notice can be lost (invariant 7).
-                        let look_again = LOOK_AGAIN_MIN + jitter(LOOK_AGAIN_MAX - LOOK_AGAIN_MIN);
-                        pause.min(look_again)
-                    }
-                    Place::Next | Place::Behind => {
-                        BEHIND_LOOK_MIN + jitter(BEHIND_LOOK_MAX - BEHIND_LOOK_MIN)
-                    }
-                };
-                // Without a subscription, no longer than until the next attempt at one
-                // (invariant 5) — but behind others, whose look bounds its sleep anyway.
-                let pause = match (self.resubscribe_at, place) {
-                    (Some(at), Place::Front) => pause.min(at.saturating_duration_since(now)),
-                    _ => pause,
-                };
+                let pause = self.contended_pause(*retry_after, place, now, jitter);
                 let why = if matches!(outcome, AcquireOutcome::Contended { .. }) {
                     Retried::Contended
                 } else {
@@ -351,6 +338,33 @@ impl WaitPolicy {
             wake_at: (now + pause).min(deadline),
             why,
             listen,
+        }
+    }
+
+    /// The sleep after a contended (or lock-delayed) try that left the waiter at `place`.
+    fn contended_pause(
+        &self,
+        retry_after: Duration,
+        place: Place,
+        now: Instant,
+        jitter: &mut impl FnMut(Duration) -> Duration,
+    ) -> Duration {
+        let pause = match place {
+            Place::Front => {
+                let pause = retry_after + jitter(retry_after / 10);
+                // A notice can be lost (invariant 7).
+                let look_again = LOOK_AGAIN_MIN + jitter(LOOK_AGAIN_MAX - LOOK_AGAIN_MIN);
+                pause.min(look_again)
+            }
+            Place::Next | Place::Behind => {
+                BEHIND_LOOK_MIN + jitter(BEHIND_LOOK_MAX - BEHIND_LOOK_MIN)
+            }
+        };
+        // Without a subscription, no longer than until the next attempt at one (invariant
+        // 5) — but behind others, whose look bounds its sleep anyway.
+        match (self.resubscribe_at, place) {
+            (Some(at), Place::Front) => pause.min(at.saturating_duration_since(now)),
+            _ => pause,
         }
     }
 
@@ -451,127 +465,6 @@ pub(crate) async fn acquire_with_wait(
     }
 }
 
-/// The waiter's place in the lease's line, once a waiting try joined it: left when the
-/// wait ends without the lease, or when it is dropped (cancelled), so that a waiter that
-/// gave up blocks nobody for the rest of its keep-alive.
-struct InLine {
-    session: Arc<Session>,
-    keys: crate::protocol::LeaseKeys,
-    attempt: Attempt,
-    joined: bool,
-}
-
-impl InLine {
-    fn new(session: &Arc<Session>, request: &LeaseRequest) -> Self {
-        Self {
-            session: Arc::clone(session),
-            keys: session.request_keys(request),
-            attempt: request.attempt().clone(),
-            joined: false,
-        }
-    }
-
-    /// Leaves the line, if the wait joined it.
-    async fn leave(&mut self) {
-        if std::mem::take(&mut self.joined) {
-            leave_line(&self.session, &self.keys, &self.attempt).await;
-        }
-    }
-}
-
-impl Drop for InLine {
-    fn drop(&mut self) {
-        if !self.joined {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        // Owns no `InLine`: a task dropped unrun (the runtime shutting down) leaves
-        // nothing that would spawn again.
-        let (session, keys, attempt) = (
-            Arc::clone(&self.session),
-            self.keys.clone(),
-            self.attempt.clone(),
-        );
-        runtime.spawn(async move { leave_line(&session, &keys, &attempt).await });
-    }
-}
-
-/// `attempt`'s waiter leaves the lease's line. Best effort: a place not left lives out
-/// its keep-alive, as a dead waiter's does.
-async fn leave_line(session: &Session, keys: &crate::protocol::LeaseKeys, attempt: &Attempt) {
-    let timeout = session.settings().command_timeout;
-    if let Err(failure) = session.backend().leave_line(keys, attempt, timeout).await {
-        tracing::debug!(%failure, "leaving the line failed; the place lives out its keep-alive");
-    }
-}
-
-/// The waiter's two subscriptions: the lease's releases and its own turn in line. Both
-/// are made together and end together: either ending is the connection's end.
-struct Notices {
-    releases: ReleaseNotices,
-    turn: ReleaseNotices,
-}
-
-/// Sleeps until `wake_at` or a notice `listen` names. A subscription that ends meanwhile
-/// brings the wake forward to the next attempt to subscribe (invariant 5).
-async fn sleep(
-    notices: &mut Option<Notices>,
-    policy: &mut WaitPolicy,
-    mut wake_at: Instant,
-    listen: Listen,
-    request: &LeaseRequest,
-) {
-    while let Some(n) = notices.as_mut() {
-        let release = async {
-            match listen {
-                Listen::Releases => n.releases.next().await,
-                Listen::Turn => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = tokio::time::sleep_until(wake_at) => return,
-            alive = release => {
-                if alive {
-                    telemetry::wait_wakeup(request.purpose());
-                    return;
-                }
-            }
-            alive = n.turn.next() => {
-                if alive {
-                    telemetry::wait_wakeup(request.purpose());
-                    return;
-                }
-            }
-        }
-        // A subscription's connection ended.
-        *notices = None;
-        wake_at = wake_at.min(policy.handle_subscription_lost(Instant::now()));
-    }
-    tokio::time::sleep_until(wake_at).await;
-}
-
-async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<Notices> {
-    let keys = session.request_keys(request);
-    let id = WaiterId::of(request.attempt());
-    let backend = session.backend();
-    let timeout = session.settings().command_timeout;
-    let (releases, turn) = tokio::join!(
-        backend.subscribe_releases(&keys, timeout),
-        backend.subscribe_turn(&keys, &id, timeout),
-    );
-    match (releases, turn) {
-        (Ok(releases), Ok(turn)) => Some(Notices { releases, turn }),
-        (Err(failure), _) | (_, Err(failure)) => {
-            // Waking early is an optimisation; without it the loop still looks again
-            // (invariants 5, 7, 8).
-            tracing::debug!(%failure, "release notices unavailable; polling instead");
-            None
-        }
-    }
-}
-
 /// A random pause in `0 ..= min(max, JITTER_MAX)`.
 fn random_jitter(max: Duration) -> Duration {
     let max = max.min(JITTER_MAX);
@@ -581,5 +474,7 @@ fn random_jitter(max: Duration) -> Duration {
     crate::jitter::up_to(max)
 }
 
+mod in_line;
+mod notices;
 #[cfg(test)]
 mod tests;

@@ -74,25 +74,11 @@ impl std::fmt::Debug for MemoryBackend {
     }
 }
 
-/// A fault [`MemoryBackend`] applies to every call until cleared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MemoryFault {
-    /// Calls fail at once without executing, like a refused connection: outcomes are
-    /// `Unavailable`.
-    Unavailable,
-    /// Calls execute, then wait out their timeout and fail as a reply lost on the way back
-    /// would: outcomes are `Indeterminate`.
-    LoseReply,
-    /// Calls do not execute, wait out their timeout and fail as `LoseReply` does, like a
-    /// request lost on the way (the caller cannot tell the two apart).
-    LoseRequest,
-    /// Calls take this long before executing; if that is longer than their timeout, they
-    /// execute and the reply is lost.
-    Slow(Duration),
-}
-
+mod acquire;
+mod fault;
 mod line;
+
+pub use fault::MemoryFault;
 
 #[derive(Default)]
 struct Store {
@@ -158,52 +144,6 @@ impl Store {
             self.leases.remove(key);
         }
         self.leases.get_mut(key)
-    }
-
-    /// Whether `id` may take one of `free` free slots of the lease whose line is `line`
-    /// (`lua/line.lua`): dead waiters ahead of it are removed.
-    fn entitled(
-        &mut self,
-        line: &str,
-        id: &WaiterId,
-        free: usize,
-        permits: usize,
-        now: Instant,
-    ) -> line::Entitled {
-        let Some(waiting) = self.lines.get_mut(line) else {
-            return line::Entitled::Outside;
-        };
-        if waiting.is_gone(now) {
-            self.lines.remove(line);
-            return line::Entitled::Outside;
-        }
-        let entitled = waiting.entitled(id.as_str(), free, permits, now);
-        if waiting.is_gone(now) {
-            self.lines.remove(line);
-        }
-        entitled
-    }
-
-    /// A refused acquisition that waits joins `line`, or keeps its place: its rank. A try
-    /// leaves the line as it is.
-    fn wait_in_line(
-        &mut self,
-        line: &str,
-        id: &WaiterId,
-        place: LinePlace,
-        now: Instant,
-    ) -> Option<u32> {
-        if place == LinePlace::Tries {
-            return None;
-        }
-        let waiting = self
-            .lines
-            .entry(line.to_owned())
-            .or_insert_with(|| line::Line::new(now));
-        if waiting.is_gone(now) {
-            *waiting = line::Line::new(now);
-        }
-        Some(waiting.wait(id.as_str(), now))
     }
 
     /// One subscription to every channel of `channels`.
@@ -385,80 +325,9 @@ impl Operations for MemoryBackend {
         place: LinePlace,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
-        let (attempt, ttl) = (request.attempt(), request.ttl());
-        let id = WaiterId::of(attempt);
+        let id = WaiterId::of(request.attempt());
         self.run(timeout, move |store, now| {
-            // A plain lease is its one key; a counted lease's acquisition reads each slot
-            // (lua/acquire.lua's acquire_slot).
-            let slots = keys.slot_keys();
-            let (mut free, mut least, mut conflict) = (None, None::<(Duration, bool)>, None);
-            let mut frees = 0;
-            for (slot, key) in (0u16..).zip(&slots) {
-                let Some(entry) = store.live(key, now) else {
-                    free = free.or(Some((slot, key)));
-                    frees += 1;
-                    continue;
-                };
-                let (pttl, ended) = entry.left(now);
-                if !ended && entry.is(attempt) {
-                    let token = FencingToken::new(entry.token);
-                    return AcquireReply::Replayed { pttl, token, slot };
-                }
-                if !ended && entry.owner == attempt.owner().expose() {
-                    conflict = conflict.or(Some(pttl));
-                }
-                if least.is_none_or(|(least, _)| pttl < least) {
-                    least = Some((pttl, ended));
-                }
-            }
-            if let Some(pttl) = conflict {
-                return AcquireReply::Conflict { pttl };
-            }
-            let line = keys.line();
-            let Some((slot, key)) = free else {
-                let rank = store.wait_in_line(&line, &id, place, now);
-                return match least.unwrap_or_default() {
-                    (pttl, true) => AcquireReply::Delayed { pttl, rank },
-                    (pttl, false) => AcquireReply::Contended { pttl, rank },
-                };
-            };
-            let next = match store.entitled(&line, &id, frees, slots.len(), now) {
-                line::Entitled::No => {
-                    let rank = store.wait_in_line(&line, &id, place, now);
-                    let pttl = Duration::ZERO;
-                    return AcquireReply::Contended { pttl, rank };
-                }
-                line::Entitled::InLine { next } => {
-                    if let Some(line) = store.lines.get_mut(&line) {
-                        line.leave(id.as_str(), 0);
-                    }
-                    next
-                }
-                line::Entitled::Outside => None,
-            };
-            if let Some(next) = next {
-                store.notify(&keys.waiter(&next));
-            }
-            let last = store.fences.get(&keys.fence).copied().unwrap_or(0);
-            let token = last + 1;
-            store.fences.insert(keys.fence.clone(), token);
-            store.leases.insert(
-                key.clone(),
-                Entry {
-                    owner: attempt.owner().expose().to_owned(),
-                    operation: attempt.operation().as_str().to_owned(),
-                    token,
-                    holder: request.holder().cloned(),
-                    expires_at: deadline_after(now, ttl),
-                    lock_delay: request.lock_delay().unwrap_or_default(),
-                },
-            );
-            if !store.watchers.is_empty() {
-                // The channel's name is made only when someone may listen.
-                store.notify(&keys.acquire_channel());
-            }
-            let token = FencingToken::new(token);
-            AcquireReply::Acquired { ttl, token, slot }
+            store.acquire(keys, request, place, &id, now)
         })
     }
 
