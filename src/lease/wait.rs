@@ -10,7 +10,9 @@
 //! 3. Once any try may have reached Redis, a failed end is `Indeterminate`, never
 //!    `Unavailable` or `QueueFull` — that try may hold the lease.
 //! 4. The release subscription is live before the try whose `Contended` reply leads to a
-//!    sleep, so a release between that reply and the sleep still wakes the waiter.
+//!    sleep, so a release between that reply and the sleep still wakes the waiter — for a
+//!    waiter first or next in line; one further back subscribes and sleeps at once (its
+//!    look bounds the sleep: invariant 8).
 //! 5. Once contended, the loop keeps a subscription: while it has none (subscribing failed,
 //!    or the connection ended) a contended sleep lasts at most until the next attempt to
 //!    subscribe — [`RESUBSCRIBE_MIN`] doubling to [`RESUBSCRIBE_MAX`] — never the holder's

@@ -201,8 +201,14 @@ pub async fn a_replayed_waiting_try_keeps_its_place(h: Harness) {
     for _ in 0..3 {
         let reply = calls::acquire_waiting(backend.as_ref(), &keys, &req, timeout).await;
         assert!(
-            matches!(reply, Ok(AcquireReply::Contended { rank: Some(1), .. })),
-            "{reply:?}"
+            matches!(
+                reply,
+                Ok(AcquireReply::Contended {
+                    rank: Some(1),
+                    pttl: Duration::ZERO
+                })
+            ),
+            "{reply:?}: second in line, and no PTTL read for a waiter behind"
         );
     }
 }

@@ -24,7 +24,7 @@ impl Store {
         // (lua/acquire.lua's acquire_slot).
         let slots = keys.slot_keys();
         let (mut free, mut least, mut conflict) = (None, None::<(Duration, bool)>, None);
-        let mut frees = 0;
+        let (mut frees, mut without_delay) = (0, true);
         for (slot, key) in (0u16..).zip(&slots) {
             let Some(entry) = self.live(key, now) else {
                 free = free.or(Some((slot, key)));
@@ -32,6 +32,7 @@ impl Store {
                 continue;
             };
             let (pttl, ended) = entry.left(now);
+            without_delay &= entry.lock_delay.is_zero();
             if !ended && entry.is(attempt) {
                 let token = FencingToken::new(entry.token);
                 return AcquireReply::Replayed { pttl, token, slot };
@@ -49,9 +50,15 @@ impl Store {
         let line = keys.line();
         let Some((slot, key)) = free else {
             let rank = self.wait_in_line(&line, id, place, now);
-            return match least.unwrap_or_default() {
-                (pttl, true) => AcquireReply::Delayed { pttl, rank },
-                (pttl, false) => AcquireReply::Contended { pttl, rank },
+            let (pttl, ended) = least.unwrap_or_default();
+            // As lua/acquire.lua: no PTTL for a waiter behind others on a plain lease
+            // without lock-delay (it sleeps through releases).
+            let behind = slots.len() == 1 && without_delay && rank.is_some_and(|r| r > 0);
+            let pttl = if behind { Duration::ZERO } else { pttl };
+            return if ended {
+                AcquireReply::Delayed { pttl, rank }
+            } else {
+                AcquireReply::Contended { pttl, rank }
             };
         };
         let next = match self.entitled(&line, id, frees, slots.len(), now) {
