@@ -29,8 +29,11 @@
 //! 8. A waiter behind others in the line (`lua/line.lua`) sleeps through releases: only
 //!    its turn notice wakes it, or its next look, [`BEHIND_LOOK_MIN`] to
 //!    [`BEHIND_LOOK_MAX`] later — which keeps its place alive (within `LINE_KEEP`) and
-//!    tells it its rank, so a lost turn notice costs at most that. So a release costs Redis
-//!    one try, the first waiter's, however many wait.
+//!    tells it its rank, so a lost turn notice costs at most that. Its turn makes it first
+//!    in line while the acquisition that told it holds the lease: it then sleeps as the
+//!    first waiter does (woken by a release, or looking within [`LOOK_AGAIN_MAX`]), without
+//!    a try that could only be refused. So a release costs Redis one try, the first
+//!    waiter's, however many wait.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -370,6 +373,20 @@ impl WaitPolicy {
         }
     }
 
+    /// The waiter, asleep behind others, was told its turn at `now`: it is first in line
+    /// now, and the lease is held by the acquisition that told it (`lua/line.lua`). It
+    /// tries at the next release, or at its look ([`LOOK_AGAIN_MIN`] to
+    /// [`LOOK_AGAIN_MAX`] from now, invariant 7), whichever comes first — not at once: a
+    /// try now would only be refused. Returns the time of that look.
+    pub(crate) fn handle_turn(
+        &self,
+        now: Instant,
+        jitter: &mut impl FnMut(Duration) -> Duration,
+    ) -> Instant {
+        let look_again = LOOK_AGAIN_MIN + jitter(LOOK_AGAIN_MAX - LOOK_AGAIN_MIN);
+        (now + look_again).min(self.contended_deadline)
+    }
+
     /// Applies invariant 3 to the last outcome.
     fn settle(&mut self, outcome: AcquireOutcome) -> AcquireOutcome {
         match (outcome, self.maybe_sent.take()) {
@@ -462,7 +479,15 @@ pub(crate) async fn acquire_with_wait(
                 notices = subscribe(session, request).await;
                 policy.handle_subscribed(notices.is_some(), Instant::now());
             }
-            sleep(&mut notices, &mut policy, wake_at, listen, request).await;
+            sleep(
+                &mut notices,
+                &mut policy,
+                wake_at,
+                listen,
+                request,
+                &mut jitter,
+            )
+            .await;
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The waiter's subscriptions and its sleep between tries (`src/lease/wait.rs`,
 //! invariants 4, 5, 7 and 8).
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::{Listen, WaitPolicy};
@@ -17,13 +19,17 @@ pub(super) struct Notices {
 }
 
 /// Sleeps until `wake_at` or a notice `listen` names. A subscription that ends meanwhile
-/// brings the wake forward to the next attempt to subscribe (invariant 5).
+/// brings the wake forward to the next attempt to subscribe (invariant 5). A turn that
+/// comes while only the turn is listened for makes the waiter first in line: from then on
+/// a release wakes it, and it looks within [`WaitPolicy::handle_turn`]'s bound
+/// (invariant 8).
 pub(super) async fn sleep(
     notices: &mut Option<Notices>,
     policy: &mut WaitPolicy,
     mut wake_at: Instant,
-    listen: Listen,
+    mut listen: Listen,
     request: &LeaseRequest,
+    jitter: &mut impl FnMut(Duration) -> Duration,
 ) {
     while let Some(n) = notices.as_mut() {
         let release = async {
@@ -41,6 +47,14 @@ pub(super) async fn sleep(
                 }
             }
             alive = n.turn.next() => {
+                if alive && listen == Listen::Turn {
+                    // Releases delivered before the turn are of holdings before the one
+                    // that told it: the next release to wake it is that one's.
+                    n.releases.drain();
+                    listen = Listen::Releases;
+                    wake_at = wake_at.min(policy.handle_turn(Instant::now(), jitter));
+                    continue;
+                }
                 if alive {
                     telemetry::wait_wakeup(request.purpose());
                     return;

@@ -32,6 +32,8 @@ enum Try {
     SubscribeFailed,
     /// The subscription ended.
     Lost,
+    /// Its turn came, while it slept behind others.
+    Turned,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +48,8 @@ enum Expect {
     /// After a subscription event: the next attempt to subscribe is at t0 + ms (`None`:
     /// there is a subscription).
     Resubscribe(Option<u64>),
+    /// After its turn: first in line, it looks at t0 + ms unless a release wakes it.
+    Look(u64),
 }
 
 struct Row {
@@ -79,7 +83,7 @@ const SETTLING: Option<Patience> = Some(Patience {
     settling: Duration::from_secs(3),
 });
 
-use Expect::{Done, Resubscribe, Retry, Subscribe, Turn};
+use Expect::{Done, Look, Resubscribe, Retry, Subscribe, Turn};
 
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
@@ -113,6 +117,16 @@ const ROWS: &[Row] = &[
         (Try::Next(30000), 0, Subscribe),
         (Try::Subscribed, 1, Resubscribe(None)),
         (Try::Next(30000), 2, Turn(952)),
+    ] },
+    Row { name: "told its turn, a waiter does not try but looks within 750 ms, as the first does", patience: WHILE_CONTENDED, tries: &[
+        (Try::Behind(30000), 0, Turn(950)),
+        (Try::Subscribed, 1, Resubscribe(None)),
+        (Try::Turned, 400, Look(1150)),
+        (Try::Contended(30000), 1150, Retry(1900, "contended")),
+    ] },
+    Row { name: "a turn near the deadline looks no later than it", patience: None, tries: &[
+        (Try::Behind(30000), 0, Turn(950)),
+        (Try::Turned, 600, Look(1000)),
     ] },
     Row { name: "behind others, an unknown end is replayed as soon as ever", patience: SETTLING, tries: &[
         (Try::Indeterminate, 0, Retry(10, "indeterminate")),
@@ -210,7 +224,7 @@ fn outcome(t: Try, attempt: &Attempt) -> AcquireOutcome {
             detail: detail(),
         },
         Try::Unavailable => AcquireOutcome::Unavailable { detail: detail() },
-        Try::Subscribed | Try::SubscribeFailed | Try::Lost => {
+        Try::Subscribed | Try::SubscribeFailed | Try::Lost | Try::Turned => {
             unreachable!("{t:?} is not a try")
         }
     }
@@ -249,6 +263,12 @@ fn every_row_of_the_wait_policy_table() {
         let mut policy = WaitPolicy::new(t0, row.patience.unwrap_or(SECOND));
         let mut jitter = |max: Duration| max;
         for &(t, ms, expect) in row.tries {
+            if let Try::Turned = t {
+                let look = policy.handle_turn(at(ms), &mut jitter);
+                let got = Look(u64::try_from(look.duration_since(t0).as_millis()).unwrap_or(0));
+                assert_eq!(got, expect, "{}: {t:?} at {ms}", row.name);
+                continue;
+            }
             if let Some(got) = subscription_event(&mut policy, t, at(ms), t0) {
                 assert_eq!(got, expect, "{}: {t:?} at {ms}", row.name);
                 continue;
