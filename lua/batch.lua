@@ -23,6 +23,8 @@
 --   inspect  KEYS lease          ARGV 'I', mine
 --   leave    KEYS line           ARGV 'L<n> <id>', mine   (a waiter leaves the line of a
 --                                lease of n permits: lua/line.lua)
+--   keep     KEYS line           ARGV 'K<session>', ''    (a line session keeps its
+--                                waiters in the line alive: lua/line.lua)
 -- Two arguments and a one-line reply per item, rather than one argument per field and a
 -- table per reply: each argument and each reply element costs Redis an allocation and a
 -- conversion, which dominated the cost of a refusal.
@@ -36,8 +38,8 @@
 -- a malformed item runs nothing and answers one error.
 
 -- Kinds by their letter's byte (string.byte makes no string).
-local A, N, R, I, P, L = string.byte('ANRIPL', 1, 6)
-local fixed = {[A] = 3, [N] = 1, [R] = 1, [I] = 1, [L] = 1}
+local A, N, R, I, P, L, K = string.byte('ANRIPLK', 1, 7)
+local fixed = {[A] = 3, [N] = 1, [R] = 1, [I] = 1, [L] = 1, [K] = 1}
 -- The keys an item takes: its kind's, or for a counted acquisition its slots and the fence
 -- (nil for a malformed head).
 local function width(head)
@@ -113,6 +115,12 @@ local function run(kind, head, at, mine)
       error('ERR leasehold batch: malformed leave ' .. head, 0)
     end
     return leave(KEYS[at], id, tonumber(n))
+  elseif kind == K then
+    local session = string.match(head, '^K(%x+)$')
+    if not session then
+      error('ERR leasehold batch: malformed keep ' .. head, 0)
+    end
+    return keep(KEYS[at], session)
   end
   return inspect(KEYS[at], mine)
 end

@@ -7,20 +7,24 @@
 --         scored by the server's TIME in µs when it joined. Equal scores are ordered by
 --         the member, which is how the server breaks a tie. The key lives LINE_PX past the
 --         last join, longer than any wait (an hour at most): a line whose waiters all
---         went is gone by then.
--- alive   "<line>:<id>": a waiter's keep-alive, SET with PX KEEP_MS by the waiter while it
---         waits (its looks, and the keep-alives of src/lease/wait.rs). Also the channel on
---         which a waiter is told its turn.
+--         went is gone by then. A waiter id is its client's line session (16 hex digits)
+--         then its attempt's part (16 more).
+-- alive   "<line>:<session>": the keep-alive of a line session's waiters, SET with PX
+--         KEEP_MS by the session (lua/batch.lua's keep item, every LINE_KEEP_EVERY of
+--         src/protocol/line.rs) while its client has waiters in the line: one write per
+--         client, however many of its waiters wait.
+-- turn    "<line>:<session>": the channel on which a line session's waiters are told
+--         their turn, each by its id as the message (one subscription per client).
 --
 -- An ACL that refuses the sorted-set commands (one written for leasehold before the line)
 -- leaves the line out: every acquisition then behaves as with an empty line, as before
 -- the line existed. The line's first read and its join are pcall'ed for that.
 --
--- An entry is alive while its keep-alive key lives, or for KEEP_US after it joined (so
--- that joining costs no keep-alive write). A dead entry is removed by the next call that
--- finds it at the head of the line while the lease is free: a waiter that died (killed,
--- frozen, its client dropped) blocks the line for KEEP at most after its last sign of
--- life.
+-- An entry is alive while its session's keep-alive key lives, or for KEEP_US after it
+-- joined (so that joining costs no keep-alive write). A dead entry is removed by the next
+-- call that finds it at the head of the line while the lease is free: a waiter whose
+-- client died (killed, frozen, dropped) blocks the line for KEEP at most after the
+-- session's last sign of life. A waiter whose wait ends leaves the line itself (leave).
 
 local KEEP_US = 2000000
 local KEEP_MS = '2000'
@@ -34,7 +38,13 @@ local function alive(line, id, joined, now)
   if now() - joined < KEEP_US then
     return true
   end
-  return redis.call('GET', line .. ':' .. id) ~= false
+  return redis.call('GET', line .. ':' .. string.sub(id, 1, 16)) ~= false
+end
+
+-- The line session `session` keeps its waiters in `line` alive.
+local function keep(line, session)
+  redis.call('SET', line .. ':' .. session, '1', 'PX', KEEP_MS)
+  return 'KEPT'
 end
 
 -- Whether the waiter `id` may take one of `free` (>= 1) free slots of a lease of
@@ -91,20 +101,25 @@ local function entitled(line, id, free, permits, now)
   end
 end
 
--- Puts the waiter `id` in `line` (joining at the server's TIME) or, already in it,
--- refreshes its keep-alive; returns its rank (0 for the head), or nil without a line (an
--- ACL that refuses the sorted-set commands). A refresh reads no TIME and writes no score.
+-- Puts the waiter `id` in `line` (joining at the server's TIME) or finds it there;
+-- returns its rank (0 for the head), or nil without a line (an ACL that refuses the
+-- sorted-set commands). Finding it reads no TIME and writes nothing: its session keeps it
+-- alive.
 local function wait_in_line(line, id, now)
   local rank = redis.pcall('ZRANK', line, id)
   if type(rank) == 'table' then
     return nil
   elseif rank then
-    redis.call('SET', line .. ':' .. id, '1', 'PX', KEEP_MS)
     return rank
   end
   redis.call('ZADD', line, 'NX', string.format('%d', now()), id)
   redis.call('PEXPIRE', line, LINE_PX)
   return redis.call('ZRANK', line, id)
+end
+
+-- Tells the waiter `id` its turn, on its session's channel.
+local function tell_turn(line, id)
+  redis.pcall('PUBLISH', line .. ':' .. string.sub(id, 1, 16), id)
 end
 
 -- `id` took a slot: it leaves the line, and the entry next in line is told its turn.
@@ -113,7 +128,7 @@ local function served(line, id, in_line, next_id)
     redis.call('ZREM', line, id)
   end
   if next_id then
-    redis.pcall('PUBLISH', line .. ':' .. next_id, 'turn')
+    tell_turn(line, next_id)
   end
 end
 
@@ -123,11 +138,10 @@ local function leave(line, id, permits)
   local rank = redis.pcall('ZRANK', line, id)
   if type(rank) == 'number' then
     redis.call('ZREM', line, id)
-    redis.call('DEL', line .. ':' .. id)
     if rank < permits then
       local next_id = redis.call('ZRANGE', line, permits - 1, permits - 1)[1]
       if next_id then
-        redis.pcall('PUBLISH', line .. ':' .. next_id, 'turn')
+        tell_turn(line, next_id)
       end
     end
   end

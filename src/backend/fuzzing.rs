@@ -36,13 +36,16 @@ pub mod calls {
         request: &LeaseRequest,
         timeout: Duration,
     ) -> Result<AcquireReply, SendFailure> {
+        let id = WaiterId::alone(request.attempt());
         backend
-            .acquire(keys, request, LinePlace::Tries, timeout)
+            .acquire(keys, request, LinePlace::Tries, &id, timeout)
             .await
     }
 
     /// The acquire script for `request`'s attempt as the wait loop sends it: when it may
-    /// not take the lease, it joins the lease's line (or keeps its place there).
+    /// not take the lease, it joins the lease's line (or keeps its place there) — as a
+    /// waiter of no line session, which nothing keeps alive after its join (a waiter
+    /// whose client was killed right after it joined).
     ///
     /// # Errors
     /// The backend's [`SendFailure`].
@@ -52,19 +55,15 @@ pub mod calls {
         request: &LeaseRequest,
         timeout: Duration,
     ) -> Result<AcquireReply, SendFailure> {
+        let id = WaiterId::alone(request.attempt());
         backend
-            .acquire(keys, request, LinePlace::Waits, timeout)
+            .acquire(keys, request, LinePlace::Waits, &id, timeout)
             .await
     }
 
     /// The key of the lease's line of waiters (`lua/line.lua`).
     pub fn line_key(keys: &LeaseKeys) -> String {
         keys.line()
-    }
-
-    /// `attempt`'s id in the line, as the line's members and keep-alive keys name it.
-    pub fn waiter_id(attempt: &Attempt) -> String {
-        WaiterId::of(attempt).as_str().to_owned()
     }
 
     /// A renewal by `holding`, to `ttl`.

@@ -18,8 +18,8 @@ use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
 
 use crate::protocol::{
-    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, ReleaseReply,
-    RenewReply, ReplicaWait, WaiterId,
+    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, LineSession,
+    ReleaseReply, RenewReply, ReplicaWait, WaiterId,
 };
 
 #[cfg(feature = "fuzzing")]
@@ -100,12 +100,13 @@ pub(crate) trait Operations {
     /// replay keeps what is stored); the label is reported by [`inspect`](Self::inspect).
     ///
     /// `place` says how it stands towards the lease's line of waiters (`lua/line.lua`): a
-    /// waiting try joins it, or keeps its place, when it may not take the lease.
+    /// waiting try joins it as `id`, or keeps its place, when it may not take the lease.
     fn acquire<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
         place: LinePlace,
+        id: &'a WaiterId,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply>;
 
@@ -118,6 +119,7 @@ pub(crate) trait Operations {
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
         place: LinePlace,
+        id: &'a WaiterId,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply>;
@@ -162,12 +164,22 @@ pub(crate) trait Operations {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices>;
 
-    /// `attempt`'s waiter leaves the lease's line (its wait ended without the lease); the
-    /// waiter that moves up into the first `permits` by it is told its turn.
+    /// The waiter `id` (`attempt`'s) leaves the lease's line (its wait ended without the
+    /// lease); the waiter that moves up into the first `permits` by it is told its turn.
     fn leave_line<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
+        id: &'a WaiterId,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ()>;
+
+    /// The line session `session` keeps its waiters in the lease's line alive for
+    /// [`LINE_KEEP`](crate::protocol::LINE_KEEP) more (`lua/line.lua`).
+    fn keep_in_line<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        session: &'a LineSession,
         timeout: Duration,
     ) -> BackendFuture<'a, ()>;
 

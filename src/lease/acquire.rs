@@ -77,15 +77,16 @@ async fn send(
 ) -> (Result<AcquireReply, SendFailure>, Replication) {
     let backend = session.backend();
     let timeout = session.settings().command_timeout;
+    let id = session.waiter_id(request);
     match request.replica_wait() {
         None => {
-            let result = backend.acquire(keys, request, place, timeout).await;
+            let result = backend.acquire(keys, request, place, &id, timeout).await;
             (result, Replication::NotRequested)
         }
         Some(wait) => {
             let timeout = timeout + wait.timeout();
             let result = backend
-                .acquire_replicated(keys, request, place, wait, timeout)
+                .acquire_replicated(keys, request, place, &id, wait, timeout)
                 .await;
             let replication = Replication::of_wait(&result, wait.replicas());
             (result.map(|r| r.reply), replication)

@@ -7,6 +7,7 @@
 mod acquire;
 mod client;
 mod handle;
+mod line_keeper;
 mod list;
 mod observe;
 mod outcome;

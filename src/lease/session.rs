@@ -16,18 +16,34 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::backend::LeaseBackend;
+use crate::lease::line_keeper::LineKeeper;
 use crate::lease::settings::LeaseSettings;
-use crate::protocol::{LeaseKeys, LeaseRequest, Purpose, ResourceDigest};
+use crate::protocol::{LeaseKeys, LeaseRequest, Purpose, ResourceDigest, WaiterId};
 
-/// The backend and the settings of one client.
+/// The backend and the settings of one client, and its line session.
 pub(crate) struct Session {
     backend: Arc<dyn LeaseBackend>,
     settings: LeaseSettings,
+    line_keeper: LineKeeper,
 }
 
 impl Session {
     pub(crate) fn new(backend: Arc<dyn LeaseBackend>, settings: LeaseSettings) -> Self {
-        Self { backend, settings }
+        Self {
+            backend,
+            settings,
+            line_keeper: LineKeeper::new(),
+        }
+    }
+
+    /// The client's line session: its waiters' ids and keep-alives in lines.
+    pub(crate) fn line_keeper(&self) -> &LineKeeper {
+        &self.line_keeper
+    }
+
+    /// `request`'s waiter id in its lease's line.
+    pub(crate) fn waiter_id(&self, request: &LeaseRequest) -> WaiterId {
+        self.line_keeper.waiter_id(request.attempt())
     }
 
     pub(crate) fn backend(&self) -> &dyn LeaseBackend {

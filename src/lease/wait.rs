@@ -28,8 +28,10 @@
 //!    freed lease within that plus one try.
 //! 8. A waiter behind others in the line (`lua/line.lua`) sleeps through releases: only
 //!    its turn notice wakes it, or its next look, [`BEHIND_LOOK_MIN`] to
-//!    [`BEHIND_LOOK_MAX`] later — which keeps its place alive (within `LINE_KEEP`) and
-//!    tells it its rank, so a lost turn notice costs at most that. Its turn makes it first
+//!    [`BEHIND_LOOK_MAX`] later — [`FAR_LOOK_MIN`] to [`FAR_LOOK_MAX`] more than
+//!    [`NEAR_BEHIND`] ranks behind the next — which tells it its rank, so a lost turn
+//!    notice costs at most that. Its place is kept alive by its client's line session
+//!    (`src/lease/line_keeper.rs`), not by its looks. Its turn makes it first
 //!    in line while the acquisition that told it holds the lease: it then sleeps as the
 //!    first waiter does (woken by a release, or looking within [`LOOK_AGAIN_MAX`]), without
 //!    a try that could only be refused. So a release costs Redis one try, the first
@@ -71,9 +73,17 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(1);
 const LOOK_AGAIN_MIN: Duration = Duration::from_millis(600);
 const LOOK_AGAIN_MAX: Duration = Duration::from_millis(750);
 /// The sleep of a waiter behind others in the line (invariant 8), drawn in this range:
-/// its look keeps its place, so two fit in `LINE_KEEP` (2 s) with room for a slow one.
+/// its look tells it its rank, and finds its turn if the notice was lost.
 const BEHIND_LOOK_MIN: Duration = Duration::from_millis(800);
 const BEHIND_LOOK_MAX: Duration = Duration::from_millis(950);
+/// Ranks behind the next waiter within which a waiter looks every [`BEHIND_LOOK_MIN`] to
+/// [`BEHIND_LOOK_MAX`]; further back it looks every [`FAR_LOOK_MIN`] to [`FAR_LOOK_MAX`].
+const NEAR_BEHIND: u32 = 32;
+/// The sleep of a waiter far back in line (invariant 8): its client's line session keeps
+/// its place alive, and its turn notice wakes it; the look is for a turn notice lost all
+/// the same (a holder refused `PUBLISH`).
+const FAR_LOOK_MIN: Duration = Duration::from_millis(4000);
+const FAR_LOOK_MAX: Duration = Duration::from_millis(5000);
 
 /// How long the wait loop keeps trying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,8 +174,11 @@ pub(crate) enum Place {
     Front,
     /// Next after them: its turn may come at any moment.
     Next,
-    /// Further back: its turn comes once the waiters ahead of it were served.
+    /// Further back, up to [`NEAR_BEHIND`] ranks behind the next: its turn comes once the
+    /// waiters ahead of it were served.
     Behind,
+    /// Further back still: its turn cannot come before many grants.
+    Far,
 }
 
 impl Place {
@@ -173,6 +186,7 @@ impl Place {
     pub(crate) fn of(rank: Option<u32>, permits: u16) -> Self {
         let permits = u32::from(permits);
         match rank {
+            Some(rank) if rank > permits + NEAR_BEHIND => Self::Far,
             Some(rank) if rank > permits => Self::Behind,
             Some(rank) if rank == permits => Self::Next,
             _ => Self::Front,
@@ -302,7 +316,7 @@ impl WaitPolicy {
             // Far back in line nothing it could miss before its subscription is live
             // concerns it: it subscribes and sleeps (invariant 8), without the try.
             AcquireOutcome::Contended { .. } | AcquireOutcome::LockDelayed { .. }
-                if !self.wants_notices && place != Place::Behind =>
+                if !self.wants_notices && !matches!(place, Place::Behind | Place::Far) =>
             {
                 self.wants_notices = true;
                 return Step::Subscribe;
@@ -334,9 +348,10 @@ impl WaitPolicy {
             }
         };
         let listen = match (place, why) {
-            (Place::Next | Place::Behind, Retried::Contended | Retried::LockDelayed) => {
-                Listen::Turn
-            }
+            (
+                Place::Next | Place::Behind | Place::Far,
+                Retried::Contended | Retried::LockDelayed,
+            ) => Listen::Turn,
             _ => Listen::Releases,
         };
         Step::Retry {
@@ -364,6 +379,7 @@ impl WaitPolicy {
             Place::Next | Place::Behind => {
                 BEHIND_LOOK_MIN + jitter(BEHIND_LOOK_MAX - BEHIND_LOOK_MIN)
             }
+            Place::Far => FAR_LOOK_MIN + jitter(FAR_LOOK_MAX - FAR_LOOK_MIN),
         };
         // Without a subscription, no longer than until the next attempt at one (invariant
         // 5) — but behind others, whose look bounds its sleep anyway.
@@ -449,14 +465,16 @@ pub(crate) async fn acquire_with_wait(
         }
         let (outcome, rank) = acquire::try_in_line(session, request, line).await;
         // Whatever its outcome said: a waiting try whose reply was lost may have joined.
-        in_line.joined |= line == LinePlace::Waits;
+        if line == LinePlace::Waits {
+            in_line.joined();
+        }
         let place = Place::of(rank, permits);
         let step = policy.handle_outcome(outcome, place, Instant::now(), &mut jitter);
         let (wake, why) = match step {
             Step::Done(outcome) => {
                 if outcome.token().is_some() {
                     // A grant took it out of the line.
-                    in_line.joined = false;
+                    in_line.served();
                 }
                 in_line.leave().await;
                 return outcome;

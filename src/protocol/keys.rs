@@ -172,9 +172,15 @@ impl LeaseKeys {
         [self.name(), ":line"].concat()
     }
 
-    /// A waiter's keep-alive key in the line, and the channel on which it is told its turn.
-    pub(crate) fn waiter(&self, id: &str) -> String {
-        [self.name(), ":line:", id].concat()
+    /// The keep-alive key of a line session's waiters in the line (`lua/line.lua`).
+    pub(crate) fn keep_alive(&self, session: &str) -> String {
+        [self.name(), ":line:", session].concat()
+    }
+
+    /// The channel on which a line session's waiters are told their turn, each by its
+    /// waiter id as the message: the keep-alive key's name.
+    pub(crate) fn turn_channel(&self, session: &str) -> String {
+        self.keep_alive(session)
     }
 
     /// The lease's name: its key, or for a counted lease the name its slots extend.

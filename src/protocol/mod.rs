@@ -26,7 +26,7 @@ pub(crate) use fencing::FencingToken;
 pub(crate) use holder::HolderLabel;
 pub(crate) use holding::Holding;
 pub(crate) use keys::LeaseKeys;
-pub(crate) use line::{LINE_KEEP, LinePlace, WaiterId};
+pub(crate) use line::{LINE_KEEP, LINE_KEEP_EVERY, LinePlace, LineSession, WaiterId};
 pub(crate) use names::{Namespace, Purpose};
 pub(crate) use reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
 pub(crate) use request::LeaseRequest;

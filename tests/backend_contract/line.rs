@@ -193,6 +193,41 @@ pub async fn twenty_silent_waiters_leave_the_line_together(h: Harness) {
     );
 }
 
+/// A live waiter's place outlives KEEP, however long it waits: its client keeps it alive
+/// (one keep-alive per client, not its own looks). A lease that expires unannounced after
+/// 3 s goes to it, not to a try that comes at once.
+pub async fn a_waiter_kept_alive_by_its_client_keeps_its_place_past_the_keep_alive(h: Harness) {
+    let holder = acquired(
+        &h.client,
+        &LeaseRequest::builder(
+            Purpose::new("contract").unwrap(),
+            ResourceDigest::of("line"),
+            h.client.new_attempt("holder").unwrap(),
+        )
+        .ttl(Duration::from_secs(3))
+        .build()
+        .unwrap(),
+    )
+    .await;
+    // Gone without a release (and its notice): the lease ends by its expiry.
+    std::mem::forget(holder);
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let waiting = waiter(&h, 1, &served);
+    let jumper = h.other_client();
+    tokio::time::sleep(KEEP + Duration::from_millis(800)).await;
+    // Until the waiter is served, a try finds a live waiter ahead of it.
+    while served.lock().unwrap().is_empty() {
+        let req = request(&jumper, "jumper", Duration::ZERO);
+        let outcome = jumper.try_acquire(&req).await.unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Contended { .. }),
+            "a try took the lease from a waiter that waited past KEEP: {outcome:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    waiting.await.unwrap();
+}
+
 /// A replayed waiting try (its reply lost, say) keeps the attempt's place.
 pub async fn a_replayed_waiting_try_keeps_its_place(h: Harness) {
     let _holder = acquired(&h.client, &request(&h.client, "holder", Duration::ZERO)).await;

@@ -491,6 +491,7 @@ contract_tests!(
     a_release_wakes_the_first_waiter_only,
     a_silent_head_leaves_the_line_within_its_keep_alive_and_one_look,
     twenty_silent_waiters_leave_the_line_together,
+    a_waiter_kept_alive_by_its_client_keeps_its_place_past_the_keep_alive,
     a_replayed_waiting_try_keeps_its_place,
     a_waiter_whose_wait_ran_out_leaves_the_line,
 );

@@ -76,7 +76,7 @@ impl Store {
             line::Entitled::Outside => None,
         };
         if let Some(next) = next {
-            self.notify(&keys.waiter(&next));
+            self.notify(&line::turn_channel(keys, &next));
         }
         let token = self.take(keys, request, key, now);
         AcquireReply::Acquired { ttl, token, slot }
@@ -129,7 +129,13 @@ impl Store {
             self.lines.remove(line);
             return line::Entitled::Outside;
         }
-        let entitled = waiting.entitled(id.as_str(), free, permits, now);
+        let kept_alive = &self.kept;
+        // The session's keep-alive key, as `LeaseKeys::keep_alive` names it.
+        let kept = |waiter: &str| {
+            let key = [line, ":", line::session_of(waiter)].concat();
+            kept_alive.get(&key).is_some_and(|until| now < *until)
+        };
+        let entitled = waiting.entitled(id.as_str(), free, permits, now, &kept);
         if waiting.is_gone(now) {
             self.lines.remove(line);
         }

@@ -1,28 +1,41 @@
 //! One lease's line of waiters as [`MemoryBackend`](super::MemoryBackend) keeps it:
-//! `lua/line.lua`'s rules, on tokio's clock. A waiter's keep-alive is a field of its entry
-//! here, a key of its own on Redis; either is the entry's sign of life.
+//! `lua/line.lua`'s rules, on tokio's clock. A line session's keep-alive is the store's
+//! (`Store::kept`), as it is a key of its own on Redis.
 
 use tokio::time::Instant;
 
-use crate::protocol::LINE_KEEP;
 use crate::protocol::limits::deadline_after;
+use crate::protocol::{LINE_KEEP, LeaseKeys};
 
 /// How long a line outlives its last join: longer than any wait (`LINE_PX`).
 const LINE_LIFE: std::time::Duration = std::time::Duration::from_secs(3660);
+
+/// Hex digits of a waiter id that name its line session (`protocol::WaiterId`).
+const SESSION_HEX_DIGITS: usize = 16;
+
+/// A waiter id's line session: whose keep-alive keeps it.
+pub(super) fn session_of(id: &str) -> &str {
+    id.get(..SESSION_HEX_DIGITS).unwrap_or(id)
+}
+
+/// The in-process channel of the waiter `id`'s turn: its session's channel, narrowed to
+/// it (on Redis, the message names the waiter: `lua/line.lua` `tell_turn`).
+pub(super) fn turn_channel(keys: &LeaseKeys, id: &str) -> String {
+    [keys.turn_channel(session_of(id)).as_str(), " ", id].concat()
+}
 
 /// One waiter's place.
 #[derive(Debug)]
 struct Waiter {
     id: String,
     joined: Instant,
-    /// Its keep-alive's end, once it refreshed it.
-    alive_until: Option<Instant>,
 }
 
 impl Waiter {
-    /// Alive while its keep-alive lasts, or for [`LINE_KEEP`] after it joined.
-    fn alive(&self, now: Instant) -> bool {
-        now < deadline_after(self.joined, LINE_KEEP) || self.alive_until.is_some_and(|t| now < t)
+    /// Alive for [`LINE_KEEP`] after it joined, and while its session keeps it alive
+    /// (`kept`, asked with its id).
+    fn alive(&self, now: Instant, kept: &impl Fn(&str) -> bool) -> bool {
+        now < deadline_after(self.joined, LINE_KEEP) || kept(&self.id)
     }
 }
 
@@ -61,12 +74,15 @@ impl Line {
     /// Whether `id` may take one of `free` (≥ 1) free slots of a lease of `permits`: it is
     /// among the first `free` live waiters, or not in the line and fewer than `free` live
     /// waiters are. Dead waiters met before `id` or the `free`-th live one are removed.
+    ///
+    /// `kept` says whether a waiter's session keeps it alive now.
     pub(super) fn entitled(
         &mut self,
         id: &str,
         free: usize,
         permits: usize,
         now: Instant,
+        kept: &impl Fn(&str) -> bool,
     ) -> Entitled {
         let mut live = 0;
         let mut at = 0;
@@ -83,7 +99,7 @@ impl Line {
             if live >= free {
                 return Entitled::No;
             }
-            if waiter.alive(now) {
+            if waiter.alive(now, kept) {
                 live += 1;
                 at += 1;
             } else {
@@ -97,18 +113,14 @@ impl Line {
         }
     }
 
-    /// `id` joins the line, or, in it already, refreshes its keep-alive; its rank.
+    /// `id` joins the line, or finds itself in it; its rank.
     pub(super) fn wait(&mut self, id: &str, now: Instant) -> u32 {
         let rank = match self.waiters.iter().position(|w| w.id == id) {
-            Some(rank) => {
-                self.waiters[rank].alive_until = Some(deadline_after(now, LINE_KEEP));
-                rank
-            }
+            Some(rank) => rank,
             None => {
                 self.waiters.push(Waiter {
                     id: id.to_owned(),
                     joined: now,
-                    alive_until: None,
                 });
                 self.expires_at = deadline_after(now, LINE_LIFE);
                 self.waiters.len() - 1
@@ -239,12 +251,8 @@ mod tests {
                 tokio::time::advance(Duration::from_millis(10)).await;
             }
             tokio::time::advance(LINE_KEEP).await;
-            for id in *line {
-                if !dead.contains(id) {
-                    l.wait(id, Instant::now());
-                }
-            }
-            let got = l.entitled(asking, *free, *permits, Instant::now());
+            let kept = |id: &str| !dead.contains(&id);
+            let got = l.entitled(asking, *free, *permits, Instant::now(), &kept);
             let left: Vec<&str> = l.waiters.iter().map(|w| w.id.as_str()).collect();
             assert_eq!(
                 (&got, left.as_slice()),
@@ -255,19 +263,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_place_is_kept_by_its_keep_alive_and_lost_without_it() {
+    async fn a_place_is_kept_by_its_sessions_keep_alive_and_lost_without_it() {
         let mut l = Line::new(Instant::now());
         assert_eq!(l.wait("a", Instant::now()), 0);
         assert_eq!(l.wait("b", Instant::now()), 1);
         assert_eq!(l.wait("a", Instant::now()), 0, "a replay keeps its place");
+        let nobody = |_: &str| false;
         tokio::time::advance(LINE_KEEP - Duration::from_millis(1)).await;
-        l.wait("a", Instant::now());
+        assert_eq!(
+            l.entitled("c", 1, 1, Instant::now(), &nobody),
+            Entitled::No,
+            "alive for LINE_KEEP after its join"
+        );
         tokio::time::advance(Duration::from_millis(1)).await;
-        // `a` refreshed, `b` joined LINE_KEEP ago and said nothing since.
-        assert_eq!(l.entitled("c", 1, 1, Instant::now()), Entitled::No);
+        // `a`'s session keeps it alive; `b` joined LINE_KEEP ago and nothing keeps it.
+        let only_a = |id: &str| id == "a";
+        assert_eq!(l.entitled("c", 1, 1, Instant::now(), &only_a), Entitled::No);
         // `b` moves up and is told its turn, dead or not: the next look finds out.
         assert_eq!(l.leave("a", 1), Some("b".to_owned()));
-        assert_eq!(l.entitled("c", 1, 1, Instant::now()), Entitled::Outside);
+        assert_eq!(
+            l.entitled("c", 1, 1, Instant::now(), &only_a),
+            Entitled::Outside
+        );
         assert!(l.is_gone(Instant::now()));
+    }
+
+    #[test]
+    fn a_waiter_ids_session_is_its_first_sixteen_hex_digits() {
+        assert_eq!(
+            session_of("0123456789abcdef0011223344556677"),
+            "0123456789abcdef"
+        );
+        assert_eq!(session_of("a"), "a");
     }
 }

@@ -12,6 +12,7 @@ use super::{
     BackendFuture, FailureDetail, FailureKind, KeyPages, Operations, ReleaseNotices,
     ReplicatedReply, SendFailure,
 };
+use crate::protocol::LINE_KEEP;
 use crate::protocol::limits::deadline_after;
 
 // The store's clock: tokio's; in the deterministic simulation, one timeline shared by
@@ -24,7 +25,7 @@ fn now() -> Instant {
 }
 use crate::protocol::{
     AcquireReply, Attempt, FencingToken, HolderLabel, Holding, InspectReply, LeaseKeys,
-    LeaseRequest, LinePlace, ReleaseReply, RenewReply, ReplicaWait, WaiterId,
+    LeaseRequest, LinePlace, LineSession, ReleaseReply, RenewReply, ReplicaWait, WaiterId,
 };
 
 /// An in-process lease store with the same semantics as the Redis scripts.
@@ -85,6 +86,10 @@ struct Store {
     leases: HashMap<String, Entry>,
     /// Each lease's line of waiters, by its key (`LeaseKeys::line`).
     lines: HashMap<String, line::Line>,
+    /// Line sessions' keep-alives, by key (`LeaseKeys::keep_alive`): until when each lasts.
+    kept: HashMap<String, Instant>,
+    /// The size of `kept` at which ended keep-alives are swept out.
+    kept_sweep_at: usize,
     fences: HashMap<String, u64>,
     watchers: HashMap<String, Vec<mpsc::Sender<()>>>,
     fault: Option<MemoryFault>,
@@ -323,11 +328,11 @@ impl Operations for MemoryBackend {
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
         place: LinePlace,
+        id: &'a WaiterId,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
-        let id = WaiterId::of(request.attempt());
         self.run(timeout, move |store, now| {
-            store.acquire(keys, request, place, &id, now)
+            store.acquire(keys, request, place, id, now)
         })
     }
 
@@ -337,11 +342,12 @@ impl Operations for MemoryBackend {
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
         place: LinePlace,
+        id: &'a WaiterId,
         _wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
         Box::pin(async move {
-            let reply = self.acquire(keys, request, place, timeout).await?;
+            let reply = self.acquire(keys, request, place, id, timeout).await?;
             let acked = matches!(reply, AcquireReply::Acquired { .. }).then_some(Ok(0));
             Ok(ReplicatedReply { reply, acked })
         })
@@ -438,10 +444,10 @@ impl Operations for MemoryBackend {
     fn leave_line<'a>(
         &'a self,
         keys: &'a LeaseKeys,
-        attempt: &'a Attempt,
+        _attempt: &'a Attempt,
+        id: &'a WaiterId,
         timeout: Duration,
     ) -> BackendFuture<'a, ()> {
-        let id = WaiterId::of(attempt);
         let permits = usize::from(keys.permits());
         self.run(timeout, move |store, _| {
             let line = keys.line();
@@ -449,8 +455,26 @@ impl Operations for MemoryBackend {
                 return;
             };
             if let Some(next) = waiting.leave(id.as_str(), permits) {
-                store.notify(&keys.waiter(&next));
+                store.notify(&line::turn_channel(keys, &next));
             }
+        })
+    }
+
+    fn keep_in_line<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        session: &'a LineSession,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ()> {
+        self.run(timeout, move |store, now| {
+            // Ended keep-alives go once the map doubled since the last sweep: a sweep's
+            // cost is spread over as many keeps as it looks at.
+            if store.kept.len() >= store.kept_sweep_at {
+                store.kept.retain(|_, until| now < *until);
+                store.kept_sweep_at = (2 * store.kept.len()).max(64);
+            }
+            let until = deadline_after(now, LINE_KEEP);
+            store.kept.insert(keys.keep_alive(session.as_str()), until);
         })
     }
 
@@ -461,7 +485,7 @@ impl Operations for MemoryBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.run(timeout, move |store, _| {
-            store.subscribe([keys.waiter(id.as_str())])
+            store.subscribe([line::turn_channel(keys, id.as_str())])
         })
     }
 

@@ -55,8 +55,8 @@ use super::{
 use crate::error::LeaseError;
 use crate::protocol::limits::{self, CONNECT_TIMEOUT, deadline_after};
 use crate::protocol::{
-    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, ReleaseReply,
-    RenewReply, ReplicaWait, WaiterId,
+    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, LineSession,
+    ReleaseReply, RenewReply, ReplicaWait, WaiterId,
 };
 
 use call::malformed;
@@ -332,9 +332,10 @@ impl Operations for RedisBackend {
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
         place: LinePlace,
+        id: &'a WaiterId,
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
-        let item = batch::Item::acquire(keys, request, place);
+        let item = batch::Item::acquire(keys, request, place, id);
         self.operation(item, timeout, parse::acquire)
     }
 
@@ -345,6 +346,7 @@ impl Operations for RedisBackend {
         keys: &'a LeaseKeys,
         request: &'a LeaseRequest,
         place: LinePlace,
+        id: &'a WaiterId,
         wait: ReplicaWait,
         timeout: Duration,
     ) -> BackendFuture<'a, ReplicatedReply> {
@@ -352,7 +354,7 @@ impl Operations for RedisBackend {
             let twin = self.inner.replicated.as_ref().unwrap_or(self);
             let deadline = deadline_after(Instant::now(), timeout);
             let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
-            let item = batch::Item::acquire(keys, request, place);
+            let item = batch::Item::acquire(keys, request, place, id);
             let deadlines = batch::Deadlines::one(batch::Deadline::at(deadline));
             let value = twin
                 .send_one(generation, &connected, &item, deadlines)
@@ -405,17 +407,28 @@ impl Operations for RedisBackend {
         keys: &'a LeaseKeys,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
-        self.subscribe(keys, vec![keys.release_channel.clone()], timeout)
+        self.subscribe(keys, vec![keys.release_channel.clone()], None, timeout)
     }
 
     fn leave_line<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
+        id: &'a WaiterId,
         timeout: Duration,
     ) -> BackendFuture<'a, ()> {
-        let item = batch::Item::leave(keys, attempt);
+        let item = batch::Item::leave(keys, attempt, id);
         self.operation(item, timeout, parse::left)
+    }
+
+    fn keep_in_line<'a>(
+        &'a self,
+        keys: &'a LeaseKeys,
+        session: &'a LineSession,
+        timeout: Duration,
+    ) -> BackendFuture<'a, ()> {
+        let item = batch::Item::keep(keys, session);
+        self.operation(item, timeout, parse::kept)
     }
 
     fn subscribe_turn<'a>(
@@ -424,7 +437,10 @@ impl Operations for RedisBackend {
         id: &'a WaiterId,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
-        self.subscribe(keys, vec![keys.waiter(id.as_str())], timeout)
+        // On its client's channel, which every waiter of the client in this line shares:
+        // subscribed once, not once per wait.
+        let channel = keys.turn_channel(id.session());
+        self.subscribe(keys, vec![channel], Some(Arc::from(id.as_str())), timeout)
     }
 
     fn scan_leases<'a>(&'a self, prefix: &'a str, timeout: Duration) -> KeyPages<'a> {
@@ -441,16 +457,18 @@ impl Operations for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         let channels = vec![keys.release_channel.clone(), keys.acquire_channel()];
-        self.subscribe(keys, channels, timeout)
+        self.subscribe(keys, channels, None, timeout)
     }
 }
 
 impl RedisBackend {
-    /// Subscribes to `channels` of the lease `keys` names, on the node its scripts run on.
+    /// Subscribes to `channels` of the lease `keys` names, on the node its scripts run on;
+    /// with `only`, to their messages of that payload alone.
     fn subscribe<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         channels: Vec<String>,
+        only: Option<Arc<str>>,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         Box::pin(async move {
@@ -461,7 +479,7 @@ impl RedisBackend {
             let failed = |kind, m: String| SendFailure::NotSent(FailureDetail::new(kind, m));
             let node = &current.node;
             let subscribe =
-                (node.notices).subscribe(&node.client, channels, self.inner.connect_timeout);
+                (node.notices).subscribe(&node.client, channels, only, self.inner.connect_timeout);
             let bound = deadline.min(Instant::now() + self.inner.connect_timeout);
             let notices = tokio::time::timeout_at(bound, subscribe)
                 .await

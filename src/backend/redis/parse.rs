@@ -174,6 +174,14 @@ pub(super) fn left(value: Value) -> Parsed<()> {
     }
 }
 
+pub(super) fn kept(value: Value) -> Parsed<()> {
+    let line = Line::read(&value)?;
+    match (line.status, line.numbers.len()) {
+        (b"KEPT", 0) => Ok(()),
+        _ => Err(line.unknown("keep")),
+    }
+}
+
 pub(super) fn inspect(value: Value) -> Parsed<InspectReply> {
     let line = Line::read(&value)?;
     Ok(match (line.status, line.numbers.len()) {

@@ -68,10 +68,20 @@ struct Shared {
     next_id: AtomicU64,
 }
 
+/// One subscription's route on a channel.
+struct Listener {
+    id: u64,
+    /// Only messages with this payload wake it (a waiter's turn on its client's channel);
+    /// `None`: every message.
+    only: Option<Arc<str>>,
+    /// A one-slot queue: notices coalesce.
+    tx: mpsc::Sender<()>,
+}
+
 #[derive(Default)]
 struct State {
-    /// Channel → the subscriptions it wakes (id, and a one-slot queue: notices coalesce).
-    by_channel: HashMap<String, Vec<(u64, mpsc::Sender<()>)>>,
+    /// Channel → the subscriptions it wakes.
+    by_channel: HashMap<String, Vec<Listener>>,
     /// Channels the server confirmed and no `UNSUBSCRIBE` is on its way for.
     subscribed: HashSet<String>,
     /// Channels whose routes changed since the last round started: what it looks at.
@@ -94,12 +104,17 @@ impl Hub {
     /// stream yields one item per notice (coalesced while nobody reads) and ends when the
     /// connection does; dropping it unsubscribes.
     ///
+    /// With `only`, a message wakes the subscription only when its payload is exactly
+    /// that: the channel is subscribed once on the server for every subscription that
+    /// routes it, whatever payload each waits for.
+    ///
     /// Cancel safe: a subscription given up while waiting for its confirmation takes its
     /// routes back, and the next round unsubscribes what nobody else routes.
     pub(super) async fn subscribe(
         &self,
         client: &Client,
         channels: Vec<String>,
+        only: Option<Arc<str>>,
         round_timeout: Duration,
     ) -> RedisResult<impl Stream<Item = ()> + Send + 'static> {
         let line = self.line(client, round_timeout).await?;
@@ -114,7 +129,11 @@ impl Hub {
             let mut confirmed = true;
             for channel in &channels {
                 let listeners = state.by_channel.entry(channel.clone()).or_default();
-                listeners.push((id, tx.clone()));
+                listeners.push(Listener {
+                    id,
+                    only: only.clone(),
+                    tx: tx.clone(),
+                });
                 if !state.subscribed.contains(channel) {
                     state.changed.insert(channel.clone());
                     confirmed = false;
@@ -268,7 +287,7 @@ impl Drop for Route {
             let mut state = shared.lock();
             for channel in &self.channels {
                 if let Some(listeners) = state.by_channel.get_mut(channel) {
-                    listeners.retain(|(id, _)| *id != self.id);
+                    listeners.retain(|l| l.id != self.id);
                     if listeners.is_empty() {
                         state.by_channel.remove(channel);
                         state.changed.insert(channel.clone());
@@ -371,9 +390,17 @@ async fn deliver(mut stream: PubSubStream, shared: Arc<Shared>) {
         let Some(message) = message else { break };
         let state = shared.lock();
         if let Some(listeners) = state.by_channel.get(message.get_channel_name()) {
-            for (_, tx) in listeners {
+            let payload = message.get_payload_bytes();
+            for listener in listeners {
+                if listener
+                    .only
+                    .as_deref()
+                    .is_some_and(|p| p.as_bytes() != payload)
+                {
+                    continue;
+                }
                 // Full: a notice is already waiting to be read, which this one joins.
-                let _ = tx.try_send(());
+                let _ = listener.tx.try_send(());
             }
         }
     }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::{Listen, WaitPolicy};
 use crate::backend::ReleaseNotices;
 use crate::lease::session::Session;
-use crate::protocol::{LeaseRequest, WaiterId};
+use crate::protocol::LeaseRequest;
 use crate::telemetry;
 
 /// The waiter's two subscriptions: the lease's releases and its own turn in line. Both
@@ -70,7 +70,7 @@ pub(super) async fn sleep(
 
 pub(super) async fn subscribe(session: &Session, request: &LeaseRequest) -> Option<Notices> {
     let keys = session.request_keys(request);
-    let id = WaiterId::of(request.attempt());
+    let id = session.waiter_id(request);
     let backend = session.backend();
     let timeout = session.settings().command_timeout;
     let (releases, turn) = tokio::join!(

@@ -23,6 +23,8 @@ enum Try {
     Next(u64),
     /// Contended, further back in line.
     Behind(u64),
+    /// Contended, far back in line.
+    Far(u64),
     LockDelayed(u64),
     Indeterminate,
     Unavailable,
@@ -124,6 +126,12 @@ const ROWS: &[Row] = &[
         (Try::Turned, 400, Look(1150)),
         (Try::Contended(30000), 1150, Retry(1900, "contended")),
     ] },
+    Row { name: "far back in line, a waiter subscribes without a try and looks again within 5 s", patience: WHILE_CONTENDED, tries: &[
+        (Try::Far(30000), 0, Turn(5000)),
+        (Try::Subscribed, 1, Resubscribe(None)),
+        (Try::Far(30000), 4000, Turn(9000)),
+        (Try::Behind(30000), 8000, Turn(8950)),
+    ] },
     Row { name: "a turn near the deadline looks no later than it", patience: None, tries: &[
         (Try::Behind(30000), 0, Turn(950)),
         (Try::Turned, 600, Look(1000)),
@@ -213,9 +221,11 @@ fn outcome(t: Try, attempt: &Attempt) -> AcquireOutcome {
         Try::Conflict => AcquireOutcome::OwnerOperationConflict {
             retry_after: MS * 100,
         },
-        Try::Contended(ms) | Try::Next(ms) | Try::Behind(ms) => AcquireOutcome::Contended {
-            retry_after: MS * u32::try_from(ms).unwrap_or(u32::MAX),
-        },
+        Try::Contended(ms) | Try::Next(ms) | Try::Behind(ms) | Try::Far(ms) => {
+            AcquireOutcome::Contended {
+                retry_after: MS * u32::try_from(ms).unwrap_or(u32::MAX),
+            }
+        }
         Try::LockDelayed(ms) => AcquireOutcome::LockDelayed {
             retry_after: MS * u32::try_from(ms).unwrap_or(u32::MAX),
         },
@@ -276,6 +286,7 @@ fn every_row_of_the_wait_policy_table() {
             let place = match t {
                 Try::Next(_) => Place::Next,
                 Try::Behind(_) => Place::Behind,
+                Try::Far(_) => Place::Far,
                 _ => Place::Front,
             };
             let step = policy.handle_outcome(outcome(t, &attempt), place, at(ms), &mut jitter);

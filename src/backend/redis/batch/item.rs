@@ -7,7 +7,9 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Value};
 
 use super::super::{ServerCapabilities, scripts};
-use crate::protocol::{Attempt, Holding, LeaseKeys, LeaseRequest, LinePlace, WaiterId};
+use crate::protocol::{
+    Attempt, Holding, LeaseKeys, LeaseRequest, LinePlace, LineSession, WaiterId,
+};
 
 /// What an item does, as far as the queue cares (see `Item::urgent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +19,7 @@ enum Kind {
     Release,
     Inspect,
     Leave,
+    Keep,
 }
 
 /// One operation on one lease, owning its keys and arguments so it can wait in the queue:
@@ -83,6 +86,7 @@ impl Item {
         keys: &LeaseKeys,
         request: &LeaseRequest,
         place: LinePlace,
+        id: &WaiterId,
     ) -> Self {
         // The ttl, its lock-delay after a slash, and the place: `30000/2000 +<id>`.
         let mut ttl = match request.lock_delay() {
@@ -93,7 +97,7 @@ impl Item {
             LinePlace::Waits => " +",
             LinePlace::Tries => " -",
         });
-        ttl.push_str(WaiterId::of(request.attempt()).as_str());
+        ttl.push_str(id.as_str());
         let holder = request.holder();
         // A counted lease's acquisition reads every slot; keys that already name a slot
         // are read as a lease of their own.
@@ -140,13 +144,28 @@ impl Item {
         Self::new(Kind::Inspect, keys, attempt, "I".to_owned())
     }
 
-    /// `attempt`'s waiter leaves the lease's line: its key is the line's (which routes as
-    /// the lease does: one hash tag).
-    pub(in super::super) fn leave(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        let head = format!("L{} {}", keys.permits(), WaiterId::of(attempt).as_str());
+    /// The waiter `id` (`attempt`'s) leaves the lease's line: its key is the line's (which
+    /// routes as the lease does: one hash tag).
+    pub(in super::super) fn leave(keys: &LeaseKeys, attempt: &Attempt, id: &WaiterId) -> Self {
+        let head = format!("L{} {}", keys.permits(), id.as_str());
         let mut item = Self::new(Kind::Leave, keys, attempt, head);
         item.lease = keys.line();
         item
+    }
+
+    /// The line session `session` keeps its waiters in the lease's line alive: its key is
+    /// the line's, and it carries no owner (its second argument is empty).
+    pub(in super::super) fn keep(keys: &LeaseKeys, session: &LineSession) -> Self {
+        Self {
+            kind: Kind::Keep,
+            lease: keys.line(),
+            slots: Vec::new(),
+            fence: None,
+            head: format!("K{}", session.as_str()),
+            mine: String::new(),
+            value: None,
+            channel: None,
+        }
     }
 
     /// The key a cluster routes the item by.
@@ -174,7 +193,7 @@ impl Item {
             && match self.kind {
                 Kind::Renew => capabilities.renews_natively(),
                 Kind::Release => capabilities.releases_natively(),
-                Kind::Acquire | Kind::Inspect | Kind::Leave => false,
+                Kind::Acquire | Kind::Inspect | Kind::Leave | Kind::Keep => false,
             }
     }
 

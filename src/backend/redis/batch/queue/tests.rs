@@ -168,7 +168,12 @@ fn item(kind: Kind, n: usize) -> Item {
     let keys = LeaseKeys::new(&Namespace::default(), request.purpose(), request.resource());
     let holding = Holding::acquired(&request, FencingToken::new(1));
     match kind {
-        Acquire => Item::acquire(&keys, &request, crate::protocol::LinePlace::Waits),
+        Acquire => Item::acquire(
+            &keys,
+            &request,
+            crate::protocol::LinePlace::Waits,
+            &crate::protocol::WaiterId::of(&crate::protocol::LineSession::new(), request.attempt()),
+        ),
         Read => Item::inspect(&keys, &attempt),
         Renew(_) => Item::renew(&keys, &holding, Duration::from_secs(30)),
         Release => Item::release(&keys, &holding),
