@@ -493,4 +493,5 @@ contract_tests!(
     twenty_silent_waiters_leave_the_line_together,
     a_replayed_waiting_try_keeps_its_place,
     a_waiter_whose_wait_ran_out_leaves_the_line,
+    inspect_counts_the_entries_in_the_line,
 );
