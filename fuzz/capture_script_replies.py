@@ -120,7 +120,8 @@ def main():
                                    "%s %s " % (owner, op)])
         renew = lambda key, owner, op: ([key], ["N30000", "%s %s " % (owner, op)])
         release = lambda key, owner, op: ([key], ["R", "%s %s " % (owner, op)])
-        inspect = lambda key, owner, op: ([key], ["I", "%s %s " % (owner, op)])
+        # An inspection also counts the lease's line ("<lease>:line").
+        inspect = lambda key, owner, op: ([key, key + ":line"], ["I", "%s %s " % (owner, op)])
 
         def one(name, item):
             batch(name, *item)

@@ -7,7 +7,7 @@
 -- for another call (a connection whose stream lost bytes) sees the wrong id and trusts
 -- none of it. Then each item takes two ARGV — its head (kind letter, then the ttl where
 -- the kind has one, and for acquire the holder label if any, after a space) and
--- "<owner> <op> " — and one or two KEYS:
+-- "<owner> <op> " — and its KEYS:
 --   acquire  KEYS lease, fence, line
 --                                ARGV 'A<ttl_ms> <w><id>' or 'A<ttl_ms> <w><id> <holder>',
 --                                mine
@@ -20,7 +20,7 @@
 --            and <id> the attempt's waiter id (lua/line.lua)
 --   renew    KEYS lease          ARGV 'N<ttl_ms>', mine
 --   release  KEYS lease          ARGV 'R', mine
---   inspect  KEYS lease          ARGV 'I', mine
+--   inspect  KEYS lease, line    ARGV 'I', mine
 --   leave    KEYS line           ARGV 'L<n> <id>', mine   (a waiter leaves the line of a
 --                                lease of n permits: lua/line.lua)
 --   keep     KEYS line           ARGV 'K<session>', ''    (a line session keeps its
@@ -39,7 +39,7 @@
 
 -- Kinds by their letter's byte (string.byte makes no string).
 local A, N, R, I, P, L, K = string.byte('ANRIPLK', 1, 7)
-local fixed = {[A] = 3, [N] = 1, [R] = 1, [I] = 1, [L] = 1, [K] = 1}
+local fixed = {[A] = 3, [N] = 1, [R] = 1, [I] = 2, [L] = 1, [K] = 1}
 -- The keys an item takes: its kind's, or for a counted acquisition its slots and the fence
 -- (nil for a malformed head).
 local function width(head)
@@ -122,7 +122,7 @@ local function run(kind, head, at, mine)
     end
     return keep(KEYS[at], session)
   end
-  return inspect(KEYS[at], mine)
+  return inspect(KEYS[at], mine, KEYS[at + 1])
 end
 
 local replies = {ARGV[1]}

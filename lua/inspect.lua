@@ -2,19 +2,32 @@
 --
 -- lease  lease key ("<owner> <op> <token>" or "<owner> <op> <holder> <token>")
 -- mine   "<owner> <op> "
+-- line   the lease's line ("<name>:line", lua/line.lua; a counted lease's one line)
 --
--- Replies (protocol::InspectReply):
---   'HELD_BY_ATTEMPT <pttl_ms> <token>[ <holder>]'  held by exactly this attempt
---   'HELD_BY_OTHER <pttl_ms> <token>[ <holder>]'    held by someone else; the owner token
---         stays here, the fencing token and the holder label are public
---   'DELAYED <pttl_ms> <token>[ <holder>]'          not held: the last lease ended unreleased
---         and its lock-delay runs for pttl_ms more (owner.lua), whoever asks
---   'ABSENT'
+-- Replies (protocol::InspectReply), each with <waiting> second: the line's entries (its
+-- ZCARD: a waiter that died is counted until it is dropped from the line), or '-' when the
+-- line could not be read (an ACL that refuses ZCARD, a key of another type):
+--   'HELD_BY_ATTEMPT <waiting> <pttl_ms> <token>[ <holder>]'  held by exactly this attempt
+--   'HELD_BY_OTHER <waiting> <pttl_ms> <token>[ <holder>]'    held by someone else; the
+--         owner token stays here, the fencing token and the holder label are public
+--   'DELAYED <waiting> <pttl_ms> <token>[ <holder>]'          not held: the last lease
+--         ended unreleased and its lock-delay runs for pttl_ms more (owner.lua), whoever asks
+--   'ABSENT <waiting>'
 
-local function inspect(lease, mine)
+-- The line's entries, or '-' when it cannot be read.
+local function waiting(line)
+  local n = redis.pcall('ZCARD', line)
+  if type(n) ~= 'number' then
+    return '-'
+  end
+  return tostring(n)
+end
+
+local function inspect(lease, mine, line)
   local seen = read(lease)
+  local count = waiting(line)
   if not seen then
-    return 'ABSENT'
+    return 'ABSENT ' .. count
   end
   local left, delayed = left_of(lease, seen)
   local token, holder = token_and_holder(seen)
@@ -25,7 +38,7 @@ local function inspect(lease, mine)
     status = 'HELD_BY_ATTEMPT'
   end
   if holder then
-    return string.format('%s %d %s %s', status, left, token, holder)
+    return string.format('%s %s %d %s %s', status, count, left, token, holder)
   end
-  return string.format('%s %d %s', status, left, token)
+  return string.format('%s %s %d %s', status, count, left, token)
 end

@@ -186,8 +186,8 @@ pub use backend::{
 pub use error::{DurationProblem, LeaseError};
 pub use lease::{
     AcquireOutcome, ENV_VARS, InspectOutcome, LeaseClient, LeaseHandle, LeaseObserver,
-    LeaseSettings, LeaseState, ListCoverage, ListOutcome, ListedLease, ListedSlot, LostReason,
-    REDIS_URL_ENV, ReleaseOutcome, RenewOutcome, Replication, ResourceHolder,
+    LeaseReading, LeaseSettings, LeaseState, ListCoverage, ListOutcome, ListedLease, ListedSlot,
+    LostReason, REDIS_URL_ENV, ReleaseOutcome, RenewOutcome, Replication, ResourceHolder,
 };
 // The protocol's vocabulary a caller names every day lives here, at the root, only.
 pub use protocol::attempt::{Attempt, OperationId, OwnerToken};

@@ -19,6 +19,7 @@
 //! | `leasehold_wait_seconds` | histogram | `purpose`, `outcome` | time spent in `acquire` |
 //! | `leasehold_cancel_delay_seconds` | histogram | `purpose`, `reason` | from the start of the first renewal that failed (or found the lease gone) to the worker's cancellation |
 //! | `leasehold_leases_held` | gauge | `purpose` | ACTIVE handles in this process |
+//! | `leasehold_line_length` | gauge | `purpose` | entries in the lines of waiters of the leases this process observes (`LeaseClient::observe`), as each observer last read its line, summed |
 //! | `leasehold_min_remaining_validity_seconds` | gauge | — | smallest local validity left among ACTIVE handles, as of the last acquisition, renewal or loss |
 //!
 //! Outcome, state and reason labels are the `as_str()` spellings of the corresponding
@@ -70,6 +71,8 @@ pub mod names {
     pub const LEASES_HELD: &str = "leasehold_leases_held";
     /// See the module table.
     pub const MIN_REMAINING_VALIDITY_SECONDS: &str = "leasehold_min_remaining_validity_seconds";
+    /// See the module table.
+    pub const LINE_LENGTH: &str = "leasehold_line_length";
 }
 
 /// What a metric labels by name — an outcome, a state, a reason, a cause: the enums that
@@ -285,6 +288,47 @@ impl Drop for HeldLease {
         with_held(|held| {
             held.remove(&(end, id));
         });
+    }
+}
+
+/// One observer's share of [`names::LINE_LENGTH`]: the length of the line it last read,
+/// taken back out of the gauge when the observer ends. The gauge sums observers (as
+/// `leases_held` sums handles) so that two observed leases of one purpose add up rather than
+/// overwrite each other.
+#[derive(Debug)]
+pub(crate) struct LineLength {
+    purpose: Purpose,
+    last: u64,
+}
+
+impl LineLength {
+    /// A share of nothing yet; the series exists from here, at zero.
+    pub(crate) fn new(purpose: &Purpose) -> Self {
+        gauge!(names::LINE_LENGTH, "purpose" => purpose_label(purpose)).increment(0.0);
+        Self {
+            purpose: purpose.clone(),
+            last: 0,
+        }
+    }
+
+    /// The line read `entries` long; a read that could not count it (`None`) keeps the
+    /// last length.
+    pub(crate) fn set(&mut self, entries: Option<u64>) {
+        let Some(entries) = entries else {
+            return;
+        };
+        let delta = entries as f64 - self.last as f64;
+        self.last = entries;
+        if delta != 0.0 {
+            gauge!(names::LINE_LENGTH, "purpose" => purpose_label(&self.purpose)).increment(delta);
+        }
+    }
+}
+
+impl Drop for LineLength {
+    fn drop(&mut self) {
+        gauge!(names::LINE_LENGTH, "purpose" => purpose_label(&self.purpose))
+            .decrement(self.last as f64);
     }
 }
 

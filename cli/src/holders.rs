@@ -27,7 +27,24 @@ pub(crate) async fn read(
     server: &Server,
     request: &LeaseRequest,
 ) -> Result<Vec<Option<Holder>>, String> {
-    let slots = client.inspect_slots(request).await;
+    read_line(client, server, request)
+        .await
+        .map(|(held, _)| held)
+}
+
+/// [`read`], and how many entries the lease's line held at the read (`None`: the line could
+/// not be read, say an ACL refuses `ZCARD`).
+///
+/// # Errors
+/// One line saying why Redis could not be read.
+pub(crate) async fn read_line(
+    client: &LeaseClient,
+    server: &Server,
+    request: &LeaseRequest,
+) -> Result<(Vec<Option<Holder>>, Option<u64>), String> {
+    let reading = client.inspect_with_line(request).await;
+    let waiting = reading.waiting;
+    let slots = reading.slots;
     let mut held = Vec::with_capacity(slots.len());
     for outcome in slots {
         let holding = |remaining, token, holder, delayed| {
@@ -64,7 +81,16 @@ pub(crate) async fn read(
             }
         });
     }
-    Ok(held)
+    Ok((held, waiting))
+}
+
+/// How many wait, as a person reads it: `12 waiting`, `none waiting`; `None` when the line
+/// could not be read (nothing is said then).
+pub(crate) fn waiting(entries: Option<u64>) -> Option<String> {
+    Some(match entries? {
+        0 => "none waiting".to_owned(),
+        n => format!("{n} waiting"),
+    })
 }
 
 /// A holder as a person reads it: its label, or that it gave none.
@@ -176,6 +202,9 @@ mod tests {
             describe(&one).as_deref(),
             Some("held by web-7:4242 (fencing token 17), which ends in 28s unless renewed")
         );
+        assert_eq!(waiting(Some(12)).as_deref(), Some("12 waiting"));
+        assert_eq!(waiting(Some(0)).as_deref(), Some("none waiting"));
+        assert_eq!(waiting(None), None);
         let unlabelled = [holding(1_500, 3, None, false)];
         assert!(describe(&unlabelled).is_some_and(|d| d.contains("without a label")));
         let delayed = [holding(10_999, 3, Some("w:1"), true)];

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{HolderLabel, LeaseRequest};
+use leasehold::{HolderLabel, LeaseKeys, LeaseRequest};
 
 use crate::holders::{self, Holder};
 use crate::{Common, config, fail, status, watch};
@@ -14,20 +14,23 @@ pub(crate) struct InspectArgs {
     #[command(flatten)]
     common: Common,
     /// Print one JSON object: {"held":true,"key":…,"remaining_ms":…,"fencing_token":…,
-    /// "holder":…} (holder null when the lease carries no label) or {"held":false,"key":…}
-    /// — with "lock_delay_ms", "fencing_token" and "holder" of the ended lease while a
-    /// lock-delay refuses holders. `key` is the lease's Redis key: deleting it takes the
-    /// lease (or the lock-delay) away.
+    /// "holder":…,"waiting":…} (holder null when the lease carries no label) or
+    /// {"held":false,"key":…,"waiting":…} — with "lock_delay_ms", "fencing_token" and
+    /// "holder" of the ended lease while a lock-delay refuses holders. `key` is the lease's
+    /// Redis key: deleting it takes the lease (or the lock-delay) away. "waiting" is the
+    /// number of entries in the lease's line (null when it could not be read).
     #[arg(long)]
     json: bool,
     /// Inspect the counted lease of N permits (1 ..= 64), as `run --permits N` holds it:
     /// how many of its slots are held, and each slot's holder, remaining time and token.
-    /// With --json: {"permits":N,"held":<slots held>,"key":…,"slots":[<one object as
-    /// above per slot, with "slot":i>]} [default: 1, the plain lease].
+    /// With --json: {"permits":N,"held":<slots held>,"key":…,"waiting":…,"slots":[<one
+    /// object as above per slot, with "slot":i, without "waiting">]} [default: 1, the plain
+    /// lease].
     #[arg(long, value_name = "N", value_parser = config::parse_permits, allow_negative_numbers = true)]
     permits: Option<u16>,
     /// Keep watching: print a line (with --json, an object) each time the holder changes
-    /// — acquired, released, expired, taken over — until interrupted (exit 0). A release
+    /// — acquired, released, expired, taken over — or the number waiting in its line does,
+    /// until interrupted (exit 0). A release
     /// or acquisition shows within a round trip, an expiry at its time, a key deleted from
     /// outside within a second. Plain leases only.
     #[arg(long)]
@@ -62,20 +65,31 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     if args.watch {
         return watch::watch(&client, &server, &request, args.json).await;
     }
-    let held = match holders::read(&client, &server, &request).await {
-        Ok(held) => held,
+    let (held, waiting) = match holders::read_line(&client, &server, &request).await {
+        Ok(read) => read,
         Err(message) => return fail(message),
     };
     let key = client
         .keys(args.common.purpose(), &resource)
         .counted(permits);
+    let count = print(args.json, &key, &held, waiting);
+    if count > 0 { 0 } else { status::ABSENT }
+}
+
+/// Prints what the read saw (`--json` or text) and returns how many slots are held.
+fn print(json_out: bool, key: &LeaseKeys, held: &[Option<Holder>], waiting: Option<u64>) -> usize {
+    let permits = key.permits();
     let count = held.iter().flatten().filter(|h| !h.delayed).count();
     let first = held.first().and_then(Option::as_ref);
-    match (args.json, permits) {
-        (true, 1) => println!("{}", json(key.lease(), first)),
+    match (json_out, permits) {
+        (true, 1) => {
+            let mut value = json(key.lease(), first);
+            value["waiting"] = waiting.into();
+            println!("{value}");
+        }
         (true, _) => {
             let slots: Vec<_> = (0u16..)
-                .zip(&held)
+                .zip(held)
                 .map(|(slot, held)| {
                     let mut value = json(key.for_slot(slot).lease(), held.as_ref());
                     value["slot"] = slot.into();
@@ -86,6 +100,7 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
                 "permits": permits,
                 "held": count,
                 "key": key.lease(),
+                "waiting": waiting,
                 "slots": slots,
             });
             println!("{value}");
@@ -112,7 +127,18 @@ pub(crate) async fn inspect(args: InspectArgs) -> u8 {
             }
         }
     }
-    if count > 0 { 0 } else { status::ABSENT }
+    if !json_out {
+        println!("{}", waiting_line(waiting));
+    }
+    count
+}
+
+/// The text's last line: `waiting: 3` — the entries in the lease's line.
+fn waiting_line(waiting: Option<u64>) -> String {
+    waiting.map_or_else(
+        || "waiting: unknown (the line could not be read)".to_owned(),
+        |n| format!("waiting: {n}"),
+    )
 }
 
 /// One lease's (or slot's) object of `--json`.

@@ -1,7 +1,10 @@
 //! What `run --wait` says while it waits: who holds the lease and when that holding ends,
-//! when the wait starts and each time the holder changes ([`LeaseClient::observe`]) — one
-//! line rewritten in place on a terminal (its countdown ticking each second), a plain line
-//! per change otherwise, a JSON object per change under `--log-format json`.
+//! and how many wait in its line, when the wait starts and each time the holder changes
+//! ([`LeaseClient::observe`], which reads the line too, at least every second) — one line
+//! rewritten in place on a terminal (its countdown ticking each second, its count changing
+//! as the observer reads it), a plain line per change of holder otherwise, a JSON object
+//! per change under `--log-format json`. The number is the line's entries: this run's own
+//! among them once it joined (the first line, said before it joins, counts those ahead).
 //!
 //! A counted lease is described once, when the wait starts (the observer follows plain
 //! leases); the terminal's countdown still ticks.
@@ -41,6 +44,10 @@ enum Seen {
 /// The waiting run's view of the holder, while it waits.
 pub(crate) struct Waiting {
     changes: Option<watch::Receiver<ResourceHolder>>,
+    /// The observer's count of the line's entries.
+    line: Option<watch::Receiver<Option<u64>>>,
+    /// The line's entries as last read; `None` while not known.
+    waiting: Option<u64>,
     /// Kept so the observer runs while the wait does.
     _observer: Option<leasehold::LeaseObserver>,
     seen: Seen,
@@ -64,8 +71,9 @@ impl Waiting {
         refusal: &AcquireOutcome,
         until: Instant,
     ) -> Waiting {
-        let read = holders::read(client, server, request).await;
-        let seen = match read {
+        let read = holders::read_line(client, server, request).await;
+        let waiting = read.as_ref().ok().and_then(|(_, waiting)| *waiting);
+        let seen = match read.map(|(slots, _)| slots) {
             Ok(slots) if slots.iter().any(Option::is_some) => Seen::Slots {
                 slots,
                 at: Instant::now(),
@@ -84,6 +92,10 @@ impl Waiting {
         });
         let waiting = Waiting {
             changes: observer.as_ref().map(leasehold::LeaseObserver::watch),
+            line: observer
+                .as_ref()
+                .map(leasehold::LeaseObserver::watch_waiting),
+            waiting,
             _observer: observer,
             shown: first_holding(&seen),
             seen,
@@ -106,6 +118,12 @@ impl Waiting {
                 None => std::future::pending().await,
             }
         };
+        let line = async {
+            match &mut self.line {
+                Some(line) => line.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
         let tick = async {
             match &mut self.ticks {
                 Some(ticks) => {
@@ -122,6 +140,7 @@ impl Waiting {
                     self.changes = None;
                 }
             }
+            alive = line => self.counted(alive),
             () = tick => self.show(),
         }
     }
@@ -130,6 +149,24 @@ impl Waiting {
     pub(crate) fn finish(&self) {
         if self.ticks.is_some() {
             say::clear_status();
+        }
+    }
+
+    /// The observer read the line (`alive`: it still runs): a terminal shows a new count at
+    /// once; lines and JSON carry it with the next change of holder, so that waiters coming
+    /// and going (this run's own joining among them) do not fill a log.
+    fn counted(&mut self, alive: bool) {
+        let Some(line) = self.line.as_mut().filter(|_| alive) else {
+            self.line = None;
+            return;
+        };
+        let waiting = *line.borrow_and_update();
+        // A read that could not count the line keeps the last count.
+        if waiting.is_some() && waiting != self.waiting {
+            self.waiting = waiting;
+            if self.ticks.is_some() {
+                self.show();
+            }
         }
     }
 
@@ -191,10 +228,14 @@ impl Waiting {
             Seen::Nothing => return,
         };
         let left = self.until.saturating_duration_since(now);
-        let message = format!(
+        let mut message = format!(
             "waiting for the lease ({} of --wait left): {who}",
             holders::about(left)
         );
+        if let Some(count) = holders::waiting(self.waiting) {
+            message.push_str("; ");
+            message.push_str(&count);
+        }
         if self.ticks.is_some() {
             say::status(message);
         } else {
@@ -204,6 +245,7 @@ impl Waiting {
                     "wait_left_ms".to_owned(),
                     u64::try_from(left.as_millis()).unwrap_or(u64::MAX).into(),
                 );
+                map.insert("waiting".to_owned(), self.waiting.into());
             }
             say::event(say::Level::Info, message, fields);
         }

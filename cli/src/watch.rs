@@ -1,5 +1,6 @@
 //! `leasehold inspect --watch`: the CLI face of [`LeaseClient::observe`] — one line (or one
-//! JSON object) on stdout each time the holder changes, until interrupted.
+//! JSON object) on stdout each time the holder changes or the number waiting in its line
+//! does (as the observer reads it: at least every second), until interrupted.
 
 use std::time::{Duration, SystemTime};
 
@@ -15,7 +16,8 @@ use crate::holders::about;
 /// publishes nothing) shows within this.
 const POLL: Duration = Duration::from_secs(1);
 
-/// Prints each change of holder until SIGINT, SIGTERM or SIGHUP (exit 0).
+/// Prints each change of holder (or of how many wait) until SIGINT, SIGTERM or SIGHUP
+/// (exit 0).
 pub(crate) async fn watch(
     client: &LeaseClient,
     server: &Server,
@@ -27,6 +29,7 @@ pub(crate) async fn watch(
         Err(e) => return fail(e),
     };
     let mut changes = observer.watch();
+    let mut line = observer.watch_waiting();
     let mut stops = Vec::new();
     for kind in [
         SignalKind::interrupt(),
@@ -51,21 +54,32 @@ pub(crate) async fn watch(
                     return fail("the lease observer stopped");
                 }
                 let seen = changes.borrow_and_update().clone();
-                print(&seen, server, json);
+                print(&seen, *line.borrow_and_update(), server, json);
+            }
+            changed = line.changed() => {
+                if changed.is_err() {
+                    return fail("the lease observer stopped");
+                }
+                let waiting = *line.borrow_and_update();
+                print(&changes.borrow_and_update().clone(), waiting, server, json);
             }
         }
     }
 }
 
-/// One change, as a line or a JSON object.
-fn print(seen: &ResourceHolder, server: &Server, json: bool) {
+/// One change, as a line or a JSON object, with how many wait (`None`: not known).
+fn print(seen: &ResourceHolder, waiting: Option<u64>, server: &Server, json: bool) {
     let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     if json {
-        if let Some(value) = as_json(seen, server, &now) {
+        if let Some(mut value) = as_json(seen, server, &now) {
+            value["waiting"] = waiting.into();
             println!("{value}");
         }
     } else if let Some(line) = as_line(seen, server) {
-        println!("{now} {line}");
+        match waiting {
+            Some(n) => println!("{now} {line}, waiting {n}"),
+            None => println!("{now} {line}"),
+        }
     }
 }
 

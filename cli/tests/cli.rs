@@ -130,7 +130,7 @@ fn the_lease_is_released_as_soon_as_the_command_exits() {
     // Right away: a 30 s lease still there would show up here.
     let inspect = finish(inspect_cmd(&server, "released"), &dir, "inspect");
     inspect.assert_code(1, "inspect after release");
-    assert_eq!(inspect.stdout.trim(), "held: no");
+    assert_eq!(inspect.stdout.trim(), "held: no\nwaiting: 0");
     let keys = all_keys(&server);
     let expected = keys_of("released");
     assert_eq!(
@@ -361,7 +361,14 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
     fields.sort_unstable();
     assert_eq!(
         fields,
-        ["fencing_token", "held", "holder", "key", "remaining_ms"],
+        [
+            "fencing_token",
+            "held",
+            "holder",
+            "key",
+            "remaining_ms",
+            "waiting"
+        ],
         "{value}"
     );
     // The key an operator deletes to take the lease away (docs/production.md: breaking a stuck lease).
@@ -389,7 +396,10 @@ fn inspect_reports_the_holder_token_and_remaining_time_and_absent_and_errors() {
     free.assert_code(1, "inspect --json (free)");
     let value: serde_json::Value = serde_json::from_str(free.stdout.trim())
         .unwrap_or_else(|e| panic!("not JSON: {e}: {:?}", free.stdout));
-    assert_eq!(value, serde_json::json!({ "held": false, "key": key }));
+    assert_eq!(
+        value,
+        serde_json::json!({ "held": false, "key": key, "waiting": 0 })
+    );
 
     let mut cmd = bare();
     cmd.args([

@@ -1,5 +1,6 @@
 //! What an operator sees of a lease from the command line: a refused or waiting run names
-//! the holder (and each new one), `inspect --watch` prints each change of holder, flock(1)'s
+//! the holder (and each new one) and how many wait, `inspect` and `inspect --watch` how many
+//! wait too, `inspect --watch` prints each change of holder, flock(1)'s
 //! and timeout(1)'s short options work, and `--timeout` ends the command like timeout(1)
 //! (exit 124) and releases.
 //!
@@ -29,6 +30,16 @@ fn free(server: &RedisServer, resource: &str) {
     let keys = keys_of(resource);
     let _: i64 = server.query(&["DEL", keys.lease()]);
     let _: i64 = server.query(&["PUBLISH", keys.release_channel(), "released"]);
+}
+
+/// Puts `n` entries into the line `name` (a lease's key, or a counted lease's name) as
+/// waiters that joined long ago and said nothing since: counted until an acquisition of
+/// the lease, once free, drops them.
+fn line_up(server: &RedisServer, name: &str, n: usize) {
+    let line = format!("{name}:line");
+    for i in 0..n {
+        let _: i64 = server.query(&["ZADD", &line, "1", &format!("{i:016x}")]);
+    }
 }
 
 #[test]
@@ -71,7 +82,7 @@ fn a_waiting_run_names_the_holder_and_each_new_one() {
     let mut waiter = Running::spawn(cmd, &dir, "waiter");
     let first = waiter.wait_for_stderr("web-7:4242");
     assert!(first.contains("waiting for the lease"), "{first}");
-    assert!(first.contains("unless renewed"), "{first}");
+    assert!(first.contains("unless renewed; none waiting"), "{first}");
     // Another holder takes over without a release (no notice): the observer's poll sees it.
     hold(&server, "queue", "web-9:311", 1796223359965099);
     let changed = Instant::now();
@@ -98,6 +109,7 @@ fn a_waiting_run_under_json_logs_says_who_it_waits_for_as_json() {
     let server = RedisServer::start();
     let dir = TempDir::new("waiting-json");
     hold(&server, "queue", "web-7:4242", 1796223359965023);
+    line_up(&server, keys_of("queue").lease(), 2);
     let mut cmd = run_cmd(&server, "queue");
     cmd.args(["--log-format", "json", "--wait", "60s", "--", "true"]);
     let mut waiter = Running::spawn(cmd, &dir, "waiter");
@@ -109,7 +121,13 @@ fn a_waiting_run_under_json_logs_says_who_it_waits_for_as_json() {
     assert_eq!(fields["fencing_token"], 1796223359965023_u64, "{value}");
     assert!(fields["remaining_ms"].as_u64().is_some(), "{value}");
     assert!(fields["wait_left_ms"].as_u64().is_some(), "{value}");
-    assert!(fields["message"].is_string(), "{value}");
+    assert_eq!(fields["waiting"], 2, "{value}");
+    assert!(
+        fields["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("; 2 waiting")),
+        "{value}"
+    );
     free(&server, "queue");
     waiter
         .finish_within(EXIT_TIMEOUT, "waiter")
@@ -267,4 +285,87 @@ fn a_waiter_stopped_by_sigterm_says_it_never_held_the_lease() {
     assert!(!done.stderr.contains("not_owner"), "{}", done.stderr);
     // The holder's lease is untouched.
     assert_eq!(lease_keys(&server), vec![keys_of("held").lease()]);
+}
+
+#[test]
+fn inspect_says_how_many_wait_in_text_and_json() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("inspect-line");
+    hold(&server, "seen", "web-7:4242", 1796223359965023);
+    line_up(&server, keys_of("seen").lease(), 2);
+    let done = finish(inspect_cmd(&server, "seen"), &dir, "text");
+    done.assert_code(0, "inspect of a held lease");
+    assert!(
+        done.stdout.contains("holder: web-7:4242"),
+        "{}",
+        done.stdout
+    );
+    assert_eq!(
+        done.stdout.lines().last(),
+        Some("waiting: 2"),
+        "{}",
+        done.stdout
+    );
+    let mut cmd = inspect_cmd(&server, "seen");
+    cmd.arg("--json");
+    let done = finish(cmd, &dir, "json");
+    let value: serde_json::Value = serde_json::from_str(done.stdout.trim()).expect("JSON");
+    assert_eq!(
+        (&value["held"], &value["waiting"]),
+        (&true.into(), &2.into()),
+        "{value}"
+    );
+    // A counted lease: its one line, said once for the lease.
+    line_up(&server, keys_of("seen").counted(3).lease(), 1);
+    let mut cmd = inspect_cmd(&server, "seen");
+    cmd.args(["--json", "--permits", "3"]);
+    let done = finish(cmd, &dir, "counted");
+    let value: serde_json::Value = serde_json::from_str(done.stdout.trim()).expect("JSON");
+    assert_eq!(
+        (&value["held"], &value["waiting"]),
+        (&0.into(), &1.into()),
+        "{value}"
+    );
+    assert!(value["slots"][0].get("waiting").is_none(), "{value}");
+}
+
+#[test]
+fn inspect_watch_says_how_many_wait_and_when_that_changes() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("watch-line");
+    hold(&server, "watched", "web-7:4242", 1796223359965023);
+    for json in [false, true] {
+        let mut cmd = inspect_cmd(&server, "watched");
+        cmd.arg("--watch");
+        if json {
+            cmd.arg("--json");
+        }
+        let mut watch = Running::spawn(cmd, &dir, &format!("watch-{json}"));
+        let (none, three) = if json {
+            (r#""waiting":0"#, r#""waiting":3"#)
+        } else {
+            (
+                "web-7:4242, fencing_token 1796223359965023, remaining",
+                "waiting 3",
+            )
+        };
+        let first = watch.wait_for_stdout(none);
+        assert!(json || first.ends_with("waiting 0"), "{first}");
+        let before = watch.stdout_lines();
+        // Joins publish nothing: the observer's next read (within a second) counts them.
+        line_up(&server, keys_of("watched").lease(), 3);
+        let counted = watch.wait_for_stdout_after(before, three);
+        assert!(
+            counted.contains("web-7:4242"),
+            "the holder again: {counted}"
+        );
+        assert!(
+            send_signal(watch.pid(), "TERM"),
+            "kill -TERM inspect --watch"
+        );
+        watch
+            .finish_within(EXIT_TIMEOUT, "inspect --watch")
+            .assert_code(0, "inspect --watch after SIGTERM");
+        let _: i64 = server.query(&["DEL", &format!("{}:line", keys_of("watched").lease())]);
+    }
 }

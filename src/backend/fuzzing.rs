@@ -93,7 +93,8 @@ pub mod calls {
         backend.release(keys, holding, timeout).await
     }
 
-    /// The read-only inspect script, as `attempt`.
+    /// The read-only inspect script, as `attempt`: the lease's state (not its line's
+    /// length).
     ///
     /// # Errors
     /// The backend's [`SendFailure`].
@@ -103,7 +104,10 @@ pub mod calls {
         attempt: &Attempt,
         timeout: Duration,
     ) -> Result<InspectReply, SendFailure> {
-        backend.inspect(keys, attempt, timeout).await
+        backend
+            .inspect(keys, attempt, timeout)
+            .await
+            .map(|inspected| inspected.reply)
     }
 
     /// A subscription to the lease's release notices, as a waiter makes it.

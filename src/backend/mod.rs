@@ -18,7 +18,7 @@ use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
 
 use crate::protocol::{
-    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, LineSession,
+    AcquireReply, Attempt, Holding, Inspected, LeaseKeys, LeaseRequest, LinePlace, LineSession,
     ReleaseReply, RenewReply, ReplicaWait, WaiterId,
 };
 
@@ -148,13 +148,13 @@ pub(crate) trait Operations {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseReply>;
 
-    /// Runs the read-only inspect script.
+    /// Runs the read-only inspect script: the lease's state and its line's length.
     fn inspect<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         timeout: Duration,
-    ) -> BackendFuture<'a, InspectReply>;
+    ) -> BackendFuture<'a, Inspected>;
 
     /// Subscribes to release notices of one lease. The subscription is live when the future
     /// resolves: a release after that point is delivered.

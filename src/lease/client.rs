@@ -10,7 +10,7 @@ use crate::backend::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig};
 use crate::error::LeaseError;
 use crate::lease::acquire;
 use crate::lease::acquire::AcquireOutcome;
-use crate::lease::outcome::{InspectOutcome, ReleaseOutcome};
+use crate::lease::outcome::{InspectOutcome, LeaseReading, ReleaseOutcome};
 use crate::lease::release::{self, Release};
 use crate::lease::session::Session;
 use crate::lease::settings::LeaseSettings;
@@ -327,23 +327,49 @@ impl LeaseClient {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     pub async fn inspect_slots(&self, request: &LeaseRequest) -> Vec<InspectOutcome> {
+        self.inspect_with_line(request).await.slots
+    }
+
+    /// Reads each slot of the lease `request` names, as
+    /// [`inspect_slots`](Self::inspect_slots) does, and in the same reads how many entries
+    /// wait in the lease's line ([`LeaseReading::waiting`]). What an operator's view of a
+    /// lease shows; read only.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), leasehold::LeaseError> {
+    /// use leasehold::{LeaseClient, LeaseSettings, MemoryBackend};
+    /// let client = LeaseClient::new(MemoryBackend::new(), LeaseSettings::default())?;
+    /// let request = client.request("exports", "fleet")?.build()?;
+    /// let _lease = client.try_acquire(&request).await?.into_handle();
+    /// let reading = client.inspect_with_line(&request).await;
+    /// assert!(reading.outcome().is_held());
+    /// assert_eq!(reading.waiting, Some(0)); // nobody waits
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn inspect_with_line(&self, request: &LeaseRequest) -> LeaseReading {
         let (purpose, resource) = (request.purpose(), request.resource());
         let slots = self.request_keys(request).each_slot();
-        futures_util::future::join_all(
+        let read = futures_util::future::join_all(
             slots
                 .iter()
                 .map(|keys| self.inspect_keys(keys, purpose, resource, request.attempt())),
         )
-        .await
+        .await;
+        LeaseReading::of(read)
     }
 
+    /// Reads one lease (or slot) by its keys: its outcome, and its line's length if read.
     pub(crate) async fn inspect_keys(
         &self,
         keys: &LeaseKeys,
         purpose: &Purpose,
         resource: &ResourceDigest,
         attempt: &Attempt,
-    ) -> InspectOutcome {
+    ) -> (InspectOutcome, Option<u64>) {
         let span = trace::span!("lease.inspect", purpose, resource, attempt);
         let started = Instant::now();
         let result = self
@@ -351,10 +377,13 @@ impl LeaseClient {
             .inspect(keys, attempt, self.settings().command_timeout)
             .instrument(span.clone())
             .await;
-        let outcome = InspectOutcome::from(result);
+        let (outcome, waiting) = match result {
+            Ok(read) => (InspectOutcome::from(Ok(read.reply)), read.waiting),
+            Err(failure) => (InspectOutcome::from(Err(failure)), None),
+        };
         let metric = Some((Operation::Inspect, purpose));
         trace::finish(&span, metric, &outcome, started);
-        outcome
+        (outcome, waiting)
     }
 
     /// Releases the lease `request` names if its attempt holds it — for an acquisition that

@@ -289,7 +289,11 @@ async fn read(client: &LeaseClient, attempt: &Attempt, name: Name) -> (Name, Ins
     if let Some(ListedSlot { slot, permits }) = *slot {
         keys = keys.counted(permits).for_slot(slot);
     }
-    let mut outcome = client.inspect_keys(&keys, purpose, resource, attempt).await;
+    // A listing names holders only: the line's length is `inspect`'s.
+    let mut outcome = client
+        .inspect_keys(&keys, purpose, resource, attempt)
+        .await
+        .0;
     for _ in 1..LIST_ATTEMPTS {
         if !matches!(
             outcome,
@@ -297,7 +301,10 @@ async fn read(client: &LeaseClient, attempt: &Attempt, name: Name) -> (Name, Ins
         ) {
             break;
         }
-        outcome = client.inspect_keys(&keys, purpose, resource, attempt).await;
+        outcome = client
+            .inspect_keys(&keys, purpose, resource, attempt)
+            .await
+            .0;
     }
     (name, outcome)
 }

@@ -27,7 +27,7 @@ pub use handle::LeaseHandle;
 pub use list::{ListCoverage, ListOutcome, ListedLease, ListedSlot};
 pub use observe::{LeaseObserver, ResourceHolder};
 pub use outcome::{
-    InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
+    InspectOutcome, LeaseReading, LeaseState, LostReason, ReleaseOutcome, RenewOutcome, Replication,
 };
 pub(crate) use renewal::{RenewReach, RenewSent, Renewal};
 pub use settings::LeaseSettings;

@@ -19,6 +19,7 @@ use crate::lease::{InspectOutcome, LeaseClient};
 use crate::protocol::LeaseRequestBuilder;
 use crate::protocol::limits::OBSERVE_POLL;
 use crate::protocol::{FencingToken, HolderLabel, LeaseRequest};
+use crate::telemetry::LineLength;
 
 /// Who holds a resource, as an observer last read it.
 ///
@@ -178,6 +179,7 @@ const RESUBSCRIBE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct LeaseObserver {
     holder: watch::Receiver<ResourceHolder>,
+    waiting: watch::Receiver<Option<u64>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -199,6 +201,20 @@ impl LeaseObserver {
     /// changing when the observer is dropped.
     pub fn watch(&self) -> watch::Receiver<ResourceHolder> {
         self.holder.clone()
+    }
+
+    /// How many entries the lease's line of waiters held at the last read
+    /// ([`LeaseReading::waiting`](crate::LeaseReading::waiting)): `None` before the first
+    /// read, or when the line could not be read. A join or a waiter's leaving publishes no
+    /// notice: the number is as fresh as the last read (at least every `poll`).
+    pub fn waiting(&self) -> Option<u64> {
+        *self.waiting.borrow()
+    }
+
+    /// A receiver of every change of [`waiting`](Self::waiting) (latest value only). It
+    /// stops changing when the observer is dropped.
+    pub fn watch_waiting(&self) -> watch::Receiver<Option<u64>> {
+        self.waiting.clone()
     }
 
     /// Waits for the next change of holder and returns it.
@@ -256,13 +272,18 @@ impl LeaseClient {
     ) -> Result<LeaseObserver, LeaseError> {
         let poll = OBSERVE_POLL.check(poll)?;
         let (tx, holder) = watch::channel(ResourceHolder::Unknown { detail: None });
+        let (line, waiting) = watch::channel(None);
         let reader = Reader {
             client: self.clone(),
             request: request.clone(),
             poll,
         };
-        let task = tokio::spawn(reader.run(tx));
-        Ok(LeaseObserver { holder, task })
+        let task = tokio::spawn(reader.run(tx, line));
+        Ok(LeaseObserver {
+            holder,
+            waiting,
+            task,
+        })
     }
 }
 
@@ -273,14 +294,22 @@ struct Reader {
 }
 
 impl Reader {
-    async fn run(self, tx: watch::Sender<ResourceHolder>) {
+    async fn run(self, tx: watch::Sender<ResourceHolder>, line: watch::Sender<Option<u64>>) {
         let mut notices: Option<ReleaseNotices> = None;
+        // Dropped with the task: the gauge forgets this observer's line then.
+        let mut gauge = LineLength::new(self.request.purpose());
         loop {
             if notices.is_none() {
                 // Subscribed before the read: a change after the read is noticed.
                 notices = self.subscribe().await;
             }
-            let read = self.read().await;
+            let (read, waiting) = self.read().await;
+            gauge.set(waiting);
+            line.send_if_modified(|current| {
+                let changed = *current != waiting;
+                *current = waiting;
+                changed
+            });
             let expiry = read.silent_change().map(|at| at + EXPIRY_GRACE);
             // The same holding keeps its newest expiry but tells nobody.
             tx.send_if_modified(|current| {
@@ -329,8 +358,10 @@ impl Reader {
         }
     }
 
-    async fn read(&self) -> ResourceHolder {
+    /// The holder, and the line's length if it was read.
+    async fn read(&self) -> (ResourceHolder, Option<u64>) {
         let sent = Instant::now();
-        ResourceHolder::read(self.client.inspect_slots(&self.request).await, sent)
+        let reading = self.client.inspect_with_line(&self.request).await;
+        (ResourceHolder::read(reading.slots, sent), reading.waiting)
     }
 }

@@ -21,9 +21,11 @@ use crate::backend::{FailureDetail, FailureKind, ReplicatedReply, SendFailure};
 use crate::protocol::{InspectReply, ReleaseReply, RenewReply};
 
 mod operations;
+mod reading;
 mod state;
 
 pub use operations::{InspectOutcome, ReleaseOutcome, RenewOutcome};
+pub use reading::LeaseReading;
 pub use state::{LeaseState, LostReason, Replication};
 
 /// How sure a backend's failure is that nothing happened, in the words outcomes use.

@@ -28,6 +28,6 @@ pub(crate) use holding::Holding;
 pub(crate) use keys::LeaseKeys;
 pub(crate) use line::{LINE_KEEP, LINE_KEEP_EVERY, LinePlace, LineSession, WaiterId};
 pub(crate) use names::{Namespace, Purpose};
-pub(crate) use reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
+pub(crate) use reply::{AcquireReply, InspectReply, Inspected, ReleaseReply, RenewReply};
 pub(crate) use request::LeaseRequest;
 pub use request::{LeaseRequestBuilder, ReplicaWait};

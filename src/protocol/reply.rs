@@ -131,6 +131,17 @@ pub enum InspectReply {
     Absent,
 }
 
+/// What `lua/inspect.lua` answered in full: the lease's state and the length of its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    /// The lease's state.
+    pub reply: InspectReply,
+    /// The entries in the lease's line (a counted lease's one line) — a waiter that died
+    /// is counted until it is dropped from the line; `None` when the line could not be
+    /// read (an ACL that refuses `ZCARD`).
+    pub waiting: Option<u64>,
+}
+
 macro_rules! simple_status {
     ($ty:ident { $($variant:ident => $word:literal),* $(,)? }) => {
         impl $ty {

@@ -271,3 +271,74 @@ pub async fn a_waiter_whose_wait_ran_out_leaves_the_line(h: Harness) {
         "{outcome:?}"
     );
 }
+
+/// `inspect_with_line` counts the line's entries: none while nobody waits, each waiter that
+/// joined (a try without a wait joins nothing), a counted lease's one line for all its
+/// slots, and a waiter that died until it is dropped from the line.
+pub async fn inspect_counts_the_entries_in_the_line(h: Harness) {
+    let holding = request(&h.client, "holder", Duration::ZERO);
+    let mut holder = acquired(&h.client, &holding).await;
+    let reading = h.client.inspect_with_line(&holding).await;
+    assert!(matches!(
+        reading.outcome(),
+        InspectOutcome::HeldByAttempt { .. }
+    ));
+    assert_eq!(reading.waiting, Some(0), "nobody waits");
+    for i in 0..3 {
+        assert_eq!(silent_waiter(&h, &format!("silent-{i}")).await, i);
+    }
+    let other = h.other_client();
+    let jumper = request(&other, "jumper", Duration::ZERO);
+    let outcome = other.try_acquire(&jumper).await.unwrap();
+    assert!(
+        matches!(outcome, AcquireOutcome::Contended { .. }),
+        "{outcome:?}"
+    );
+    let reading = other.inspect_with_line(&jumper).await;
+    assert!(matches!(
+        reading.outcome(),
+        InspectOutcome::HeldByOther { .. }
+    ));
+    assert_eq!(
+        reading.waiting,
+        Some(3),
+        "three joined; a try joins nothing"
+    );
+    // The waiters went silent: once the lease is free and they are past their keep-alive,
+    // the next acquisition drops them from the line; until then they count.
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+    assert_eq!(other.inspect_with_line(&jumper).await.waiting, Some(3));
+    tokio::time::sleep(KEEP + Duration::from_millis(200)).await;
+    let next = request(&other, "next", Duration::ZERO);
+    let _next = acquired(&other, &next).await;
+    assert_eq!(other.inspect_with_line(&next).await.waiting, Some(0));
+
+    // A counted lease: one line for its slots, every slot's read counts it.
+    let counted = |client: &LeaseClient, op: &str, wait: Duration| {
+        LeaseRequest::builder(
+            Purpose::new("contract").unwrap(),
+            ResourceDigest::of("line-counted"),
+            client.new_attempt(op).unwrap(),
+        )
+        .ttl(TTL)
+        .permits(2)
+        .wait_timeout(wait)
+        .build()
+        .unwrap()
+    };
+    let _a = acquired(&h.client, &counted(&h.client, "a", Duration::ZERO)).await;
+    let _b = acquired(&other, &counted(&other, "b", Duration::ZERO)).await;
+    let waiter = h.other_client();
+    let req = counted(&waiter, "waits", Duration::from_secs(60));
+    let keys = waiter.keys(req.purpose(), req.resource()).counted(2);
+    let backend = h.backend();
+    let reply = calls::acquire_waiting(backend.as_ref(), &keys, &req, Duration::from_secs(5)).await;
+    assert!(
+        matches!(reply, Ok(AcquireReply::Contended { rank: Some(0), .. })),
+        "{reply:?}"
+    );
+    let reading = waiter.inspect_with_line(&req).await;
+    assert_eq!(reading.slots.len(), 2);
+    assert!(reading.slots.iter().all(InspectOutcome::is_held));
+    assert_eq!(reading.waiting, Some(1), "the counted lease's one line");
+}

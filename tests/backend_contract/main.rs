@@ -494,4 +494,5 @@ contract_tests!(
     a_waiter_kept_alive_by_its_client_keeps_its_place_past_the_keep_alive,
     a_replayed_waiting_try_keeps_its_place,
     a_waiter_whose_wait_ran_out_leaves_the_line,
+    inspect_counts_the_entries_in_the_line,
 );

@@ -319,15 +319,15 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
         ("A30000 -00000000000000a1", "two op ", "CONTENDED 30000"),
         ("A30000 -00000000000000a1", "one other ", "CONFLICT 30000"),
         ("A30000 -00000000000000a1", "one op ", "REPLAYED 30000 t1"),
-        ("I", "two op ", "HELD_BY_OTHER 30000 t1"),
+        ("I", "two op ", "HELD_BY_OTHER 0 30000 t1"),
         ("N60000", "one op ", "RENEWED"),
-        ("I", "one op ", "HELD_BY_ATTEMPT 60000 t1"),
+        ("I", "one op ", "HELD_BY_ATTEMPT 0 60000 t1"),
         ("R", "two op ", "NOT_OWNER"),
         ("R", "one op ", "RELEASED"),
         ("N60000", "one op ", "ABSENT"),
-        ("I", "two op ", "ABSENT"),
+        ("I", "two op ", "ABSENT 0"),
         ("A30000 -00000000000000a1", "two op ", "ACQUIRED 30000 t2"),
-        ("I", "one op ", "HELD_BY_OTHER 30000 t2"),
+        ("I", "one op ", "HELD_BY_OTHER 0 30000 t2"),
     ];
     let call = |items: &[(&str, &str, &str)]| -> Vec<String> {
         let mut args = vec!["EVAL".to_owned(), script.clone(), String::new()];
@@ -336,6 +336,8 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
             args.push(keys.lease().to_owned());
             if head.starts_with('A') {
                 args.push(keys.fence().to_owned());
+            }
+            if head.starts_with('A') || head.starts_with('I') {
                 args.push(leasehold::fuzzing::calls::line_key(&keys));
             }
             argv.extend([head.to_string(), mine.to_string()]);

@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod line;
 mod recorder;
 
 use std::time::Duration;

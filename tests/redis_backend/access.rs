@@ -108,11 +108,45 @@ async fn a_user_refused_the_sorted_set_commands_leases_and_waits_without_a_line(
     let keys = client.keys(&Purpose::new("test").unwrap(), &ResourceDigest::of("r"));
     let line = leasehold::fuzzing::calls::line_key(&keys);
     assert_eq!(server.query::<i64>(&["EXISTS", &line]), 0);
+    // Inspect still reads the lease; how many wait is not known.
+    let _holder = acquired(&client, &request(&client, "inspected")).await;
+    let reading = client
+        .inspect_with_line(&request(&client, "inspected"))
+        .await;
+    assert!(reading.outcome().is_held(), "{reading:?}");
+    assert_eq!(reading.waiting, None);
     let log = format!("{:?}", server.cmd(&["ACL", "LOG"]));
     assert!(
-        log.contains("zrank") && log.contains("zrange"),
-        "no refused ZRANK and ZRANGE in the ACL log: {log}"
+        log.contains("zrank") && log.contains("zrange") && log.contains("zcard"),
+        "no refused ZRANK, ZRANGE and ZCARD in the ACL log: {log}"
     );
+}
+
+/// The ACL of docs/production.md lets inspect count the line (`ZCARD`).
+#[tokio::test]
+async fn the_documented_acl_lets_inspect_count_the_line() {
+    let server = RedisServer::start();
+    let doc = include_str!("../../docs/production.md");
+    let acl = doc
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER leases on >secret "))
+        .expect("docs/production.md gives the ACL");
+    let mut words: Vec<&str> = acl.split_whitespace().collect();
+    words[4] = ">pw";
+    server.cmd(&words);
+    let url = format!("redis://leases:pw@127.0.0.1:{}", server.port());
+    let client = LeaseClient::redis(&url, redis_settings()).unwrap();
+    let _holder = acquired(&client, &request(&client, "r")).await;
+    let waiter = LeaseClient::redis(&url, redis_settings()).unwrap();
+    // A waiting try joins the line (a wait's every try does).
+    let req = request(&waiter, "r");
+    let keys = waiter.keys(req.purpose(), req.resource());
+    let backend = RedisBackend::new(RedisConfig::new(url.clone())).unwrap();
+    let reply = calls::acquire_waiting(&backend, &keys, &req, Duration::from_secs(5)).await;
+    assert!(reply.is_ok(), "{reply:?}");
+    let reading = client.inspect_with_line(&request(&client, "r")).await;
+    assert!(reading.outcome().is_held(), "{reading:?}");
+    assert_eq!(reading.waiting, Some(1), "the waiter is counted");
 }
 
 /// A holder refused PUBLISH releases without a notice: a subscribed waiter still finds
@@ -162,11 +196,12 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
     let reply = server.cmd(&[
         "EVAL",
         &script,
-        "4",
+        "5",
         keys.lease(),
         keys.fence(),
         &leasehold::fuzzing::calls::line_key(&keys),
         keys.lease(),
+        &leasehold::fuzzing::calls::line_key(&keys),
         "7",
         "A30000 -00000000000000a1",
         "another-owner op ",

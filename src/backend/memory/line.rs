@@ -143,6 +143,18 @@ impl Line {
     }
 }
 
+// What `inspect` reads of a line (`lua/inspect.lua`'s ZCARD), apart from the line's rules.
+impl Line {
+    /// Its entries, live or not yet dropped; none once it is gone.
+    pub(super) fn entries(&self, now: Instant) -> usize {
+        if self.is_gone(now) {
+            0
+        } else {
+            self.waiters.len()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

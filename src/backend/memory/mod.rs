@@ -24,7 +24,7 @@ fn now() -> Instant {
     Instant::now()
 }
 use crate::protocol::{
-    AcquireReply, Attempt, FencingToken, HolderLabel, Holding, InspectReply, LeaseKeys,
+    AcquireReply, Attempt, FencingToken, HolderLabel, Holding, InspectReply, Inspected, LeaseKeys,
     LeaseRequest, LinePlace, LineSession, ReleaseReply, RenewReply, ReplicaWait, WaiterId,
 };
 
@@ -400,9 +400,10 @@ impl Operations for MemoryBackend {
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         timeout: Duration,
-    ) -> BackendFuture<'a, InspectReply> {
+    ) -> BackendFuture<'a, Inspected> {
         self.run(timeout, move |store, now| {
-            match store.live(&keys.lease, now) {
+            let waiting = store.lines.get(&keys.line()).map_or(0, |l| l.entries(now));
+            let reply = match store.live(&keys.lease, now) {
                 None => InspectReply::Absent,
                 Some(entry) => {
                     let ((pttl, ended), token) = (entry.left(now), FencingToken::new(entry.token));
@@ -427,6 +428,10 @@ impl Operations for MemoryBackend {
                         }
                     }
                 }
+            };
+            Inspected {
+                reply,
+                waiting: u64::try_from(waiting).ok(),
             }
         })
     }

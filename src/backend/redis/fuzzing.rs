@@ -28,9 +28,10 @@ pub fn release(value: Value) -> Result<ReleaseReply, String> {
     parse::release(value)
 }
 
-/// The decoder of one inspect item's reply.
+/// The decoder of one inspect item's reply: the lease's state (the line's length it also
+/// reads is checked by the decoder's own tests).
 pub fn inspect(value: Value) -> Result<InspectReply, String> {
-    parse::inspect(value)
+    parse::inspect(value).map(|inspected| inspected.reply)
 }
 
 /// The holding a handle keeps for `request`'s acquisition that issued `token`: with the

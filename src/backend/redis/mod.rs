@@ -55,7 +55,7 @@ use super::{
 use crate::error::LeaseError;
 use crate::protocol::limits::{self, CONNECT_TIMEOUT, deadline_after};
 use crate::protocol::{
-    AcquireReply, Attempt, Holding, InspectReply, LeaseKeys, LeaseRequest, LinePlace, LineSession,
+    AcquireReply, Attempt, Holding, Inspected, LeaseKeys, LeaseRequest, LinePlace, LineSession,
     ReleaseReply, RenewReply, ReplicaWait, WaiterId,
 };
 
@@ -397,7 +397,7 @@ impl Operations for RedisBackend {
         keys: &'a LeaseKeys,
         attempt: &'a Attempt,
         timeout: Duration,
-    ) -> BackendFuture<'a, InspectReply> {
+    ) -> BackendFuture<'a, Inspected> {
         let item = batch::Item::inspect(keys, attempt);
         self.operation(item, timeout, parse::inspect)
     }

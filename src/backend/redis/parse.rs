@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::{
-    AcquireReply, FencingToken, HolderLabel, InspectReply, ReleaseReply, RenewReply,
+    AcquireReply, FencingToken, HolderLabel, InspectReply, Inspected, ReleaseReply, RenewReply,
 };
 
 type Parsed<T> = Result<T, String>;
@@ -93,6 +93,17 @@ impl<'a> Line<'a> {
         u32::try_from(n)
             .map(Some)
             .map_err(|_| format!("rank {n} is out of range"))
+    }
+
+    /// The line's entries at `at`: `-` when the script could not read the line.
+    fn waiting(&self, at: usize) -> Parsed<Option<u64>> {
+        if self.numbers.get(at).is_some_and(|w| *w == b"-") {
+            return Ok(None);
+        }
+        let n = self.int(at, "line length")?;
+        u64::try_from(n)
+            .map(Some)
+            .map_err(|_| format!("line length {n} is negative"))
     }
 
     /// The holder label at `at`, if the reply has one.
@@ -182,26 +193,31 @@ pub(super) fn kept(value: Value) -> Parsed<()> {
     }
 }
 
-pub(super) fn inspect(value: Value) -> Parsed<InspectReply> {
+/// `<STATUS> <waiting> …`: the line's entries second (`-`: not read), then the lease's.
+pub(super) fn inspect(value: Value) -> Parsed<Inspected> {
     let line = Line::read(&value)?;
-    Ok(match (line.status, line.numbers.len()) {
-        (b"HELD_BY_ATTEMPT", 2 | 3) => InspectReply::HeldByAttempt {
-            pttl: line.millis(0)?,
-            token: line.token(1)?,
-            holder: line.holder(2)?,
+    let reply = match (line.status, line.numbers.len()) {
+        (b"HELD_BY_ATTEMPT", 3 | 4) => InspectReply::HeldByAttempt {
+            pttl: line.millis(1)?,
+            token: line.token(2)?,
+            holder: line.holder(3)?,
         },
-        (b"HELD_BY_OTHER", 2 | 3) => InspectReply::HeldByOther {
-            pttl: line.millis(0)?,
-            token: line.token(1)?,
-            holder: line.holder(2)?,
+        (b"HELD_BY_OTHER", 3 | 4) => InspectReply::HeldByOther {
+            pttl: line.millis(1)?,
+            token: line.token(2)?,
+            holder: line.holder(3)?,
         },
-        (b"DELAYED", 2 | 3) => InspectReply::Delayed {
-            pttl: line.millis(0)?,
-            token: line.token(1)?,
-            holder: line.holder(2)?,
+        (b"DELAYED", 3 | 4) => InspectReply::Delayed {
+            pttl: line.millis(1)?,
+            token: line.token(2)?,
+            holder: line.holder(3)?,
         },
-        (b"ABSENT", 0) => InspectReply::Absent,
+        (b"ABSENT", 1) => InspectReply::Absent,
         _ => return Err(line.unknown("inspect")),
+    };
+    Ok(Inspected {
+        reply,
+        waiting: line.waiting(0)?,
     })
 }
 
@@ -347,23 +363,45 @@ mod tests {
         );
         assert!(acquire(bulk("CONTENDED 0 -1")).is_err());
         assert!(acquire(bulk("CONTENDED 0 1 2")).is_err());
+        let read = |reply, waiting| Ok(Inspected { reply, waiting });
         assert_eq!(
-            inspect(bulk("HELD_BY_OTHER 1500 9")),
-            Ok(InspectReply::HeldByOther {
-                pttl: Duration::from_millis(1500),
-                token: FencingToken::new(9),
-                holder: None,
-            })
+            inspect(bulk("HELD_BY_OTHER 12 1500 9")),
+            read(
+                InspectReply::HeldByOther {
+                    pttl: Duration::from_millis(1500),
+                    token: FencingToken::new(9),
+                    holder: None,
+                },
+                Some(12)
+            )
         );
         assert_eq!(
-            inspect(bulk("HELD_BY_ATTEMPT 1500 9 web-7:42")),
-            Ok(InspectReply::HeldByAttempt {
-                pttl: Duration::from_millis(1500),
-                token: FencingToken::new(9),
-                holder: Some(HolderLabel::new("web-7:42").unwrap()),
-            })
+            inspect(bulk("HELD_BY_ATTEMPT - 1500 9 web-7:42")),
+            read(
+                InspectReply::HeldByAttempt {
+                    pttl: Duration::from_millis(1500),
+                    token: FencingToken::new(9),
+                    holder: Some(HolderLabel::new("web-7:42").unwrap()),
+                },
+                None
+            )
         );
-        let too_long = format!("HELD_BY_OTHER 1500 9 {}", "x".repeat(65));
+        assert_eq!(
+            inspect(bulk("ABSENT 0")),
+            read(InspectReply::Absent, Some(0))
+        );
+        assert_eq!(inspect(bulk("ABSENT -")), read(InspectReply::Absent, None));
+        // The line's length is always there, never negative; nothing follows an absence.
+        for bad in [
+            "ABSENT",
+            "ABSENT -1",
+            "ABSENT x",
+            "ABSENT 0 1",
+            "HELD_BY_OTHER 1500 9",
+        ] {
+            assert!(inspect(bulk(bad)).is_err(), "{bad}");
+        }
+        let too_long = format!("HELD_BY_OTHER 0 1500 9 {}", "x".repeat(65));
         assert!(
             inspect(bulk(&too_long))
                 .unwrap_err()
@@ -377,12 +415,15 @@ mod tests {
             })
         );
         assert_eq!(
-            inspect(bulk("DELAYED 1999 9 web-7")),
-            Ok(InspectReply::Delayed {
-                pttl: Duration::from_millis(1999),
-                token: FencingToken::new(9),
-                holder: Some(HolderLabel::new("web-7").unwrap()),
-            })
+            inspect(bulk("DELAYED 3 1999 9 web-7")),
+            read(
+                InspectReply::Delayed {
+                    pttl: Duration::from_millis(1999),
+                    token: FencingToken::new(9),
+                    holder: Some(HolderLabel::new("web-7").unwrap()),
+                },
+                Some(3)
+            )
         );
         assert_eq!(release(bulk("NOT_OWNER")), Ok(ReleaseReply::NotOwner));
     }

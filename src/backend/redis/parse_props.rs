@@ -75,7 +75,7 @@ proptest! {
             let _ = native(values.clone(), 7, widths, asking);
         }
     }
-    if let Ok(InspectReply::HeldByAttempt { token, .. } | InspectReply::HeldByOther { token, .. }) = inspect(v) {
+    if let Ok(InspectReply::HeldByAttempt { token, .. } | InspectReply::HeldByOther { token, .. }) = inspect(v).map(|i| i.reply) {
             prop_assert!(token.get() > 0);
         }
     }

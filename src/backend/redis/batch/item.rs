@@ -33,8 +33,10 @@ pub(in super::super) struct Item {
     /// The slot keys a counted lease's acquisition reads (`LeaseKeys::slot_keys`), in
     /// place of `lease`; empty for every other item.
     slots: Vec<String>,
-    /// The group's fence counter and the lease's line: acquire only.
-    fence: Option<(String, String)>,
+    /// The keys after the lease's (or its slots'): the group's fence counter and the
+    /// lease's line for an acquisition, the line for an inspection (which counts it); none
+    /// for the other items.
+    after: Vec<String>,
     /// The kind letter, then for a counted acquisition the number of slots and a space,
     /// then the ttl in milliseconds for acquire and renew (for an acquire, then its
     /// lock-delay after a slash if it has one), then for an acquire a space, `+` (it
@@ -74,7 +76,11 @@ impl Item {
             kind,
             lease: keys.lease.clone(),
             slots: Vec::new(),
-            fence: (kind == Kind::Acquire).then(|| (keys.fence.clone(), keys.line())),
+            after: match kind {
+                Kind::Acquire => vec![keys.fence.clone(), keys.line()],
+                Kind::Inspect => vec![keys.line()],
+                Kind::Renew | Kind::Release | Kind::Leave | Kind::Keep => Vec::new(),
+            },
             head,
             mine,
             value: None,
@@ -160,7 +166,7 @@ impl Item {
             kind: Kind::Keep,
             lease: keys.line(),
             slots: Vec::new(),
-            fence: None,
+            after: Vec::new(),
             head: format!("K{}", session.as_str()),
             mine: String::new(),
             value: None,
@@ -279,7 +285,7 @@ impl Item {
 pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
     let keys: usize = items
         .iter()
-        .map(|i| i.slots.len().max(1) + 2 * usize::from(i.fence.is_some()))
+        .map(|i| i.slots.len().max(1) + i.after.len())
         .sum();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(scripts::BATCH.get_hash()).arg(keys);
@@ -290,8 +296,8 @@ pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
         for slot in &item.slots {
             cmd.arg(slot);
         }
-        if let Some((fence, line)) = &item.fence {
-            cmd.arg(fence).arg(line);
+        for key in &item.after {
+            cmd.arg(key);
         }
     }
     cmd.arg(id);
