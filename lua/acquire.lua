@@ -13,8 +13,9 @@
 -- now     function returning the server's TIME in µs (read at most once per batch)
 -- line    the lease's line of waiters (lua/line.lua)
 -- id      the attempt's waiter id (protocol::WaiterId)
--- waits   true for a waiting acquisition, which joins the line (or keeps its place in
---         it) when it may not take the lease; false for a try, which never joins
+-- waits   for a waiting acquisition, which joins the line (or keeps its place in it)
+--         when it may not take the lease: '+' for its first try, '=' for later ones (in
+--         line already); false for a try, which never joins
 --
 -- Replies, one line of words (status words match protocol::AcquireReply):
 --   'ACQUIRED <ttl_ms> <token>'   key was absent and this attempt first in line (or the
@@ -104,7 +105,7 @@ end
 -- A refusal `reply`: a waiting acquisition joins the line (or keeps its place) and adds
 -- its rank; a try answers it as it is.
 local function refused(reply, line, id, waits, now)
-  local rank = waits and wait_in_line(line, id, now)
+  local rank = waits and wait_in_line(line, id, now, waits == '+')
   if rank then
     return reply .. ' ' .. rank
   end
@@ -125,7 +126,7 @@ local function acquire(lease, fence, mine, ttl, holder, delay, now, line, id, wa
   -- A waiter behind others, refused by a holder that is not its own attempt's owner: its
   -- rank is all it needs (it sleeps through releases), so no PTTL is read for it.
   if waits and delay_of(seen) == 0 and not whose(seen, mine) then
-    local rank = wait_in_line(line, id, now)
+    local rank = wait_in_line(line, id, now, waits == '+')
     if rank and rank > 0 then
       return 'CONTENDED 0 ' .. rank
     elseif rank then

@@ -16,15 +16,17 @@
 --                                'P<n> <ttl_ms> <w><id> <holder>', mine
 --            (an acquisition of a counted lease of n permits, 1 < n <= 64)
 --            either acquisition's ttl may be followed by '/<delay_ms>': its lock-delay;
---            <w> is '+' for a waiting acquisition (it joins the line), '-' for a try,
---            and <id> the attempt's waiter id (lua/line.lua)
+--            <w> is '+' for a waiting acquisition's first try (it joins the line),
+--            '=' for its later ones (in line already), '-' for a try, and <id> the
+--            attempt's waiter id (lua/line.lua)
 --   renew    KEYS lease          ARGV 'N<ttl_ms>', mine
 --   release  KEYS lease          ARGV 'R', mine
 --   inspect  KEYS lease, line    ARGV 'I', mine
 --   leave    KEYS line           ARGV 'L<n> <id>', mine   (a waiter leaves the line of a
 --                                lease of n permits: lua/line.lua)
---   keep     KEYS line           ARGV 'K<session>', ''    (a line session keeps its
---                                waiters in the line alive: lua/line.lua)
+--   keep     KEYS line           ARGV 'K<session>' or 'K<session>+', ''    (a line
+--                                session keeps its waiters in the line alive; '+': and
+--                                the line itself: lua/line.lua)
 -- Two arguments and a one-line reply per item, rather than one argument per field and a
 -- table per reply: each argument and each reply element costs Redis an allocation and a
 -- conversion, which dominated the cost of a refusal.
@@ -81,9 +83,10 @@ local function now()
 end
 
 -- An acquisition head's parts after its kind (and a counted one's n): the ttl, the
--- lock-delay or nil, whether it waits, the waiter id, the holder label or nil.
+-- lock-delay or nil, how it waits ('+' it joins, '=' it is in line already, false for a
+-- try), the waiter id, the holder label or nil.
 local function acquisition(rest)
-  local ttl, delay, w, id, holder = string.match(rest, '^(%d+)/?(%d*) ([+-])(%x+) ?(.*)$')
+  local ttl, delay, w, id, holder = string.match(rest, '^(%d+)/?(%d*) ([+=-])(%x+) ?(.*)$')
   if not ttl then
     error('ERR leasehold batch: malformed acquisition ' .. rest, 0)
   end
@@ -93,7 +96,7 @@ local function acquisition(rest)
   if holder == '' then
     holder = nil
   end
-  return ttl, delay, w == '+', id, holder
+  return ttl, delay, w ~= '-' and w, id, holder
 end
 
 local function run(kind, head, at, mine)
@@ -116,11 +119,11 @@ local function run(kind, head, at, mine)
     end
     return leave(KEYS[at], id, tonumber(n))
   elseif kind == K then
-    local session = string.match(head, '^K(%x+)$')
+    local session, extend = string.match(head, '^K(%x+)(%+?)$')
     if not session then
       error('ERR leasehold batch: malformed keep ' .. head, 0)
     end
-    return keep(KEYS[at], session)
+    return keep(KEYS[at], session, extend == '+')
   end
   return inspect(KEYS[at], mine, KEYS[at + 1])
 end

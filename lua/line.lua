@@ -5,9 +5,9 @@
 --         slot; protocol::LeaseKeys::line): its members are waiter ids (16 hex digits, a
 --         digest of the attempt: protocol::WaiterId, so a replay keeps its place), each
 --         scored by the server's TIME in µs when it joined. Equal scores are ordered by
---         the member, which is how the server breaks a tie. The key lives LINE_PX past the
---         last join, longer than any wait (an hour at most): a line whose waiters all
---         went is gone by then. A waiter id is its client's line session (16 hex digits)
+--         the member, which is how the server breaks a tie. The key lives LINE_PX past its
+--         creation or the last keep-alive that extended it (keep), longer than any wait (an
+--         hour at most): a line whose waiters all went is gone by then. A waiter id is its client's line session (16 hex digits)
 --         then its attempt's part (16 more).
 -- alive   "<line>:<session>": the keep-alive of a line session's waiters, SET with PX
 --         KEEP_MS by the session (lua/batch.lua's keep item, every LINE_KEEP_EVERY of
@@ -41,9 +41,14 @@ local function alive(line, id, joined, now)
   return redis.call('GET', line .. ':' .. string.sub(id, 1, 16)) ~= false
 end
 
--- The line session `session` keeps its waiters in `line` alive.
-local function keep(line, session)
+-- The line session `session` keeps its waiters in `line` alive; with `extend`, the line
+-- too: it lives LINE_PX past the last such keep of any live session (every eighth beat of
+-- src/lease/line_keeper.rs), and past its creation.
+local function keep(line, session, extend)
   redis.call('SET', line .. ':' .. session, '1', 'PX', KEEP_MS)
+  if extend then
+    redis.pcall('PEXPIRE', line, LINE_PX)
+  end
   return 'KEPT'
 end
 
@@ -104,17 +109,27 @@ end
 -- Puts the waiter `id` in `line` (joining at the server's TIME) or finds it there;
 -- returns its rank (0 for the head), or nil without a line (an ACL that refuses the
 -- sorted-set commands). Finding it reads no TIME and writes nothing: its session keeps it
--- alive.
-local function wait_in_line(line, id, now)
-  local rank = redis.pcall('ZRANK', line, id)
-  if type(rank) == 'table' then
-    return nil
-  elseif rank then
-    return rank
+-- alive. `first`: the wait's first try, which joins at once (ZADD NX: a replay of it
+-- finds its place) rather than looking for its place first. The join that makes the line
+-- sets its expiry; the waiting sessions' keep-alives extend it (keep).
+local function wait_in_line(line, id, now, first)
+  if not first then
+    local rank = redis.pcall('ZRANK', line, id)
+    if type(rank) == 'table' then
+      return nil
+    elseif rank then
+      return rank
+    end
   end
-  redis.call('ZADD', line, 'NX', string.format('%d', now()), id)
-  redis.call('PEXPIRE', line, LINE_PX)
-  return redis.call('ZRANK', line, id)
+  local added = redis.pcall('ZADD', line, 'NX', string.format('%d', now()), id)
+  if type(added) == 'table' then
+    return nil
+  end
+  local rank = redis.call('ZRANK', line, id)
+  if added == 1 and rank == 0 then
+    redis.call('PEXPIRE', line, LINE_PX)
+  end
+  return rank
 end
 
 -- Tells the waiter `id` its turn, on its session's channel.

@@ -242,3 +242,52 @@ fn a_wait_dropped_with_its_runtime_shutting_down_ends() {
         drop(runtime);
     }
 }
+
+/// A line outlives its creation's hour while anyone waits in it: the waiting clients'
+/// keep-alives extend it. Waiters that came half an hour apart are served in that order
+/// past the hour, not the later one first because the line expired under the earlier.
+#[tokio::test(start_paused = true)]
+async fn a_line_waited_in_past_its_first_hour_keeps_its_order() {
+    let backend = MemoryBackend::new();
+    let client = || LeaseClient::new(backend.clone(), LeaseSettings::default()).unwrap();
+    let (holder_client, first, second, third) = (client(), client(), client(), client());
+    let mut holder = hold(&holder_client, Duration::from_secs(3600)).await;
+    let hour = Duration::from_secs(3600);
+    let wait = |c: LeaseClient, after: Duration| {
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let req = request(&c, Duration::from_secs(30), hour);
+            let outcome = c.acquire(&req).await.unwrap();
+            let mut lease = outcome.into_handle().expect("served");
+            let at = Instant::now();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(lease.release().await, ReleaseOutcome::Released);
+            at
+        })
+    };
+    // The first waiter made the line at 0 and leaves it at 60 min, its wait over; the
+    // second has waited in it since 30 min, the third comes at 61 min.
+    let first = tokio::spawn(async move {
+        let req = request(&first, Duration::from_secs(30), hour);
+        first.acquire(&req).await.unwrap()
+    });
+    let second = wait(second, Duration::from_secs(30 * 60));
+    // The holder keeps the lease past the hour.
+    tokio::time::sleep(Duration::from_secs(45 * 60)).await;
+    assert!(matches!(holder.renew().await, RenewOutcome::Renewed { .. }));
+    // The line was made 61 min ago: without its extensions it ends now, and the third
+    // would join an empty line before the second looks again (within 750 ms).
+    tokio::time::sleep(Duration::from_secs(16 * 60) + Duration::from_millis(1)).await;
+    let third = wait(third, Duration::ZERO);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+    assert!(matches!(
+        first.await.unwrap(),
+        AcquireOutcome::Contended { .. }
+    ));
+    let (second, third) = (second.await.unwrap(), third.await.unwrap());
+    assert!(
+        second < third,
+        "the waiter of 30 min was served after the one of 61 min"
+    );
+}

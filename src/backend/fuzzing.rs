@@ -57,7 +57,7 @@ pub mod calls {
     ) -> Result<AcquireReply, SendFailure> {
         let id = WaiterId::alone(request.attempt());
         backend
-            .acquire(keys, request, LinePlace::Waits, &id, timeout)
+            .acquire(keys, request, LinePlace::Joins, &id, timeout)
             .await
     }
 

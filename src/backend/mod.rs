@@ -175,11 +175,13 @@ pub(crate) trait Operations {
     ) -> BackendFuture<'a, ()>;
 
     /// The line session `session` keeps its waiters in the lease's line alive for
-    /// [`LINE_KEEP`](crate::protocol::LINE_KEEP) more (`lua/line.lua`).
+    /// [`LINE_KEEP`](crate::protocol::LINE_KEEP) more (`lua/line.lua`); with `extend`, the
+    /// line itself too, for its whole life again.
     fn keep_in_line<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         session: &'a LineSession,
+        extend: bool,
         timeout: Duration,
     ) -> BackendFuture<'a, ()>;
 

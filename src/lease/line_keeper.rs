@@ -13,6 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use crate::lease::session::Session;
 use crate::protocol::{Attempt, LINE_KEEP_EVERY, LeaseKeys, LineSession, WaiterId};
 
+/// Beats per extension of the lines' lives (about 7 s: the lines live an hour).
+const EXTEND_EVERY: u64 = 8;
+
 /// One client's line session: its id, the lines its waiters are in, and the places owed a
 /// leave.
 #[derive(Debug)]
@@ -125,10 +128,12 @@ fn spawn(session: &Arc<Session>) {
 }
 
 /// The keep-alive task: a beat every [`LINE_KEEP_EVERY`] while the session lives and has
-/// a line to keep or a leave owed.
+/// a line to keep or a leave owed. Every [`EXTEND_EVERY`]th beat extends the lines' lives
+/// too, so that a line outlives its creation's hour while anyone waits in it.
 async fn beat(session: Weak<Session>) {
-    loop {
+    for beat in 0u64.. {
         tokio::time::sleep(LINE_KEEP_EVERY).await;
+        let extend = beat % EXTEND_EVERY == 0;
         let Some(session) = session.upgrade() else {
             return;
         };
@@ -146,7 +151,7 @@ async fn beat(session: Weak<Session>) {
         let backend = session.backend();
         let keeps = lines
             .iter()
-            .map(|keys| backend.keep_in_line(keys, &keeper.id, timeout));
+            .map(|keys| backend.keep_in_line(keys, &keeper.id, extend, timeout));
         for (keys, result) in lines
             .iter()
             .zip(futures_util::future::join_all(keeps).await)

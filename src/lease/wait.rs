@@ -447,11 +447,7 @@ pub(crate) async fn acquire_with_wait(
     let mut jitter = random_jitter;
     let mut waiting = false;
     // A wait with no time for a second try must not leave a place in the line behind it.
-    let line = if patience.contended.is_zero() {
-        LinePlace::Tries
-    } else {
-        LinePlace::Waits
-    };
+    let waits = !patience.contended.is_zero();
     let permits = request.permits();
     let mut in_line = InLine::new(session, request);
     loop {
@@ -463,9 +459,14 @@ pub(crate) async fn acquire_with_wait(
             n.releases.drain();
             n.turn.drain();
         }
+        let line = match (waits, in_line.is_joined()) {
+            (false, _) => LinePlace::Tries,
+            (true, false) => LinePlace::Joins,
+            (true, true) => LinePlace::Waits,
+        };
         let (outcome, rank) = acquire::try_in_line(session, request, line).await;
         // Whatever its outcome said: a waiting try whose reply was lost may have joined.
-        if line == LinePlace::Waits {
+        if waits {
             in_line.joined();
         }
         let place = Place::of(rank, permits);

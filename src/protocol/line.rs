@@ -110,12 +110,23 @@ impl fmt::Debug for WaiterId {
 /// How an acquisition stands towards the lease's line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LinePlace {
-    /// A try of the wait loop: it takes a free lease when it is first in line (or the line
-    /// is empty), else it joins the line, or keeps its place there.
+    /// The first try of the wait loop: it takes a free lease when it is first in line (or
+    /// the line is empty), else it joins the line (`ZADD` at once, no rank read first: a
+    /// replay of it finds its place).
+    Joins,
+    /// A later try of the wait loop: as `Joins`, but it looks for its place first (it is
+    /// in the line, unless its place was lost), and joins only if it is not.
     Waits,
     /// A try without a wait: it takes a free lease only when no live waiter is ahead of
     /// it, and never joins.
     Tries,
+}
+
+impl LinePlace {
+    /// Whether it joins the line (or keeps its place) when it may not take the lease.
+    pub(crate) fn waits(self) -> bool {
+        self != Self::Tries
+    }
 }
 
 #[cfg(test)]

@@ -151,7 +151,7 @@ impl Store {
         place: LinePlace,
         now: Instant,
     ) -> Option<u32> {
-        if place == LinePlace::Tries {
+        if !place.waits() {
             return None;
         }
         let waiting = self

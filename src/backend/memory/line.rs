@@ -7,7 +7,8 @@ use tokio::time::Instant;
 use crate::protocol::limits::deadline_after;
 use crate::protocol::{LINE_KEEP, LeaseKeys};
 
-/// How long a line outlives its last join: longer than any wait (`LINE_PX`).
+/// How long a line outlives its creation, or the last keep-alive that extended it: longer
+/// than any wait (`LINE_PX`).
 const LINE_LIFE: std::time::Duration = std::time::Duration::from_secs(3660);
 
 /// Hex digits of a waiter id that name its line session (`protocol::WaiterId`).
@@ -66,6 +67,11 @@ impl Line {
         }
     }
 
+    /// A line session's keep-alive extends the line's life (`lua/line.lua` `keep`).
+    pub(super) fn extend(&mut self, now: Instant) {
+        self.expires_at = deadline_after(now, LINE_LIFE);
+    }
+
     /// Whether the line is gone: empty, or past its expiry.
     pub(super) fn is_gone(&self, now: Instant) -> bool {
         self.waiters.is_empty() || self.expires_at <= now
@@ -122,7 +128,6 @@ impl Line {
                     id: id.to_owned(),
                     joined: now,
                 });
-                self.expires_at = deadline_after(now, LINE_LIFE);
                 self.waiters.len() - 1
             }
         };

@@ -469,9 +469,13 @@ impl Operations for MemoryBackend {
         &'a self,
         keys: &'a LeaseKeys,
         session: &'a LineSession,
+        extend: bool,
         timeout: Duration,
     ) -> BackendFuture<'a, ()> {
         self.run(timeout, move |store, now| {
+            if extend && let Some(line) = store.lines.get_mut(&keys.line()) {
+                line.extend(now);
+            }
             // Ended keep-alives go once the map doubled since the last sweep: a sweep's
             // cost is spread over as many keeps as it looks at.
             if store.kept.len() >= store.kept_sweep_at {

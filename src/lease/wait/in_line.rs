@@ -31,6 +31,11 @@ impl InLine {
         }
     }
 
+    /// Whether a waiting try was sent: the next one looks for its place first.
+    pub(super) fn is_joined(&self) -> bool {
+        self.kept.is_some()
+    }
+
     /// A waiting try was sent: it may have joined the line, so the session keeps the
     /// place alive from now on.
     pub(super) fn joined(&mut self) {

@@ -40,7 +40,8 @@ pub(in super::super) struct Item {
     /// The kind letter, then for a counted acquisition the number of slots and a space,
     /// then the ttl in milliseconds for acquire and renew (for an acquire, then its
     /// lock-delay after a slash if it has one), then for an acquire a space, `+` (it
-    /// waits) or `-` (a try), its waiter id, and the holder label if any, after a space:
+    /// joins), `=` (it waits in line already) or `-` (a try), its waiter id, and the
+    /// holder label if any, after a space:
     /// `A30000 +0123456789abcdef`, `A30000/2000 -0123456789abcdef web-7`,
     /// `P4 30000 +0123456789abcdef`.
     head: String,
@@ -100,7 +101,8 @@ impl Item {
             Some(delay) => format!("{}/{}", request.ttl().as_millis(), delay.as_millis()),
         };
         ttl.push_str(match place {
-            LinePlace::Waits => " +",
+            LinePlace::Joins => " +",
+            LinePlace::Waits => " =",
             LinePlace::Tries => " -",
         });
         ttl.push_str(id.as_str());
@@ -159,15 +161,16 @@ impl Item {
         item
     }
 
-    /// The line session `session` keeps its waiters in the lease's line alive: its key is
-    /// the line's, and it carries no owner (its second argument is empty).
-    pub(in super::super) fn keep(keys: &LeaseKeys, session: &LineSession) -> Self {
+    /// The line session `session` keeps its waiters in the lease's line alive (with
+    /// `extend`, the line too): its key is the line's, and it carries no owner (its second
+    /// argument is empty).
+    pub(in super::super) fn keep(keys: &LeaseKeys, session: &LineSession, extend: bool) -> Self {
         Self {
             kind: Kind::Keep,
             lease: keys.line(),
             slots: Vec::new(),
             after: Vec::new(),
-            head: format!("K{}", session.as_str()),
+            head: format!("K{}{}", session.as_str(), if extend { "+" } else { "" }),
             mine: String::new(),
             value: None,
             channel: None,
