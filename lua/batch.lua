@@ -22,6 +22,8 @@
 --   renew    KEYS lease          ARGV 'N<ttl_ms>', mine
 --   release  KEYS lease          ARGV 'R', mine
 --   inspect  KEYS lease, line    ARGV 'I', mine
+--            KEYS lease          ARGV 'I-', mine   (the lease alone, its line not read:
+--                                for a Cluster slot migrating, whose line has not moved)
 --   leave    KEYS line           ARGV 'L<n> <id>', mine   (a waiter leaves the line of a
 --                                lease of n permits: lua/line.lua)
 --   keep     KEYS line           ARGV 'K<session>' or 'K<session>+', ''    (a line
@@ -52,6 +54,9 @@ local function width(head)
       return n + 2
     end
     return nil
+  end
+  if head == 'I-' then
+    return 1
   end
   return fixed[kind]
 end
@@ -124,6 +129,9 @@ local function run(kind, head, at, mine)
       error('ERR leasehold batch: malformed keep ' .. head, 0)
     end
     return keep(KEYS[at], session, extend == '+')
+  end
+  if head == 'I-' then
+    return inspect(KEYS[at], mine, nil)
   end
   return inspect(KEYS[at], mine, KEYS[at + 1])
 end

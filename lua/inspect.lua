@@ -2,11 +2,12 @@
 --
 -- lease  lease key ("<owner> <op> <token>" or "<owner> <op> <holder> <token>")
 -- mine   "<owner> <op> "
--- line   the lease's line ("<name>:line", lua/line.lua; a counted lease's one line)
+-- line   the lease's line ("<name>:line", lua/line.lua; a counted lease's one line), or nil:
+--        not read
 --
 -- Replies (protocol::InspectReply), each with <waiting> second: the line's entries (its
 -- ZCARD: a waiter that died is counted until it is dropped from the line), or '-' when the
--- line could not be read (an ACL that refuses ZCARD, a key of another type):
+-- line could not be read (an ACL that refuses ZCARD, a key of another type) or was not:
 --   'HELD_BY_ATTEMPT <waiting> <pttl_ms> <token>[ <holder>]'  held by exactly this attempt
 --   'HELD_BY_OTHER <waiting> <pttl_ms> <token>[ <holder>]'    held by someone else; the
 --         owner token stays here, the fencing token and the holder label are public
@@ -16,6 +17,9 @@
 
 -- The line's entries, or '-' when it cannot be read.
 local function waiting(line)
+  if not line then
+    return '-'
+  end
   local n = redis.pcall('ZCARD', line)
   if type(n) ~= 'number' then
     return '-'

@@ -84,3 +84,12 @@ pub(super) fn may_concern_some_keys(err: &RedisError) -> bool {
 pub(super) fn command_refused(err: &RedisError) -> bool {
     err.code() == Some("NOPERM") && err.detail().is_some_and(|d| d.contains("to run the"))
 }
+
+/// Whether `failure` is a `TRYAGAIN` refusal: a Cluster node asked for several keys of a
+/// slot that is migrating, of which some have moved and some not. Nothing ran. (The redis
+/// crate names the code `TryAgain` first in the error's text, which is all the detail
+/// keeps; tests/cluster.rs meets it on a real migration.)
+pub(super) fn is_try_again(failure: &SendFailure) -> bool {
+    matches!(failure, SendFailure::NotSent(d)
+        if d.kind == FailureKind::ServerRefused && d.message.starts_with("TryAgain"))
+}

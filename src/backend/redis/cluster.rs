@@ -17,7 +17,9 @@
 //!   (the slot is migrating and the source no longer has the keys) it goes to the
 //!   importing node after `ASKING`, in one write on that node's connection; the map stays,
 //!   as the source owns the slot until the migration ends. So a lease whose keys moved
-//!   renews, inspects and releases during the migration. A second redirection in one
+//!   renews, inspects and releases during the migration (an inspection refused with
+//!   `TRYAGAIN`, its line not moved yet, reads the lease alone: `RedisBackend::inspect`).
+//!   A second redirection in one
 //!   call, or a `TRYAGAIN` (some of a call's keys moved, others not yet: an acquisition
 //!   whose fence counter moved before its lease key exists), is `NotSent` (`classify`),
 //!   for the caller to retry.

@@ -152,6 +152,15 @@ impl Item {
         Self::new(Kind::Inspect, keys, attempt, "I".to_owned())
     }
 
+    /// An inspection of the lease alone, its line not read (its reply's count is `-`): for
+    /// a Cluster slot that is migrating, where the importing node refuses (`TRYAGAIN`) a
+    /// call naming the line, which has not moved, beside the lease, which has.
+    pub(in super::super) fn inspect_lease(keys: &LeaseKeys, attempt: &Attempt) -> Self {
+        let mut item = Self::new(Kind::Inspect, keys, attempt, "I-".to_owned());
+        item.after.clear();
+        item
+    }
+
     /// The waiter `id` (`attempt`'s) leaves the lease's line: its key is the line's (which
     /// routes as the lease does: one hash tag).
     pub(in super::super) fn leave(keys: &LeaseKeys, attempt: &Attempt, id: &WaiterId) -> Self {
