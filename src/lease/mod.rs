@@ -8,6 +8,7 @@ mod acquire;
 mod client;
 mod handle;
 mod line_keeper;
+mod line_places;
 mod list;
 mod observe;
 mod outcome;

@@ -16,7 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::backend::LeaseBackend;
-use crate::lease::line_keeper::LineKeeper;
+use crate::lease::line_places::LinePlaces;
 use crate::lease::settings::LeaseSettings;
 use crate::protocol::{LeaseKeys, LeaseRequest, Purpose, ResourceDigest, WaiterId};
 
@@ -24,7 +24,7 @@ use crate::protocol::{LeaseKeys, LeaseRequest, Purpose, ResourceDigest, WaiterId
 pub(crate) struct Session {
     backend: Arc<dyn LeaseBackend>,
     settings: LeaseSettings,
-    line_keeper: LineKeeper,
+    line_places: LinePlaces,
 }
 
 impl Session {
@@ -32,18 +32,18 @@ impl Session {
         Self {
             backend,
             settings,
-            line_keeper: LineKeeper::new(),
+            line_places: LinePlaces::new(),
         }
     }
 
-    /// The client's line session: its waiters' ids and keep-alives in lines.
-    pub(crate) fn line_keeper(&self) -> &LineKeeper {
-        &self.line_keeper
+    /// The client's line session: its waiters' ids and places in lines.
+    pub(crate) fn line_places(&self) -> &LinePlaces {
+        &self.line_places
     }
 
     /// `request`'s waiter id in its lease's line.
     pub(crate) fn waiter_id(&self, request: &LeaseRequest) -> WaiterId {
-        self.line_keeper.waiter_id(request.attempt())
+        self.line_places.waiter_id(request.attempt())
     }
 
     pub(crate) fn backend(&self) -> &dyn LeaseBackend {

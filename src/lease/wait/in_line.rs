@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::lease::line_keeper::{Kept, LineKeeper};
+use crate::lease::line_keeper::{self, Kept};
 use crate::lease::session::Session;
 use crate::protocol::{Attempt, LeaseKeys, LeaseRequest, WaiterId};
 
@@ -40,7 +40,7 @@ impl InLine {
     /// place alive from now on.
     pub(super) fn joined(&mut self) {
         if self.kept.is_none() {
-            self.kept = Some(LineKeeper::register(&self.session, &self.keys));
+            self.kept = Some(line_keeper::register(&self.session, &self.keys));
         }
     }
 
@@ -87,6 +87,6 @@ async fn leave_line(session: &Arc<Session>, keys: &LeaseKeys, attempt: &Attempt,
         .await
     {
         tracing::debug!(%failure, "leaving the line failed; the session leaves it again");
-        LineKeeper::owe_leave(session, keys, attempt, id);
+        line_keeper::owe_leave(session, keys, attempt, id);
     }
 }
