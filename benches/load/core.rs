@@ -21,6 +21,7 @@ impl Env {
 pub(crate) async fn core(env: Env) {
     let client = env.client();
     let mut floor = Floor::new(&env).await;
+    let mut fenced = FloorFenced::new(&env).await;
     let peers = Peers::new(&env).await;
     let (rs, arl) = (&peers.rslock, &peers.async_redis_lock);
     let mut info = env.connection().await;
@@ -38,6 +39,9 @@ pub(crate) async fn core(env: Env) {
         )
         .await;
         floor.cycle(&format!("floor:{}:warm:{i}", env.run)).await;
+        fenced
+            .cycle(&format!("floor-fenced:{}:warm:{i}", env.run))
+            .await;
     }
 
     // Each workload runs leasehold, the floor and the peers in alternating slices, so all
@@ -48,6 +52,9 @@ pub(crate) async fn core(env: Env) {
         parts
             .floor
             .add(w1_baseline(&env, &floor, &mut info, s.slice, k).await);
+        parts
+            .fenced
+            .add(w1_baseline(&env, &fenced, &mut info, s.slice, k).await);
         parts
             .rslock
             .add(w1_baseline(&env, rs, &mut info, s.slice, k).await);
@@ -67,6 +74,9 @@ pub(crate) async fn core(env: Env) {
         parts
             .floor
             .add(w2_baseline(&env, &floor, &mut info, s.slice, k).await);
+        parts
+            .fenced
+            .add(w2_baseline(&env, &fenced, &mut info, s.slice, k).await);
         parts
             .rslock
             .add(w2_baseline(&env, rs, &mut info, s.slice, k).await);
@@ -135,6 +145,8 @@ pub(crate) fn field_of_row(row: &Row, name: &str) -> f64 {
 pub(crate) struct Parts {
     pub(crate) lease: Part,
     pub(crate) floor: Part,
+    /// The fenced floor's (W1, W2; W3 has none: empty).
+    pub(crate) fenced: Part,
     pub(crate) rslock: Part,
     pub(crate) arl: Part,
 }
@@ -167,7 +179,8 @@ impl Parts {
         ]
     }
 
-    /// The rows of a lock-cycle workload (W1, W2): the floor, each peer, then leasehold.
+    /// The rows of a lock-cycle workload (W1, W2): the floor, the fenced floor, each peer,
+    /// then leasehold.
     pub(crate) fn cycle_rows(self, env: &Env, workload: &str, tasks: Option<usize>) {
         self.print_rows(workload, |name, part, ratio_to_floor| {
             cycle_row(env, name, part, tasks, ratio_to_floor)
@@ -181,17 +194,53 @@ impl Parts {
         });
     }
 
+    /// `ratio_to_floor_fenced` of leasehold's row: its rate over the fenced floor's in the
+    /// same run (> 1: leasehold does more per second), and `srv_cpu_ratio_to_floor_fenced`,
+    /// its Redis CPU per operation over the fenced floor's (> 1: leasehold costs Redis
+    /// more). None when the workload has no fenced floor (W3).
+    fn fenced_ratios(&self) -> Option<[(&'static str, String); 2]> {
+        if self.fenced.ops == 0 {
+            return None;
+        }
+        let srv = |part: &Part| part.used.per(part.ops).1;
+        let text = |r: Option<f64>| r.map_or("na".to_owned(), |r| format!("{r:.3}"));
+        Some([
+            (
+                "ratio_to_floor_fenced",
+                text(ratio(self.lease.ops_per_s(), self.fenced.ops_per_s())),
+            ),
+            (
+                "srv_cpu_ratio_to_floor_fenced",
+                text(ratio(srv(&self.lease), srv(&self.fenced))),
+            ),
+        ])
+    }
+
     fn print_rows(self, workload: &str, row: impl Fn(&str, Part, Option<f64>) -> Row) {
         let peer_ratios = self.peer_ratios();
+        let fenced_ratios = self.fenced_ratios();
         let floor = self.floor.ops_per_s();
+        let srv = |part: &Part| part.used.per(part.ops).1;
+        // The fenced floor's Redis CPU over the floor's: what the token and the notice cost.
+        let fenced_srv = ratio(srv(&self.fenced), srv(&self.floor))
+            .map_or("na".to_owned(), |r| format!("{r:.3}"));
         let to_floor = |part: &Part| ratio(part.ops_per_s(), floor);
         let (rs, arl) = (to_floor(&self.rslock), to_floor(&self.arl));
         let lease = to_floor(&self.lease);
+        let fenced = to_floor(&self.fenced);
         row(&format!("floor-{workload}"), self.floor, Some(1.0)).print();
+        if fenced_ratios.is_some() {
+            let mut floor_fenced = row(&format!("floor-fenced-{workload}"), self.fenced, fenced);
+            floor_fenced
+                .extra
+                .push(("srv_cpu_ratio_to_floor", fenced_srv));
+            floor_fenced.print();
+        }
         row(&format!("rslock-{workload}"), self.rslock, rs).print();
         row(&format!("async-redis-lock-{workload}"), self.arl, arl).print();
         let mut leasehold = row(workload, self.lease, lease);
         leasehold.extra.extend(peer_ratios);
+        leasehold.extra.extend(fenced_ratios.into_iter().flatten());
         leasehold.print();
     }
 }

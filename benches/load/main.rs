@@ -4,8 +4,9 @@
 //! (`current_thread`, and `multi_thread` with 2 workers; both built by hand).
 //!
 //! Files: this one runs the children and prints; `children` what every child shares (the
-//! environment, one lease cycle, the raw-redis floor); `peers` the floor and the peer crates
-//! behind one `Baseline` trait; `core` W1, W2, W3 and PING;
+//! environment, one lease cycle, the raw-redis floor); `floor_fenced` the fenced floor;
+//! `peers` the floors and the peer crates behind one `Baseline` trait; `core` W1, W2, W3
+//! and PING; `peer_renewals` R<n> of the peers and the fenced floor;
 //! `handoff` H; `actors` A; `renewals` R<n>; `measure` and `probes` the measuring; the
 //! redis-server is the tests' own harness (`tests/common/redis_server.rs`).
 //!
@@ -24,12 +25,25 @@
 //! Every measured row is one line:
 //!
 //! ```text
-//! RESULT workload=<W1|W2|W3|H|H<W>|R10k|R100k|A|floor-…|floor-actor> flavor=<current_thread|multi_thread>
+//! RESULT workload=<W1|W2|W3|H|H<W>|R10k|R100k|A|floor-…|floor-fenced-…|floor-actor|<peer>-…>
+//!        flavor=<current_thread|multi_thread>
 //!        ops_per_s=… p50_us=… p99_us=… ratio_to_floor=… <extra>=… server=<kind>-<version>
 //! ```
 //!
 //! The floor is `SET key token NX PX ttl`, then an owner-checked `DEL` (a Lua script by
 //! `EVALSHA`), on one multiplexed connection, like leasehold's.
+//!
+//! The fenced floor (`floor-fenced-W1`, `floor-fenced-W2`, `floor-fenced-R10k`/`-R1k`) is the
+//! leanest cycle leasehold's design allows, on the raw crate: acquire = one script call
+//! (`GET` of the lease; the token `max(last + 1, server TIME µs)` by one `SET fence token
+//! GET`; `SET lease "<owner> <token>" PX ttl`), release = owner-checked `DEL` + `PUBLISH` of
+//! the notice in one script (on Valkey ≥ 9: `DELIFEQ` + `PUBLISH`), renew = owner-checked
+//! `PEXPIRE` by script (on Valkey ≥ 8.1: `SET … IFEQ … PX`); the server's commands are read
+//! from `INFO server` as leasehold reads them, and `LEASEHOLD_BENCH_SCRIPTS` keeps it on the
+//! scripts. Its W rows carry `srv_cpu_ratio_to_floor` (its Redis CPU per cycle over the
+//! floor's: what the token and the notice cost); leasehold's W1/W2 rows carry
+//! `ratio_to_floor_fenced` (its rate over the fenced floor's, same child) and
+//! `srv_cpu_ratio_to_floor_fenced` (its Redis CPU per cycle over the fenced floor's).
 //!
 //! W1, W2 and W3 run the same workload on rslock 0.10 and async-redis-lock 0.4 too (rows
 //! `rslock-W…`, `async-redis-lock-W…`, one try per call, the same TTL), and leasehold's row
@@ -38,7 +52,8 @@
 //!
 //! * `W1` one task, sequential `acquire` → `release` on distinct keys (the request — digest,
 //!   fresh attempt, builder — is made inside the timed cycle); p50/p99 per cycle. 2 s.
-//! * `W2` 64 tasks doing the same, each on its own keys. 10 s (quick: 1 s).
+//!   Rows `floor-W1`, `floor-fenced-W1`, `rslock-W1`, `async-redis-lock-W1`, `W1`.
+//! * `W2` 64 tasks doing the same, each on its own keys. 10 s (quick: 1 s). Rows as W1's.
 //! * `W3` 16 tasks contending for one key, one `try_acquire` per iteration (release at once
 //!   when acquired): `ops_per_s` = successful acquisitions/s, p50/p99 per try, and
 //!   `srv_cpu_us_per_refused`: the Redis CPU of the phase (`INFO cpu`, sys + user) divided by
@@ -77,7 +92,13 @@
 //!   included, which must stay above the safety margin):
 //!   `max_late_ms` = (ttl − drift − cadence) − that minimum, i.e. how far behind its
 //!   schedule the latest confirmation came (timer delay + round trip; for a first renewal
-//!   also the time from the acquisition's send to the actor's start).
+//!   also the time from the acquisition's send to the actor's start). The same n locks,
+//!   TTL and cadence are held by rslock, async-redis-lock and the fenced floor, each in a
+//!   child of its own (rows `rslock-R10k`, `async-redis-lock-R10k`, `floor-fenced-R10k`:
+//!   renewals/s, client and Redis CPU per renewal, RSS per lock); a peer's failure (a
+//!   renewal that failed or found its lock gone, a lock it could not take, a release that
+//!   failed) is counted in its row (`lost`, `not_taken`, `release_failed`), not a panic of
+//!   the run. `R10k-vs-peers` has leasehold's client CPU, Redis CPU and RSS over each's.
 //! * `H<W>` many waiters on one lease (`line`): W = 200 and 1,000 (quick: 40) waiters over
 //!   W/4 clients, each waiting with its crate's own wait, holding 2 ms, releasing and
 //!   queueing again, 800 grants (quick: 100); for leasehold, rslock and async-redis-lock,
@@ -116,7 +137,7 @@ use leasehold::runtime::{LeaseContext, RuntimeError, SpawnOutcome};
 use leasehold::telemetry::names;
 use leasehold::{
     AcquireOutcome, LeaseClient, LeaseRequest, LeaseSettings, LeaseState, Purpose, RedisBackend,
-    RedisConfig, ReleaseOutcome,
+    RedisConfig, ReleaseOutcome, ServerCapabilities,
 };
 use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -126,6 +147,7 @@ mod actor_floor;
 mod actors;
 mod children;
 mod core;
+mod floor_fenced;
 mod handoff;
 mod line;
 mod measure;
@@ -141,6 +163,7 @@ use actor_floor::*;
 use actors::*;
 use children::*;
 use core::*;
+use floor_fenced::*;
 use handoff::*;
 use line::*;
 use measure::*;
@@ -158,6 +181,23 @@ const FLOOR_RELEASE_LUA: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
 const FLOOR_RELEASE_PUBLISH_LUA: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
      redis.call('DEL',KEYS[1]) redis.call('PUBLISH',ARGV[2],'released') return 1 \
      else return 0 end";
+/// The fenced floor's acquisition (`floor_fenced`): the leanest fenced acquire leasehold's
+/// design allows, one call. `KEYS[1]` the lease, `KEYS[2]` its group's fence counter;
+/// `ARGV[1]` the owner, `ARGV[2]` the TTL in ms. Refused (nil) when the lease is held; else
+/// the token `max(last + 1, server TIME in µs)`, read and written on the counter by one
+/// `SET … GET` (a second `SET` only when the clock did not pass the counter), and the lease
+/// set to `"<owner> <token>"` with its expiry. Replies the token.
+const FLOOR_FENCED_ACQUIRE_LUA: &str = "if redis.call('GET',KEYS[1]) then return false end \
+     local t=redis.call('TIME') local token=t[1]*1000000+t[2] \
+     local text=string.format('%d',token) \
+     local last=tonumber(redis.call('SET',KEYS[2],text,'GET')) \
+     if last and last>=token then token=last+1 text=string.format('%d',token) \
+     redis.call('SET',KEYS[2],text) end \
+     redis.call('SET',KEYS[1],ARGV[1]..' '..text,'PX',ARGV[2]) return token";
+/// The fenced floor's renewal (R) where the server has no `SET … IFEQ`: an owner-checked
+/// `PEXPIRE`. `ARGV[1]` is the lease's whole value, `ARGV[2]` the TTL in ms.
+const FLOOR_FENCED_RENEW_LUA: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
+     return redis.call('PEXPIRE',KEYS[1],ARGV[2]) else return 0 end";
 /// The un-batched renewal R is compared with (`unbatched_renew_us`): leasehold's renew
 /// item as a script of its own. `ARGV[1]` is `"<owner> <op> "`, the value's prefix.
 const FLOOR_RENEW_LUA: &str = "local held = redis.call('GET', KEYS[1]) \
@@ -204,9 +244,10 @@ fn main() {
             .into_iter()
             .find(|l| l.starts_with("RESULT workload=R"))
             .expect("the renew child printed no RESULT line");
-        // The same n locks, TTL and cadence on each peer, each in a child of its own.
+        // The same n locks, TTL and cadence on each peer and the fenced floor, each in a
+        // child of its own.
         let mut peer_rows = Vec::new();
-        for peer in ["rslock", "async-redis-lock"] {
+        for peer in ["rslock", "async-redis-lock", "floor-fenced"] {
             server.cmd(&["FLUSHALL"]);
             let args = [
                 "renew-peer",

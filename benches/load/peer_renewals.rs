@@ -1,26 +1,35 @@
-//! The peer renew children: R<n> for rslock and async-redis-lock — n locks held, each
-//! extended on leasehold's cadence the way that crate's user does it, measured like
-//! leasehold's R (client and Redis CPU per renewal in a window of two periods, RSS per
-//! held lock).
+//! The peer renew children: R<n> for rslock, async-redis-lock and the fenced floor — n
+//! locks held, each extended on leasehold's cadence the way that crate's user does it,
+//! measured like leasehold's R (client and Redis CPU per renewal in a window of two
+//! periods, RSS per held lock).
 //!
 //! * async-redis-lock extends each lock itself, from a task it spawns per lock.
 //! * rslock does not renew: its user extends each lock from a task of their own
 //!   (`sleep(cadence)` then `LockManager::extend`), which is what runs here.
+//! * The fenced floor (`floor_fenced`) is held the same way: its fenced acquisitions, then a
+//!   task per lease sending one owner-checked renewal each `cadence` (`PEXPIRE` by script,
+//!   or `SET … IFEQ` where the server has it), un-batched.
 
 use std::sync::atomic::AtomicUsize;
 
 use super::*;
 
-/// Renewals a peer made: its extension script calls (`EVALSHA`/`EVAL`, from `INFO
-/// commandstats`), between two readings.
-async fn script_calls(info: &mut MultiplexedConnection) -> u64 {
+/// Renewals a peer made: its extension calls (`commands`, e.g. `EVALSHA` and `EVAL`, from
+/// `INFO commandstats`), between two readings.
+async fn renewal_calls(info: &mut MultiplexedConnection, commands: &[&str]) -> u64 {
     let text: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(info)
         .await
         .expect("INFO commandstats");
     text.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            commands.iter().any(|c| {
+                l.strip_prefix("cmdstat_")
+                    .and_then(|l| l.strip_prefix(c))
+                    .is_some_and(|l| l.starts_with(':'))
+            })
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
@@ -45,6 +54,14 @@ enum Held {
     },
     AsyncRedisLock {
         locks: Vec<async_redis_lock::Lock>,
+        not_taken: usize,
+    },
+    FloorFenced {
+        floor: FloorFenced,
+        /// Each lease's key and value, and its renewal task.
+        locks: Vec<((String, String), tokio::task::JoinHandle<()>)>,
+        /// Leases whose renewal failed or found them gone (each stops renewing then).
+        lost: Arc<AtomicUsize>,
         not_taken: usize,
     },
 }
@@ -103,6 +120,55 @@ impl Held {
                 }
                 Held::AsyncRedisLock { locks, not_taken }
             }
+            "floor-fenced" => {
+                let mut floor = FloorFenced::new(env).await;
+                let mut locks = Vec::with_capacity(n);
+                let lost = Arc::new(AtomicUsize::new(0));
+                let mut not_taken = 0;
+                for i in 0..n {
+                    let (lease, fence) = fenced_keys(&key(i));
+                    let value = match floor.try_acquire(&lease, &fence, ttl).await {
+                        Ok(Some(value)) => value,
+                        Ok(None) => {
+                            eprintln!("floor-fenced-R: {lease} was held");
+                            not_taken += 1;
+                            continue;
+                        }
+                        Err(e) => {
+                            eprintln!("floor-fenced-R: acquire: {e}");
+                            not_taken += 1;
+                            continue;
+                        }
+                    };
+                    let (mut floor, lost) = (floor.clone(), lost.clone());
+                    let (held_lease, held_value) = (lease.clone(), value.clone());
+                    let renew = tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(cadence).await;
+                            match floor.try_renew(&held_lease, &held_value, ttl).await {
+                                Ok(true) => {}
+                                Ok(false) => {
+                                    eprintln!("floor-fenced-R: {held_lease} was gone");
+                                    lost.fetch_add(1, Ordering::SeqCst);
+                                    return;
+                                }
+                                Err(e) => {
+                                    eprintln!("floor-fenced-R: renew: {e}");
+                                    lost.fetch_add(1, Ordering::SeqCst);
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                    locks.push(((lease, value), renew));
+                }
+                Held::FloorFenced {
+                    floor,
+                    locks,
+                    lost,
+                    not_taken,
+                }
+            }
             other => panic!("unknown peer {other}"),
         }
     }
@@ -111,7 +177,9 @@ impl Held {
     /// flag (async-redis-lock).
     fn lost(&self) -> usize {
         match self {
-            Held::Rslock { lost, .. } => lost.load(Ordering::SeqCst),
+            Held::Rslock { lost, .. } | Held::FloorFenced { lost, .. } => {
+                lost.load(Ordering::SeqCst)
+            }
             Held::AsyncRedisLock { locks, .. } => locks.iter().filter(|l| l.is_lost()).count(),
         }
     }
@@ -119,7 +187,17 @@ impl Held {
     /// How many locks could not be taken at all.
     fn not_taken(&self) -> usize {
         match self {
-            Held::Rslock { not_taken, .. } | Held::AsyncRedisLock { not_taken, .. } => *not_taken,
+            Held::Rslock { not_taken, .. }
+            | Held::AsyncRedisLock { not_taken, .. }
+            | Held::FloorFenced { not_taken, .. } => *not_taken,
+        }
+    }
+
+    /// The commands one renewal is, as `INFO commandstats` names them.
+    fn renewal_commands(&self) -> &'static [&'static str] {
+        match self {
+            Held::FloorFenced { floor, .. } if floor.renews_natively() => &["set"],
+            _ => &["evalsha", "eval"],
         }
     }
 
@@ -141,6 +219,24 @@ impl Held {
                     }
                 }
             }
+            Held::FloorFenced {
+                mut floor, locks, ..
+            } => {
+                for ((lease, value), renew) in locks {
+                    renew.abort();
+                    match floor.try_release(&lease, &value).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            eprintln!("floor-fenced-R: release of {lease} deleted nothing");
+                            failed += 1;
+                        }
+                        Err(e) => {
+                            eprintln!("floor-fenced-R: release: {e}");
+                            failed += 1;
+                        }
+                    }
+                }
+            }
         }
         failed
     }
@@ -156,14 +252,15 @@ pub(crate) async fn peer_renewals(env: Env, n: usize, peer: &str) {
     let acquire_s = acquiring.elapsed().as_secs_f64();
     let rss_after = rss_kb();
 
-    let calls_before = script_calls(&mut info).await;
+    let commands = held.renewal_commands();
+    let calls_before = renewal_calls(&mut info, commands).await;
     let cpu = CpuMeter::start(&mut info).await;
     let window_start = Instant::now();
     tokio::time::sleep(window).await;
     let window_s = window_start.elapsed().as_secs_f64();
     let used = cpu.finish(&mut info).await;
     // The two INFO calls themselves are not script calls.
-    let renewals = script_calls(&mut info).await - calls_before;
+    let renewals = renewal_calls(&mut info, commands).await - calls_before;
     let (client_us, server_us) = used.per(renewals);
     let lost = held.lost();
     let not_taken = held.not_taken();
