@@ -23,9 +23,11 @@ variants = {
 variants['no-acq-publish,no-pcall'] = variants['no-acq-publish'].replace(
   "local ok, reply = pcall(run, kind, head, first[a], ARGV[a + 1])",
   "local ok, reply = true, run(kind, head, first[a], ARGV[a + 1])")
-variants['no-release-publish'] = BATCH.replace("local published = redis.pcall('PUBLISH', channel(lease, ':released'), 'released')", "local published = 1")
+variants['no-release-publish'] = BATCH.replace("redis.pcall('PUBLISH', channel(lease, ':released'), 'released')", "")
+# The line's check on a free lease (one ZRANGE of an empty line), as if there were no line.
+variants['no-line'] = BATCH.replace("local may, in_line, next_id = entitled(line, id, 1, 1, now)", "local may, in_line, next_id = true, false, nil")
 variants['no-fence'] = BATCH.replace("local last = tonumber(redis.call('SET', fence, text, 'GET'))", "local last = nil")
-variants['no-publish-no-fence'] = variants['no-acq-publish'].replace("local published = redis.pcall('PUBLISH', channel(lease, ':released'), 'released')", "local published = 1").replace("local last = tonumber(redis.call('SET', fence, text, 'GET'))", "local last = nil")
+variants['no-publish-no-fence'] = variants['no-acq-publish'].replace("redis.pcall('PUBLISH', channel(lease, ':released'), 'released')", "").replace("local last = tonumber(redis.call('SET', fence, text, 'GET'))", "local last = nil")
 # What the script call itself costs per cycle: the same keys and arguments, items that do
 # nothing but answer.
 variants['framing-only'] = "local out = {ARGV[1]} for a = 2, #ARGV, 2 do out[#out + 1] = 'RELEASED' end return out"
