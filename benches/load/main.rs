@@ -6,8 +6,7 @@
 //! Files: this one runs the children and prints; `children` what every child shares (the
 //! environment, one lease cycle, the raw-redis floor); `floor_fenced` the fenced floor;
 //! `peers` the floors and the peer crates behind one `Baseline` trait; `core` W1, W2, W3
-//! (`rows` their rows and ratios)
-//! and PING; `peer_renewals` R<n> of the peers and the fenced floor;
+//! and PING (`rows` their rows and ratios); `peer_renewals` R<n> of the peers and the fenced floor;
 //! `handoff` H; `actors` A; `renewals` R<n>; `measure` and `probes` the measuring; the
 //! redis-server is the tests' own harness (`tests/common/redis_server.rs`).
 //!
