@@ -48,8 +48,8 @@
 --
 -- Cost: a try's refusal is two reads (GET, PTTL), none when an earlier item of the call
 -- read the key; it creates no string but its reply, and that once per key and call. A
--- waiting acquisition's adds its place in the line: ZADD, then PEXPIRE of the line when
--- it joined or SET of its keep-alive when it was in it already, and ZRANK. An acquisition
+-- waiting acquisition's adds its place in the line: a read of its tail (the new entry's
+-- score is past it), ZADD, then PEXPIRE of a line it made or ZRANK. An acquisition
 -- is five calls: GET, ZRANGE of the line's head (lua/line.lua), SET … GET on the counter
 -- (read and write in one), SET … PX on the lease, PUBLISH of the acquisition notice; a
 -- sixth only when the clock did not move past the counter, and two more when it was first

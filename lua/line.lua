@@ -106,12 +106,15 @@ local function entitled(line, id, free, permits, now)
   end
 end
 
--- Puts the waiter `id` in `line` (joining at the server's TIME) or finds it there;
--- returns its rank (0 for the head), or nil without a line (an ACL that refuses the
--- sorted-set commands). Finding it reads no TIME and writes nothing: its session keeps it
--- alive. `first`: the wait's first try, which joins at once (ZADD NX: a replay of it
--- finds its place) rather than looking for its place first. The join that makes the line
--- sets its expiry; the waiting sessions' keep-alives extend it (keep).
+-- Puts the waiter `id` in `line` or finds it there; returns its rank (0 for the head),
+-- or nil without a line (an ACL that refuses the sorted-set commands). A newcomer joins at
+-- the tail, scored max(tail's score + 1, TIME) as a fencing token is: after a failover to
+-- a node whose clock is behind it still goes behind every waiter there, and no two
+-- entries tie (a ZSET orders equal scores by member, not by arrival). Finding it reads no
+-- TIME and writes nothing: its session keeps it alive. `first`: the wait's first try,
+-- which joins at once (ZADD NX: a replay of it finds its place) rather than looking for
+-- its place first. The join that makes the line sets its expiry; the waiting sessions'
+-- keep-alives extend it (keep).
 local function wait_in_line(line, id, now, first)
   if not first then
     local rank = redis.pcall('ZRANK', line, id)
@@ -121,15 +124,24 @@ local function wait_in_line(line, id, now, first)
       return rank
     end
   end
-  local added = redis.pcall('ZADD', line, 'NX', string.format('%d', now()), id)
+  local tail = redis.pcall('ZRANGE', line, -1, -1, 'WITHSCORES')
+  if tail.err then
+    return nil
+  end
+  local score = now()
+  if tail[2] then
+    score = math.max(score, tonumber(tail[2]) + 1)
+  end
+  local added = redis.pcall('ZADD', line, 'NX', string.format('%d', score), id)
   if type(added) == 'table' then
     return nil
   end
-  local rank = redis.call('ZRANK', line, id)
-  if added == 1 and rank == 0 then
+  if added == 1 and not tail[1] then
+    -- The first entry of a line it made.
     redis.call('PEXPIRE', line, LINE_PX)
+    return 0
   end
-  return rank
+  return redis.call('ZRANK', line, id)
 end
 
 -- Tells the waiter `id` its turn, on its session's channel.

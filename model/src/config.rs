@@ -95,6 +95,8 @@ pub struct Bugs {
     pub no_prune: bool,
     /// A try (A) takes a free slot despite live waiters ahead of it.
     pub try_jumps: bool,
+    /// A join is scored by the server's `TIME` alone, not `max(tail's score + 1, TIME)`.
+    pub join_at_time: bool,
 }
 
 impl Config {
@@ -201,14 +203,15 @@ impl Config {
     }
 
     /// The line under one fault (an eviction, a flush that empties it, a failover that
-    /// loses up to two of its writes): one waiter that dies once and one trier. The
-    /// promoted replica's clock is not behind here: that puts a newcomer ahead of the line,
-    /// which a test shows (`failover_to_a_clock_behind_puts_a_newcomer_ahead_of_the_line`).
+    /// loses up to two of its writes, to a replica whose clock is a tick behind): one waiter
+    /// that dies once and one trier. Scoring joins by `TIME` alone would put a newcomer
+    /// ahead of the line there
+    /// (`join_at_time_puts_a_newcomer_ahead_after_a_failover_to_a_clock_behind`).
     pub fn line_faults() -> Config {
         Config {
             attempts: 1,
             max_time: 3,
-            replica_behind: 0,
+            replica_behind: 1,
             waiters: 1,
             deaths: 1,
             ..Config::faults()

@@ -160,8 +160,9 @@ impl Call<'_> {
         }
     }
 
-    /// Joins the line (joined at now: after every entry that joined at or before now,
-    /// ahead of any a clock set back left later), or refreshes the entry's alive key.
+    /// Joins the line at its tail, scored `max(tail's score + 1, now)` as a fencing token
+    /// is (so a clock set back by a failover cannot put a newcomer ahead), or refreshes the
+    /// entry's alive key.
     fn join(&mut self, attempt: Attempt) -> u8 {
         let (now, keep) = (self.now, self.config.keep);
         let line = &mut self.data.line;
@@ -169,13 +170,21 @@ impl Call<'_> {
             line[rank].alive_until = Some(now + keep);
             return rank as u8;
         }
-        let at = line
-            .iter()
-            .position(|e| e.joined > now)
-            .unwrap_or(line.len());
+        let (at, joined) = if self.config.bugs.join_at_time {
+            // The broken score: `TIME` alone, after every entry that joined at or before
+            // now, ahead of any a clock set back left later.
+            let at = line
+                .iter()
+                .position(|e| e.joined > now)
+                .unwrap_or(line.len());
+            (at, now)
+        } else {
+            let tail = line.last().map(|e| e.joined.saturating_add(1));
+            (line.len(), tail.map_or(now, |t| t.max(now)))
+        };
         let entry = Entry {
             attempt,
-            joined: now,
+            joined,
             alive_until: None,
         };
         line.insert(at, entry);

@@ -122,12 +122,13 @@ fn dead_entries_never_pruned_keep_a_free_slot_from_the_counted_line() {
 /// failover to a replica whose clock is behind, a newcomer's score is below those of the
 /// waiters already in the line, and it joins ahead of them.
 #[test]
-fn failover_to_a_clock_behind_puts_a_newcomer_ahead_of_the_line() {
+fn join_at_time_puts_a_newcomer_ahead_after_a_failover_to_a_clock_behind() {
     let config = Config {
         faults: 1,
         replica_behind: 1,
         ..Config::line()
-    };
+    }
+    .with_bugs(bugs(|b| b.join_at_time = true));
     breaks(config, JOINS_BEHIND);
 }
 

@@ -5,6 +5,7 @@
 mod access;
 #[path = "../common/mod.rs"]
 mod common;
+mod line_order;
 mod native;
 
 use std::time::{Duration, Instant};
