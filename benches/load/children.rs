@@ -36,8 +36,10 @@ pub(crate) fn child_main(args: &[String]) {
                 .get(4)
                 .and_then(|n| n.parse().ok())
                 .expect("lease count");
+            // `short`: the TTL is `SHORT_TTL` (rows `R<n>-short`).
+            let short = args.get(5).map(String::as_str) == Some("short");
             runtime.block_on(async move {
-                tokio::spawn(renewals(env, n))
+                tokio::spawn(renewals(env, n, short))
                     .await
                     .expect("renewal workload");
             });
@@ -119,8 +121,13 @@ impl Env {
     /// leasehold's client; with `LEASEHOLD_BENCH_SCRIPTS` set, on the script alone whatever
     /// the server can do (`RedisConfig::native_commands(false)`), for an A/B of the two
     /// paths on one server.
+    /// The bench's client: 2 s command timeout, so a busy machine's slow replies are not
+    /// failures.
     pub(crate) fn client(&self) -> LeaseClient {
-        let settings = LeaseSettings::default().with_command_timeout(Duration::from_secs(2));
+        self.client_with(LeaseSettings::default().with_command_timeout(Duration::from_secs(2)))
+    }
+
+    pub(crate) fn client_with(&self, settings: LeaseSettings) -> LeaseClient {
         let config = RedisConfig::new(self.url.as_str()).native_commands(!crate::scripts_only());
         let backend = RedisBackend::new(config).expect("RedisBackend::new");
         LeaseClient::new(backend, settings).expect("LeaseClient::new")

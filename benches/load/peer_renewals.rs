@@ -244,7 +244,7 @@ impl Held {
 
 pub(crate) async fn peer_renewals(env: Env, n: usize, peer: &str) {
     let mut info = env.connection().await;
-    let (ttl, cadence) = r_schedule(&env, &env.client());
+    let (ttl, cadence) = r_schedule(&env, &env.client(), false);
     let window = cadence * 2;
     let rss_before = rss_kb();
     let acquiring = Instant::now();
@@ -269,7 +269,7 @@ pub(crate) async fn peer_renewals(env: Env, n: usize, peer: &str) {
     let rss_per_lease = (rss_after as f64 - rss_before as f64) * 1024.0 / n as f64;
     let expected = n as f64 * window.as_secs_f64() / cadence.as_secs_f64();
     env.row(
-        &format!("{peer}-{}", r_workload(n)),
+        &format!("{peer}-{}", r_workload(n, false)),
         renewals as f64 / window_s,
         (f64::NAN, f64::NAN),
         ("ratio_to_floor", None),
