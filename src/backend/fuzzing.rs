@@ -22,7 +22,7 @@ pub mod calls {
     use std::time::Duration;
 
     use super::{Holding, ReleaseNotices, SendFailure};
-    use crate::backend::LeaseBackend;
+    use crate::backend::{LeaseBackend, RenewBound};
     use crate::protocol::reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
     use crate::protocol::{Attempt, LeaseKeys, LeaseRequest, LinePlace, WaiterId};
 
@@ -77,7 +77,9 @@ pub mod calls {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<RenewReply, SendFailure> {
-        backend.renew(keys, holding, ttl, timeout).await
+        backend
+            .renew(keys, holding, ttl, RenewBound::within(timeout))
+            .await
     }
 
     /// A release by `holding`.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use futures_util::{FutureExt as _, Stream, StreamExt as _};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::protocol::{
     AcquireReply, Attempt, Holding, Inspected, LeaseKeys, LeaseRequest, LinePlace, LineSession,
@@ -82,13 +83,43 @@ pub trait LeaseBackend: Operations + Send + Sync + fmt::Debug + 'static {}
 impl LeaseBackend for MemoryBackend {}
 impl LeaseBackend for RedisBackend {}
 
+/// How long a renewal may take: its round trip at most `round_trip` from the instant its
+/// command is written, and its reply by `by`, the caller's absolute deadline. Until `by` it
+/// may wait unsent behind other calls: an unsent renewal given up and asked again would
+/// only wait again, behind everything queued meanwhile — a process behind its renewals
+/// would spend its time on renewals that never leave (docs/performance.md, "R100k on one
+/// thread").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RenewBound {
+    /// The longest round trip, from the instant the command is written.
+    pub(crate) round_trip: Duration,
+    /// No reply counts after it, and nothing is sent at or after it.
+    pub(crate) by: Instant,
+}
+
+impl RenewBound {
+    /// A renewal that must be answered within `timeout` of now, local wait included.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn within(timeout: Duration) -> Self {
+        Self {
+            round_trip: timeout,
+            by: crate::protocol::limits::deadline_after(Instant::now(), timeout),
+        }
+    }
+
+    /// The time left from `now`, at most one round trip: how long a call made now may take.
+    pub(crate) fn timeout_at(self, now: Instant) -> Duration {
+        self.round_trip.min(self.by.saturating_duration_since(now))
+    }
+}
+
 /// A backend's operations: one method per operation of the script of docs/design.md §4.
 ///
 /// Each call is atomic and bounded by `timeout`: a call that has not answered by then
 /// fails with [`SendFailure::MaybeSent`]. The timeout bounds the round trip, from the
 /// instant just before the command is sent; a backend that keeps operations waiting
 /// locally before that ([`RedisBackend`] under a burst) does not count the wait against it
-/// — except for [`renew`](Self::renew), whose timeout runs from the call. An operation
+/// — [`renew`](Self::renew) is bounded by a [`RenewBound`] instead. An operation
 /// refused locally before anything was sent, for want of room in such a wait, is
 /// [`SendFailure::NotSent`] of kind [`FailureKind::QueueFull`]. Every duration is taken,
 /// `Duration::MAX` included: the deadline saturates
@@ -127,15 +158,14 @@ pub(crate) trait Operations {
     /// Renews: resets the expiry to `ttl` if `holding`'s attempt holds the lease. The renew
     /// script does it — or, on a server with compare-and-set (`SET … IFEQ`, see
     /// [`RedisBackend`]), one `SET` of the value `holding` knows, with the same replies.
-    /// `timeout` runs from the call, any local wait included: the caller's deadline is
-    /// absolute (a renewal's reply is worth something only while local validity lasts).
-    /// Never refused for want of room.
+    /// Bounded by `bound`: the caller's deadline is absolute (a renewal's reply is worth
+    /// something only while local validity lasts). Never refused for want of room.
     fn renew<'a>(
         &'a self,
         keys: &'a LeaseKeys,
         holding: &'a Holding,
         ttl: Duration,
-        timeout: Duration,
+        bound: RenewBound,
     ) -> BackendFuture<'a, RenewReply>;
 
     /// Releases: deletes and announces if `holding`'s attempt holds the lease — by the

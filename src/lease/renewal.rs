@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::backend::{FailureDetail, FailureKind, SendFailure};
+use crate::backend::{FailureDetail, FailureKind, RenewBound, SendFailure};
 use crate::lease::outcome::RenewOutcome;
 use crate::lease::session::Session;
 use crate::protocol::{Holding, LeaseKeys, RenewReply};
@@ -132,12 +132,17 @@ impl RenewCall {
             if sent_at >= self.deadline {
                 break;
             }
-            let timeout = command_timeout.min(self.deadline - sent_at);
+            // It may wait to be sent until the deadline: asked again, an unsent renewal would
+            // only queue again behind everything queued meanwhile.
+            let bound = RenewBound {
+                round_trip: command_timeout,
+                by: self.deadline,
+            };
             self.reach.sending();
             let result = self
                 .session
                 .backend()
-                .renew(&self.keys, &self.holding, self.ttl, timeout)
+                .renew(&self.keys, &self.holding, self.ttl, bound)
                 .await;
             match result {
                 Ok(reply) => {

@@ -350,3 +350,60 @@ async fn time_in_the_queue_is_not_charged_to_the_command_timeout_but_a_renewals_
         "the key was renewed: {pttl} ms left, {since} ms after the acquisition's reply"
     );
 }
+
+/// A process behind its renewals still renews: a renewal waits in the queue until its
+/// caller's deadline (here local validity's end), not one command timeout. With every round
+/// trip taking 200 ms and 1,000 renewals due at once (the script path: 4 calls of 32 in
+/// flight, so the last ones wait about 1.6 s to be sent), each is sent once and confirmed —
+/// though most waited longer than the 500 ms command timeout. Given up at the command
+/// timeout, each would be asked again behind everything queued meanwhile, and fail.
+#[tokio::test]
+async fn renewals_that_wait_in_the_queue_past_the_command_timeout_are_sent_once_and_confirmed() {
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    const LEASES: usize = 1000;
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let settings = redis_settings().with_command_timeout(TIMEOUT);
+    // The script path on every server, so the queue is as long on Valkey as on Redis.
+    let backend = RedisBackend::new(RedisConfig::new(proxy.url()).native_commands(false)).unwrap();
+    let client = LeaseClient::new(backend, settings).unwrap();
+    warm_up(&client).await;
+    let reqs: Vec<_> = (0..LEASES)
+        .map(|i| request(&client, &format!("renewed-{i}"), "op"))
+        .collect();
+    let mut held = Vec::with_capacity(LEASES);
+    for outcome in join_all(reqs.iter().map(|r| client.try_acquire(r))).await {
+        match outcome.unwrap() {
+            AcquireOutcome::Acquired(lease) => held.push(lease),
+            other => panic!("{other:?}"),
+        }
+    }
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(100)));
+    let calls_before: u64 = crate::script_calls(&server);
+
+    let started = Instant::now();
+    let renewals = join_all(held.iter_mut().map(|lease| lease.renew())).await;
+    let took = started.elapsed();
+    let calls = crate::script_calls(&server) - calls_before;
+
+    let unconfirmed: Vec<_> = renewals
+        .iter()
+        .filter(|r| !matches!(r, RenewOutcome::Renewed { .. }))
+        .collect();
+    assert!(
+        unconfirmed.is_empty(),
+        "{} of {LEASES} renewals not confirmed, e.g. {:?}",
+        unconfirmed.len(),
+        unconfirmed.first()
+    );
+    assert!(
+        took > 2 * TIMEOUT,
+        "the last renewals waited in the queue longer than the command timeout ({took:?})"
+    );
+    // Each renewal was sent once: 32 to a call, none asked again.
+    assert!(
+        calls <= (LEASES as u64).div_ceil(32) + 8,
+        "{calls} script calls for {LEASES} renewals: renewals were sent again"
+    );
+    proxy.set_mode(ProxyMode::Pass);
+}

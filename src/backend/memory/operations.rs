@@ -3,8 +3,12 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::{MemoryBackend, line};
-use crate::backend::{BackendFuture, KeyPages, Operations, ReleaseNotices, ReplicatedReply};
+use crate::backend::{
+    BackendFuture, KeyPages, Operations, ReleaseNotices, RenewBound, ReplicatedReply,
+};
 use crate::protocol::LINE_KEEP;
 use crate::protocol::limits::deadline_after;
 use crate::protocol::{
@@ -48,10 +52,11 @@ impl Operations for MemoryBackend {
         keys: &'a LeaseKeys,
         holding: &'a Holding,
         ttl: Duration,
-        timeout: Duration,
+        bound: RenewBound,
     ) -> BackendFuture<'a, RenewReply> {
         let attempt = holding.attempt();
-        self.run(timeout, move |store, now| {
+        // No local wait here: the call is its round trip.
+        self.run(bound.timeout_at(Instant::now()), move |store, now| {
             match store.live(&keys.lease, now) {
                 None => RenewReply::Absent,
                 Some(entry) if !entry.is(attempt) => RenewReply::NotOwner,

@@ -265,12 +265,10 @@ impl RedisBackend {
         })
     }
 
-    /// Runs `item`'s operation, bounded by `timeout` (`batch::Bound::of`: a renewal's from
-    /// now, any other's from its send): under Cluster alone, on the owner of its hash slot
-    /// (leases of different hash slots cannot share a script call); otherwise in the next
-    /// batch (`batch`).
-    async fn call(&self, item: batch::Item, timeout: Duration) -> batch::ItemResult {
-        let bound = batch::Bound::of(&item, timeout);
+    /// Runs `item`'s operation within `bound`: under Cluster alone, on the owner of its hash
+    /// slot (leases of different hash slots cannot share a script call); otherwise in the
+    /// next batch (`batch`).
+    async fn call(&self, item: batch::Item, bound: batch::Bound) -> batch::ItemResult {
         if matches!(self.inner.topology, Topology::Cluster(_)) {
             return self.alone(&item, bound).await;
         }
@@ -308,13 +306,13 @@ impl RedisBackend {
         self.inner.connect_timeout
     }
 
-    /// Runs one operation and decodes its reply with `parse`.
+    /// Runs one operation within `bound` and decodes its reply with `parse`.
     fn operation<'a, T: Send + 'a>(
         &'a self,
         item: batch::Item,
-        timeout: Duration,
+        bound: batch::Bound,
         parse: fn(Value) -> Result<T, String>,
     ) -> BackendFuture<'a, T> {
-        Box::pin(async move { parse(self.call(item, timeout).await?).map_err(malformed) })
+        Box::pin(async move { parse(self.call(item, bound).await?).map_err(malformed) })
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::call::malformed;
 use super::{RedisBackend, Topology, batch, classify, parse};
 use crate::backend::{
-    BackendFuture, FailureDetail, FailureKind, KeyPages, Operations, ReleaseNotices,
+    BackendFuture, FailureDetail, FailureKind, KeyPages, Operations, ReleaseNotices, RenewBound,
     ReplicatedReply, SendFailure,
 };
 use crate::protocol::limits::deadline_after;
@@ -30,7 +30,7 @@ impl Operations for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, AcquireReply> {
         let item = batch::Item::acquire(keys, request, place, id);
-        self.operation(item, timeout, parse::acquire)
+        self.operation(item, batch::Bound::RoundTrip(timeout), parse::acquire)
     }
 
     /// On the twin's connections (see `Inner::replicated`), alone: the script, then `WAIT`
@@ -70,10 +70,10 @@ impl Operations for RedisBackend {
         keys: &'a LeaseKeys,
         holding: &'a Holding,
         ttl: Duration,
-        timeout: Duration,
+        bound: RenewBound,
     ) -> BackendFuture<'a, RenewReply> {
         let item = batch::Item::renew(keys, holding, ttl);
-        self.operation(item, timeout, parse::renew)
+        self.operation(item, batch::Bound::renewal(bound), parse::renew)
     }
 
     fn release<'a>(
@@ -83,7 +83,7 @@ impl Operations for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseReply> {
         let item = batch::Item::release(keys, holding);
-        self.operation(item, timeout, parse::release)
+        self.operation(item, batch::Bound::RoundTrip(timeout), parse::release)
     }
 
     fn inspect<'a>(
@@ -95,7 +95,10 @@ impl Operations for RedisBackend {
         Box::pin(async move {
             let started = Instant::now();
             let value = match self
-                .call(batch::Item::inspect(keys, attempt), timeout)
+                .call(
+                    batch::Item::inspect(keys, attempt),
+                    batch::Bound::RoundTrip(timeout),
+                )
                 .await
             {
                 // A Cluster slot migrating: the lease moved, its line not (yet), and a call
@@ -103,8 +106,11 @@ impl Operations for RedisBackend {
                 // within what is left of the bound; the count is then unknown.
                 Err(failure) if classify::is_try_again(&failure) => {
                     let left = timeout.saturating_sub(started.elapsed());
-                    self.call(batch::Item::inspect_lease(keys, attempt), left)
-                        .await?
+                    self.call(
+                        batch::Item::inspect_lease(keys, attempt),
+                        batch::Bound::RoundTrip(left),
+                    )
+                    .await?
                 }
                 read => read?,
             };
@@ -128,7 +134,7 @@ impl Operations for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ()> {
         let item = batch::Item::leave(keys, attempt, id);
-        self.operation(item, timeout, parse::left)
+        self.operation(item, batch::Bound::RoundTrip(timeout), parse::left)
     }
 
     fn keep_in_line<'a>(
@@ -139,7 +145,7 @@ impl Operations for RedisBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ()> {
         let item = batch::Item::keep(keys, session, extend);
-        self.operation(item, timeout, parse::kept)
+        self.operation(item, batch::Bound::RoundTrip(timeout), parse::kept)
     }
 
     fn subscribe_turn<'a>(

@@ -1,8 +1,8 @@
 //! When an operation, and a script call, give up on a reply.
 //!
 //! An operation's timeout bounds its round trip from the instant just before its call is
-//! written ([`Bound::RoundTrip`]); a renewal's is a deadline from its submission
-//! ([`Bound::By`]). Either deadline is judged once this process has caught up with the
+//! written ([`Bound::RoundTrip`]); a renewal's too, and its caller's absolute deadline
+//! bounds its wait in the queue and its reply ([`Bound::By`]). Either deadline is judged once this process has caught up with the
 //! tasks it has queued ([`Deadline::wait`]): a reply that reached it in time still counts
 //! when the process, busy, had not read it yet — the timeout bounds the server's round
 //! trip, not this process's backlog.
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::item::Item;
+use crate::backend::RenewBound;
 use crate::protocol::limits::deadline_after;
 
 /// A turn of the scheduler longer than this means the process is behind: one that has
@@ -29,35 +29,28 @@ const BEHIND_GRACE: Duration = Duration::from_secs(1);
 /// How long one operation may take.
 #[derive(Debug, Clone, Copy)]
 pub(in super::super) enum Bound {
-    /// Its reply by `deadline` (its `timeout` from its submission), time in the queue
-    /// included: a renewal, whose reply is worth something only while local validity
-    /// lasts — its caller's deadline is absolute.
-    By {
-        deadline: Instant,
-        timeout: Duration,
-    },
+    /// Sent before `by` (it may wait in the queue until then) and its reply within
+    /// `timeout` of its send, by `by` at the latest: a renewal, whose reply is worth
+    /// something only while local validity lasts — its caller's deadline is absolute.
+    By { by: Instant, timeout: Duration },
     /// Its reply within this long of the instant just before its call is written; time in
     /// the queue is not counted.
     RoundTrip(Duration),
 }
 
 impl Bound {
-    /// `item`'s bound for a `timeout` given now.
-    pub(in super::super) fn of(item: &Item, timeout: Duration) -> Self {
-        if item.is_renewal() {
-            Self::By {
-                deadline: deadline_after(Instant::now(), timeout),
-                timeout,
-            }
-        } else {
-            Self::RoundTrip(timeout)
+    /// A renewal's bound.
+    pub(in super::super) fn renewal(bound: RenewBound) -> Self {
+        Self::By {
+            by: bound.by,
+            timeout: bound.round_trip,
         }
     }
 
     /// The instant it may still be sent until, if there is one.
     pub(in super::super) fn send_by(self) -> Option<Instant> {
         match self {
-            Self::By { deadline, .. } => Some(deadline),
+            Self::By { by, .. } => Some(by),
             Self::RoundTrip(_) => None,
         }
     }
@@ -68,10 +61,13 @@ impl Bound {
     /// and at least [`BEHIND_GRACE`] for anything else.
     pub(in super::super) fn deadline(self, sent: Instant) -> Deadline {
         match self {
-            Self::By { deadline, timeout } => Deadline {
-                at: deadline,
-                give_up: deadline_after(deadline, timeout),
-            },
+            Self::By { by, timeout } => {
+                let at = deadline_after(sent, timeout).min(by);
+                Deadline {
+                    at,
+                    give_up: deadline_after(at, timeout),
+                }
+            }
             Self::RoundTrip(timeout) => {
                 let at = deadline_after(sent, timeout);
                 Deadline {
@@ -86,7 +82,7 @@ impl Bound {
     /// connected.
     pub(super) fn connect_within(self, now: Instant) -> Duration {
         match self {
-            Self::By { deadline, .. } => deadline.saturating_duration_since(now),
+            Self::By { by, timeout } => timeout.min(by.saturating_duration_since(now)),
             Self::RoundTrip(timeout) => timeout,
         }
     }

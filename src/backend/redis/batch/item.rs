@@ -191,12 +191,6 @@ impl Item {
         &self.lease
     }
 
-    /// A renewal: its reply is worth something only while the lease's local validity
-    /// lasts, so its caller's deadline is absolute (see `Bound`).
-    pub(in super::super) fn is_renewal(&self) -> bool {
-        self.kind == Kind::Renew
-    }
-
     /// A renewal or a release: an operation on a lease this process holds — at most one at
     /// a time per lease, so their number is bounded by the leases held. They go ahead of
     /// acquisitions and reads, and are never refused for want of room.

@@ -24,8 +24,9 @@
 //! A burst larger than the calls in flight carry waits its turn: renewals and releases
 //! first, then acquisitions and reads in arrival order. Time in the queue is local, not the
 //! server's: an operation's timeout bounds its round trip, from the instant just before its
-//! call is written — except a renewal's, which is a deadline from its submission (its reply
-//! is worth something only while local validity lasts; [`Bound`]). The queue is bounded:
+//! call is written. A renewal also has its caller's absolute deadline (its reply is worth
+//! something only while local validity lasts; [`Bound`]): it waits in the queue until then
+//! at most, and its reply is due by then at the latest. The queue is bounded:
 //! an acquisition or a read that finds `limit` items waiting is refused at once, `NotSent`
 //! of kind `QueueFull` — the caller's own burst, not the server's failure.
 //!
@@ -109,8 +110,8 @@ pub(super) const ANOTHER_CALL: usize = MAX_ITEMS / 4;
 /// One result of one item.
 pub(super) type ItemResult = Result<Value, SendFailure>;
 
-/// Sends `item` in the next batch and waits for its result: by its deadline if it is a
-/// renewal ([`Bound::By`]), otherwise within its round trip from its call's send. An
+/// Sends `item` in the next batch and waits for its result: within its round trip from its
+/// call's send, and by its caller's deadline if it is a renewal ([`Bound::By`]). An
 /// acquisition or a read that finds the queue full is refused at once (`NotSent`, of kind
 /// `QueueFull`), and nothing is queued.
 ///

@@ -183,7 +183,7 @@ fn item(kind: Kind, n: usize) -> Item {
 fn bound(kind: Kind, t0: Instant) -> Bound {
     match kind {
         Renew(ms) => Bound::By {
-            deadline: t0 + MS * u32::try_from(ms).unwrap_or(u32::MAX),
+            by: t0 + MS * u32::try_from(ms).unwrap_or(u32::MAX),
             timeout: TIMEOUT,
         },
         _ => Bound::RoundTrip(TIMEOUT),
