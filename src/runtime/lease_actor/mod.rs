@@ -313,7 +313,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         Ok(())
     }
 
-    /// What [`at_once`] left to do: the rest of a tick's or a renewal's actions, or
+    /// What [`at_once()`] left to do: the rest of a tick's or a renewal's actions, or
     /// another message.
     async fn on_message(
         &self,
