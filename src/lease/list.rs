@@ -343,19 +343,19 @@ mod tests {
         let digest = ResourceDigest::of(b"tenant-7");
         let purpose = Purpose::new("reports").unwrap();
         let keys = crate::protocol::LeaseKeys::new(&Default::default(), &purpose, &digest);
-        let rest = keys.lease.strip_prefix("leasehold:lease:v2:").unwrap();
+        let rest = keys.lease().strip_prefix("leasehold:lease:v2:").unwrap();
         assert_eq!(lease_of(rest), Some((purpose.clone(), digest, None)));
-        let fence = keys.fence.strip_prefix("leasehold:lease:v2:").unwrap();
+        let fence = keys.fence().strip_prefix("leasehold:lease:v2:").unwrap();
         assert_eq!(lease_of(fence), None);
         let slot = keys.clone().counted(4).for_slot(3);
-        let rest = slot.lease.strip_prefix("leasehold:lease:v2:").unwrap();
+        let rest = slot.lease().strip_prefix("leasehold:lease:v2:").unwrap();
         let listed = ListedSlot {
             slot: 3,
             permits: 4,
         };
         assert_eq!(lease_of(rest), Some((purpose, digest, Some(listed))));
         for odd in [":n4#4", ":n4", ":n1#0", ":n04#1", ":n65#0", ":n4#x", "#1"] {
-            let key = format!("{}{odd}", keys.lease);
+            let key = format!("{}{odd}", keys.lease());
             let rest = key.strip_prefix("leasehold:lease:v2:").unwrap();
             assert_eq!(lease_of(rest), None, "{odd}");
         }

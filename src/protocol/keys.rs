@@ -23,6 +23,8 @@
 //! layout holds a `#` (names never do), which is how `lua/release.lua` finds a slot's
 //! channel.
 
+use std::fmt;
+
 use crate::protocol::{Namespace, Purpose, ResourceDigest};
 
 /// Hex digits of the digest that name a lease's group (its hash tag).
@@ -34,23 +36,49 @@ const GROUP_HEX_DIGITS: usize = 4;
 /// For a counted lease these are the names of the whole lease until an acquisition took a
 /// slot ([`for_slot`](Self::for_slot)), and then those of the slot: `lease` is the slot's
 /// key, the fence and the release channel are shared by all slots.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct LeaseKeys {
-    /// The lease itself: a string with a PX expiry — owner token, operation id, holder
-    /// label if any, fencing token and lock-delay if any, laid out as docs/design.md §3
-    /// says (`lua/owner.lua` reads it). For a counted lease before a slot is taken, the
-    /// name its slot keys extend (no key of that name is written).
-    pub(crate) lease: String,
-    /// The fencing counter of the lease's group: the last token issued to any lease of the
-    /// group. Never expires.
-    pub(crate) fence: String,
-    /// Pub/sub channel on which a release is announced, so waiters wake early: the lease
-    /// key followed by `:released` (`lua/release.lua` derives it by the same rule).
-    pub(crate) release_channel: String,
+    /// The three names in one string — a held lease keeps them for its whole life, and one
+    /// allocation costs less than three (docs/performance.md, "R with one actor per
+    /// lease"): the release channel, the fence, then for a counted lease's slot the slot's
+    /// key, `<name>:released<group>:fence[<name>#<slot>]`.
+    ///
+    /// * The lease key: a string with a PX expiry — owner token, operation id, holder
+    ///   label if any, fencing token and lock-delay if any, laid out as docs/design.md §3
+    ///   says (`lua/owner.lua` reads it). For a counted lease before a slot is taken, the
+    ///   name its slot keys extend (no key of that name is written).
+    /// * The fencing counter of the lease's group: the last token issued to any lease of
+    ///   the group. Never expires.
+    /// * The pub/sub channel on which a release is announced, so waiters wake early: the
+    ///   lease's name followed by `:released` (`lua/release.lua` derives it by the same
+    ///   rule).
+    text: Box<str>,
+    /// Where the lease key is in `text`: the name the channel starts with, or after the
+    /// fence for a slot.
+    lease: (usize, usize),
+    /// Where the release channel (which starts `text`) ends and the fence begins.
+    channel_end: usize,
+    /// Where the fence ends.
+    fence_end: usize,
     /// Holders admitted at once: 1 for a plain lease.
     permits: u16,
     /// The slot these keys name, once a counted lease's acquisition took one.
     slot: Option<u16>,
+}
+
+/// What follows a lease's name in its release channel.
+const RELEASED: &str = ":released";
+
+impl fmt::Debug for LeaseKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseKeys")
+            .field("lease", &self.lease())
+            .field("fence", &self.fence())
+            .field("release_channel", &self.release_channel())
+            .field("permits", &self.permits)
+            .field("slot", &self.slot)
+            .finish()
+    }
 }
 
 impl LeaseKeys {
@@ -67,14 +95,21 @@ impl LeaseKeys {
             ":{",
             &hex[..GROUP_HEX_DIGITS],
             "}",
-        ]
-        .concat();
-        let lease = [group.as_str(), ":", &hex].concat();
+        ];
+        let name = [&group[..], &[":", &hex]].concat();
+        let name_len = name.iter().map(|part| part.len()).sum();
+        let text = [&name[..], &[RELEASED], &group[..], &[":fence"]].concat();
+        Self::from_name(&text.concat(), name_len, 1)
+    }
+
+    /// The keys whose text is `<name>:released<fence>`, the name `name_len` bytes long.
+    fn from_name(text: &str, name_len: usize, permits: u16) -> Self {
         Self {
-            fence: [group.as_str(), ":fence"].concat(),
-            release_channel: [lease.as_str(), ":released"].concat(),
-            lease,
-            permits: 1,
+            text: text.into(),
+            lease: (0, name_len),
+            channel_end: name_len + RELEASED.len(),
+            fence_end: text.len(),
+            permits,
             slot: None,
         }
     }
@@ -86,32 +121,27 @@ impl LeaseKeys {
         if permits <= 1 || self.permits != 1 {
             return self;
         }
-        let lease = format!("{}:n{permits}", self.lease);
-        Self {
-            release_channel: format!("{lease}:released"),
-            lease,
-            fence: self.fence,
-            permits,
-            slot: None,
-        }
+        let name = format!("{}:n{permits}", self.lease());
+        let text = [name.as_str(), RELEASED, self.fence()].concat();
+        Self::from_name(&text, name.len(), permits)
     }
 
     /// The lease's key, holding its value with a PX expiry; for a counted lease before a
     /// slot is taken, the name its slot keys extend (no key of that name is written).
     pub fn lease(&self) -> &str {
-        &self.lease
+        &self.text[self.lease.0..self.lease.1]
     }
 
     /// The fencing counter of the lease's group: the last token issued to any lease of the
     /// group. Never expires.
     pub fn fence(&self) -> &str {
-        &self.fence
+        &self.text[self.channel_end..self.fence_end]
     }
 
     /// The pub/sub channel on which a release is announced, so waiters wake early: the
     /// lease's name followed by `:released`.
     pub fn release_channel(&self) -> &str {
-        &self.release_channel
+        &self.text[..self.channel_end]
     }
 
     /// Holders the lease admits at once: 1 for a plain lease.
@@ -135,8 +165,11 @@ impl LeaseKeys {
         if self.permits == 1 || self.slot.is_some() {
             return self;
         }
+        let key = self.slot_key(slot);
+        let text = [&self.text[..self.fence_end], key.as_str()].concat();
         Self {
-            lease: self.slot_key(slot),
+            lease: (self.fence_end, text.len()),
+            text: text.into(),
             slot: Some(slot),
             ..self
         }
@@ -156,14 +189,14 @@ impl LeaseKeys {
     /// a counted one.
     pub(crate) fn slot_keys(&self) -> Vec<String> {
         match (self.permits, self.slot) {
-            (1, _) | (_, Some(_)) => vec![self.lease.clone()],
+            (1, _) | (_, Some(_)) => vec![self.lease().to_owned()],
             (n, None) => (0..n).map(|slot| self.slot_key(slot)).collect(),
         }
     }
 
     /// Slot `slot`'s key: the counted lease's name, `#`, the slot.
     fn slot_key(&self, slot: u16) -> String {
-        format!("{}#{slot}", self.lease)
+        format!("{}#{slot}", self.lease())
     }
 
     /// The lease's line of waiters (`lua/line.lua`): the lease's name (a counted lease's,
@@ -185,9 +218,7 @@ impl LeaseKeys {
 
     /// The lease's name: its key, or for a counted lease the name its slots extend.
     fn name(&self) -> &str {
-        self.release_channel
-            .strip_suffix(":released")
-            .unwrap_or(&self.lease)
+        &self.text[..self.channel_end - RELEASED.len()]
     }
 
     /// Pub/sub channel on which an acquisition is announced, for observers: the lease's
@@ -209,10 +240,10 @@ mod tests {
         let hex = d.hex();
         let keys = LeaseKeys::new(&Namespace::default(), &Purpose::new("jobs").unwrap(), &d);
         let tag = format!("{{{}}}", &hex[..4]);
-        assert_eq!(keys.lease, format!("leasehold:lease:v2:jobs:{tag}:{hex}"));
-        assert_eq!(keys.fence, format!("leasehold:lease:v2:jobs:{tag}:fence"));
-        assert_eq!(keys.release_channel, format!("{}:released", keys.lease));
-        for k in [&keys.lease, &keys.fence, &keys.release_channel] {
+        assert_eq!(keys.lease(), format!("leasehold:lease:v2:jobs:{tag}:{hex}"));
+        assert_eq!(keys.fence(), format!("leasehold:lease:v2:jobs:{tag}:fence"));
+        assert_eq!(keys.release_channel(), format!("{}:released", keys.lease()));
+        for k in [keys.lease(), keys.fence(), keys.release_channel()] {
             // Exactly one `{…}`, holding the group: that is what Redis Cluster hashes.
             assert_eq!(k.matches('{').count(), 1);
             assert!(k.contains(&tag));
@@ -225,36 +256,37 @@ mod tests {
         let plain = LeaseKeys::new(&Namespace::default(), &Purpose::new("jobs").unwrap(), &d);
         assert_eq!(plain.clone().counted(1), plain);
         assert_eq!(plain.for_slot(0), plain);
-        assert_eq!(plain.slot_keys(), vec![plain.lease.clone()]);
+        assert_eq!(plain.slot_keys(), vec![plain.lease().to_owned()]);
         let counted = plain.clone().counted(3);
         assert_eq!(counted.permits(), 3);
-        assert_eq!(counted.lease, format!("{}:n3", plain.lease));
-        assert_eq!(counted.fence, plain.fence);
+        assert_eq!(counted.lease(), format!("{}:n3", plain.lease()));
+        assert_eq!(counted.fence(), plain.fence());
         assert_eq!(
-            counted.release_channel,
-            format!("{}:n3:released", plain.lease)
+            counted.release_channel(),
+            format!("{}:n3:released", plain.lease())
         );
         assert_eq!(
             counted.acquire_channel(),
-            format!("{}:n3:acquired", plain.lease)
+            format!("{}:n3:acquired", plain.lease())
         );
         let slots = counted.slot_keys();
         assert_eq!(slots.len(), 3);
-        assert_eq!(slots[2], format!("{}:n3#2", plain.lease));
+        assert_eq!(slots[2], format!("{}:n3#2", plain.lease()));
         let slot = counted.for_slot(2);
-        assert_eq!(
-            (slot.lease.as_str(), slot.slot()),
-            (slots[2].as_str(), Some(2))
-        );
-        assert_eq!(slot.release_channel, counted.release_channel);
+        assert_eq!((slot.lease(), slot.slot()), (slots[2].as_str(), Some(2)));
+        assert_eq!(slot.release_channel(), counted.release_channel());
         assert_eq!(slot.acquire_channel(), counted.acquire_channel());
         assert_eq!(slot.slot_keys(), [slots[2].clone()]);
-        let each: Vec<_> = counted.each_slot().into_iter().map(|k| k.lease).collect();
+        let each: Vec<_> = counted
+            .each_slot()
+            .into_iter()
+            .map(|k| k.lease().to_owned())
+            .collect();
         assert_eq!(each, slots);
         assert_eq!(slot.each_slot(), std::slice::from_ref(&slot));
         assert_eq!(plain.each_slot(), std::slice::from_ref(&plain));
         // Another count is another lease.
-        assert_ne!(plain.counted(4).lease, counted.lease);
+        assert_ne!(plain.counted(4).lease(), counted.lease());
     }
 
     #[test]
@@ -268,9 +300,9 @@ mod tests {
             LeaseKeys::new(&ns, &purpose, &b),
             LeaseKeys::new(&ns, &purpose, &c),
         );
-        assert_eq!(ka.fence, kb.fence);
-        assert_ne!(ka.fence, kc.fence);
-        assert_ne!(ka.lease, kb.lease);
-        assert_ne!(ka.release_channel, kb.release_channel);
+        assert_eq!(ka.fence(), kb.fence());
+        assert_ne!(ka.fence(), kc.fence());
+        assert_ne!(ka.lease(), kb.lease());
+        assert_ne!(ka.release_channel(), kb.release_channel());
     }
 }

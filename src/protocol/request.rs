@@ -1,5 +1,6 @@
 //! `LeaseRequest`: everything one acquisition needs, validated before it can exist.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::error::LeaseError;
@@ -31,17 +32,42 @@ const DEFAULT_WAIT_TIMEOUT: Duration = Duration::ZERO;
 /// assert_eq!(request.ttl(), Duration::from_secs(30));
 /// # Ok::<(), leasehold::LeaseError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
     purpose: Purpose,
     resource: ResourceDigest,
     ttl: Duration,
     wait_timeout: Duration,
     attempt: Attempt,
+    permits: u16,
+    /// The options most requests leave out, boxed: a caller of `run_under_lease` keeps
+    /// its request for as long as the lease is held (docs/performance.md, "R with one
+    /// actor per lease").
+    rare: Option<Box<RareOptions>>,
+}
+
+/// A request's options most requests leave out; `None` in [`LeaseRequest`] when all are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RareOptions {
     replicas: Option<ReplicaWait>,
     holder: Option<HolderLabel>,
-    permits: u16,
     lock_delay: Option<Duration>,
+}
+
+impl fmt::Debug for LeaseRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseRequest")
+            .field("purpose", &self.purpose)
+            .field("resource", &self.resource)
+            .field("ttl", &self.ttl)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("attempt", &self.attempt)
+            .field("replicas", &self.replica_wait())
+            .field("holder", &self.holder())
+            .field("permits", &self.permits)
+            .field("lock_delay", &self.lock_delay())
+            .finish()
+    }
 }
 
 /// How many replicas an acquisition waits for, and for how long (Redis `WAIT`); see
@@ -108,13 +134,13 @@ impl LeaseRequest {
     /// The replicas each acquisition waits for, if any
     /// ([`LeaseRequestBuilder::wait_for_replicas`]).
     pub fn replica_wait(&self) -> Option<ReplicaWait> {
-        self.replicas
+        self.rare.as_ref().and_then(|rare| rare.replicas)
     }
 
     /// The label stored with the lease for whoever inspects or observes it, if any
     /// ([`LeaseRequestBuilder::holder`]).
     pub fn holder(&self) -> Option<&HolderLabel> {
-        self.holder.as_ref()
+        self.rare.as_ref().and_then(|rare| rare.holder.as_ref())
     }
 
     /// How many holders the lease admits at once: 1 for a lease (the default), more for a
@@ -126,7 +152,7 @@ impl LeaseRequest {
     /// How long the resource refuses new holders after this lease ends without a release,
     /// if at all ([`LeaseRequestBuilder::lock_delay`]).
     pub fn lock_delay(&self) -> Option<Duration> {
-        self.lock_delay
+        self.rare.as_ref().and_then(|rare| rare.lock_delay)
     }
 
     /// The same request under a fresh attempt (a new owner token, same operation id), for
@@ -275,10 +301,15 @@ impl LeaseRequestBuilder {
             ttl,
             wait_timeout,
             attempt: self.attempt,
-            replicas,
-            holder: self.holder,
             permits,
-            lock_delay,
+            rare: match (replicas, self.holder, lock_delay) {
+                (None, None, None) => None,
+                (replicas, holder, lock_delay) => Some(Box::new(RareOptions {
+                    replicas,
+                    holder,
+                    lock_delay,
+                })),
+            },
         })
     }
 }

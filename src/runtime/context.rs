@@ -48,32 +48,18 @@ impl LeaseStatus {
 #[derive(Debug, Clone)]
 pub struct LeaseContext {
     token: FencingToken,
-    purpose: Purpose,
-    resource: ResourceDigest,
     cancel: CancellationToken,
+    /// The status, and beside it the lease's facts: the work's future and every clone
+    /// carry a context for as long as the lease is held, so it stays a few pointers wide.
     status: Subscriber,
-    replication: Replication,
-    slot: Option<u16>,
 }
 
 impl LeaseContext {
-    pub(crate) fn new(
-        token: FencingToken,
-        purpose: Purpose,
-        resource: ResourceDigest,
-        cancel: CancellationToken,
-        status: Subscriber,
-        replication: Replication,
-        slot: Option<u16>,
-    ) -> Self {
+    pub(crate) fn new(token: FencingToken, cancel: CancellationToken, status: Subscriber) -> Self {
         Self {
             token,
-            purpose,
-            resource,
             cancel,
             status,
-            replication,
-            slot,
         }
     }
 
@@ -82,7 +68,7 @@ impl LeaseContext {
     /// `None` under a plain lease. Where the effects of a counted lease land, the pair
     /// (slot, token) is what fences: each slot's tokens increase.
     pub fn slot(&self) -> Option<u16> {
-        self.slot
+        self.status.facts().slot
     }
 
     /// The fencing token: pass it with every write the lease protects.
@@ -92,12 +78,12 @@ impl LeaseContext {
 
     /// What the lease is for.
     pub fn purpose(&self) -> &Purpose {
-        &self.purpose
+        &self.status.facts().purpose
     }
 
     /// Which resource.
     pub fn resource(&self) -> &ResourceDigest {
-        &self.resource
+        &self.status.facts().resource
     }
 
     /// How many replicas acknowledged the acquisition, as the lease's handle reported it
@@ -105,7 +91,7 @@ impl LeaseContext {
     /// lease's life. A worker that must not run on a lease a failover could lose checks it
     /// before its first write.
     pub fn replication(&self) -> &Replication {
-        &self.replication
+        &self.status.facts().replication
     }
 
     /// Completes when the lease is cancelled (or its actor ended); at once if it already

@@ -41,7 +41,7 @@ impl<M> SpawnOutcome<M> {
 pub(crate) struct Started {
     pub(crate) lease: ActorRef<LeaseActorMsg>,
     pub(crate) context: LeaseContext,
-    pub(crate) report: oneshot::Receiver<LeaseReport>,
+    pub(crate) report: oneshot::Receiver<Box<LeaseReport>>,
 }
 
 impl Started {
@@ -69,8 +69,11 @@ impl Started {
     }
 }
 
-async fn wait_report(report: oneshot::Receiver<LeaseReport>, token: FencingToken) -> LeaseReport {
-    report_or_vanished(report.await.ok(), token)
+async fn wait_report(
+    report: oneshot::Receiver<Box<LeaseReport>>,
+    token: FencingToken,
+) -> LeaseReport {
+    report_or_vanished(report.await.ok().map(|report| *report), token)
 }
 
 /// The report, or — if the LeaseActor vanished without one — an `Aborted` report.
@@ -94,7 +97,7 @@ pub struct LeaseJob<M> {
     lease: ActorRef<LeaseActorMsg>,
     worker: ActorRef<M>,
     context: LeaseContext,
-    report: oneshot::Receiver<LeaseReport>,
+    report: oneshot::Receiver<Box<LeaseReport>>,
 }
 
 impl<M> fmt::Debug for LeaseJob<M> {
@@ -157,7 +160,7 @@ impl<M> LeaseJob<M> {
 pub struct AttachedLease {
     lease: ActorRef<LeaseActorMsg>,
     context: LeaseContext,
-    report: oneshot::Receiver<LeaseReport>,
+    report: oneshot::Receiver<Box<LeaseReport>>,
 }
 
 impl AttachedLease {

@@ -16,6 +16,7 @@ use tracing::Instrument as _;
 
 use crate::lease::AcquireOutcome;
 use crate::protocol::LeaseRequest;
+use crate::runtime::job::Started;
 use crate::runtime::lease_actor::worker::{TaskEnd, Worker};
 use crate::runtime::{
     CancelPolicy, LeaseCancelled, LeaseContext, LeaseReport, LeaseRuntime, RuntimeError,
@@ -89,51 +90,79 @@ impl LeaseRuntime {
     /// # Cancel safety
     /// Dropping the returned future does not stop the work: it runs under its lease actor
     /// until it finishes or the lease ends.
-    pub async fn run_under_lease<F, Fut, T>(
+    pub fn run_under_lease<F, Fut, T>(
         &self,
         request: &LeaseRequest,
         policy: CancelPolicy,
         work: F,
-    ) -> Result<RunOutcome<T>, RuntimeError>
+    ) -> impl Future<Output = Result<RunOutcome<T>, RuntimeError>>
     where
         F: FnOnce(LeaseContext) -> Fut + Send + 'static,
         Fut: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        // The acquisition and the actor's start are boxed: this future rests in its
-        // caller's task for as long as the lease is held, at the size of its largest state
-        // (docs/performance.md, "Behind the constants").
-        let (handle, admission) = match Box::pin(self.take_settled(request)).await? {
+        // The acquisition and the actor's start are one boxed future, freed once the lease
+        // is held: what rests in the caller's task for as long as the lease is held is two
+        // receivers, not the room a start needs (docs/performance.md, "R with one actor
+        // per lease").
+        let begun = Box::pin(self.begin_run(request, policy, work));
+        async move {
+            let (started, output_rx) = match begun.await? {
+                Ok(running) => running,
+                Err(other) => return Ok(RunOutcome::NotAcquired(other)),
+            };
+            // The output first (it comes before the report, or not at all).
+            let wait = started.wait();
+            let output = output_rx.await.ok();
+            Ok(RunOutcome::Ran {
+                output,
+                report: wait.await,
+            })
+        }
+    }
+
+    /// `run_under_lease` up to the work's start: the lease acquired, its actor started
+    /// and the work's task with it; the receiver of the work's output beside it.
+    async fn begin_run<F, Fut, T>(
+        &self,
+        request: &LeaseRequest,
+        policy: CancelPolicy,
+        work: F,
+    ) -> Result<Result<(Started, oneshot::Receiver<T>), AcquireOutcome>, RuntimeError>
+    where
+        F: FnOnce(LeaseContext) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (handle, admission) = match self.take_settled(request).await? {
             Ok(held) => held,
-            Err(other) => return Ok(RunOutcome::NotAcquired(other)),
+            Err(other) => return Ok(Err(other)),
         };
         let (output_tx, output_rx) = oneshot::channel();
-        let started =
-            Box::pin(
-                self.start::<NoWorkerMessages>(handle, admission, policy, None, move |ctx| {
-                    Worker::Task(Box::new(move |lease| {
-                        // Started in the lease actor's span: the work runs in it too, so its
-                        // events carry the lease's purpose, digest, operation id and token.
-                        let work = work(ctx).instrument(tracing::Span::current());
-                        tokio::spawn(async move {
-                            // Dropped last — after the output is sent, a panic, or an abort.
-                            let mut end = TaskEnd::new(lease);
-                            match AssertUnwindSafe(work).catch_unwind().await {
-                                Ok(value) => {
-                                    let _ = output_tx.send(value);
-                                }
-                                Err(panic) => end.failed(panic_message(panic.as_ref())),
+        let started = self
+            .start::<NoWorkerMessages>(handle, admission, policy, None, move |ctx| {
+                Worker::Task(Box::new(move |lease| {
+                    // Started in the lease actor's span: the work runs in it too, so its
+                    // events carry the lease's purpose, digest, operation id and token.
+                    let work = work(ctx).instrument(tracing::Span::current());
+                    // The task is the work's future and a closure, not an `async` block: a
+                    // block would keep the future twice, where it captured it and where it
+                    // awaits it, for as long as the lease is held.
+                    let mut end = TaskEnd::new(lease);
+                    tokio::spawn(AssertUnwindSafe(work).catch_unwind().map(move |ended| {
+                        match ended {
+                            Ok(value) => {
+                                let _ = output_tx.send(value);
                             }
-                        })
+                            Err(panic) => end.failed(panic_message(panic.as_ref())),
+                        }
+                        // `end` is dropped here, after the output is sent or the panic
+                        // noted; an abort drops it with the work.
                     }))
-                }),
-            )
+                }))
+            })
             .await?;
-        let report = started.wait().await;
-        Ok(RunOutcome::Ran {
-            output: output_rx.await.ok(),
-            report,
-        })
+        Ok(Ok((started, output_rx)))
     }
 }
 

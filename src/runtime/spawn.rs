@@ -11,7 +11,7 @@ use crate::error::LeaseError;
 use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience};
 use crate::protocol::LeaseRequest;
 use crate::runtime::job::Started;
-use crate::runtime::lease_actor::published;
+use crate::runtime::lease_actor::published::{self, LeaseFacts};
 use crate::runtime::lease_actor::timers::Timers;
 use crate::runtime::lease_actor::worker::Worker;
 use crate::runtime::lease_actor::{LeaseActor, LeaseActorArgs};
@@ -355,7 +355,13 @@ impl LeaseRuntime {
         let admission_id = admission.id();
         let settings = self.client.settings();
         let cancel = CancellationToken::new();
-        let (status_tx, status_rx) = published::channel(LeaseStatus {
+        let facts = LeaseFacts {
+            purpose: handle.purpose().clone(),
+            resource: *handle.resource(),
+            replication: handle.replication().clone(),
+            slot: handle.keys().slot(),
+        };
+        let initial = LeaseStatus {
             state: LeaseState::Active,
             valid_until: handle.valid_until(),
             stop_by: handle
@@ -363,16 +369,9 @@ impl LeaseRuntime {
                 .unwrap_or_else(tokio::time::Instant::now),
             renewals: 0,
             cancelled: None,
-        });
-        let context = LeaseContext::new(
-            handle.token(),
-            handle.purpose().clone(),
-            *handle.resource(),
-            cancel.clone(),
-            status_rx,
-            handle.replication().clone(),
-            handle.keys().slot(),
-        );
+        };
+        let (status_tx, status_rx) = published::channel(initial, facts);
+        let context = LeaseContext::new(handle.token(), cancel.clone(), status_rx);
         let (report_tx, report_rx) = oneshot::channel();
         let token = handle.token();
         let args = LeaseActorArgs {

@@ -91,9 +91,9 @@ impl Store {
         key: &str,
         now: Instant,
     ) -> FencingToken {
-        let last = self.fences.get(&keys.fence).copied().unwrap_or(0);
+        let last = self.fences.get(keys.fence()).copied().unwrap_or(0);
         let token = last + 1;
-        self.fences.insert(keys.fence.clone(), token);
+        self.fences.insert(keys.fence().to_owned(), token);
         self.leases.insert(
             key.to_owned(),
             Entry {

@@ -227,20 +227,22 @@ impl MemoryBackend {
     pub fn delete(&self, keys: &LeaseKeys) -> bool {
         let now = now();
         let mut store = self.lock();
-        let existed = store.live(&keys.lease, now).is_some();
-        store.leases.remove(&keys.lease);
+        let existed = store.live(keys.lease(), now).is_some();
+        store.leases.remove(keys.lease());
         existed
     }
 
     /// Forgets the fencing counter of a lease, as an eviction would.
     pub fn delete_fence(&self, keys: &LeaseKeys) {
-        self.lock().fences.remove(&keys.fence);
+        self.lock().fences.remove(keys.fence());
     }
 
     /// The remaining time of a live lease (its PTTL), or `None` if it is not held.
     pub fn remaining(&self, keys: &LeaseKeys) -> Option<Duration> {
         let now = now();
-        self.lock().live(&keys.lease, now).and_then(|e| e.pttl(now))
+        self.lock()
+            .live(keys.lease(), now)
+            .and_then(|e| e.pttl(now))
     }
 
     /// How many backend calls were made, faulted ones included.

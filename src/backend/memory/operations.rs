@@ -57,7 +57,7 @@ impl Operations for MemoryBackend {
         let attempt = holding.attempt();
         // No local wait here: the call is its round trip.
         self.run(bound.timeout_at(Instant::now()), move |store, now| {
-            match store.live(&keys.lease, now) {
+            match store.live(keys.lease(), now) {
                 None => RenewReply::Absent,
                 Some(entry) if !entry.is(attempt) => RenewReply::NotOwner,
                 // Ended: the entry only holds its lock-delay, which a renewal never undoes.
@@ -78,12 +78,12 @@ impl Operations for MemoryBackend {
     ) -> BackendFuture<'a, ReleaseReply> {
         let attempt = holding.attempt();
         self.run(timeout, move |store, now| {
-            match store.live(&keys.lease, now) {
+            match store.live(keys.lease(), now) {
                 None => ReleaseReply::Absent,
                 Some(entry) if !entry.is(attempt) => ReleaseReply::NotOwner,
                 Some(_) => {
-                    store.leases.remove(&keys.lease);
-                    store.notify(&keys.release_channel);
+                    store.leases.remove(keys.lease());
+                    store.notify(keys.release_channel());
                     ReleaseReply::Released
                 }
             }
@@ -98,7 +98,7 @@ impl Operations for MemoryBackend {
     ) -> BackendFuture<'a, Inspected> {
         self.run(timeout, move |store, now| {
             let waiting = store.lines.get(&keys.line()).map_or(0, |l| l.entries(now));
-            let reply = match store.live(&keys.lease, now) {
+            let reply = match store.live(keys.lease(), now) {
                 None => InspectReply::Absent,
                 Some(entry) => {
                     let ((pttl, ended), token) = (entry.left(now), FencingToken::new(entry.token));
@@ -137,7 +137,7 @@ impl Operations for MemoryBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.run(timeout, move |store, _| {
-            store.subscribe([keys.release_channel.clone()])
+            store.subscribe([keys.release_channel().to_owned()])
         })
     }
 
@@ -212,7 +212,7 @@ impl Operations for MemoryBackend {
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
         self.run(timeout, move |store, _| {
-            store.subscribe([keys.release_channel.clone(), keys.acquire_channel()])
+            store.subscribe([keys.release_channel().to_owned(), keys.acquire_channel()])
         })
     }
 }

@@ -47,7 +47,7 @@ impl Operations for RedisBackend {
         Box::pin(async move {
             let twin = self.inner.replicated.as_ref().unwrap_or(self);
             let deadline = deadline_after(Instant::now(), timeout);
-            let (generation, connected) = twin.connection(deadline, &keys.lease).await?;
+            let (generation, connected) = twin.connection(deadline, keys.lease()).await?;
             let item = batch::Item::acquire(keys, request, place, id);
             let deadlines = batch::Deadlines::one(batch::Deadline::at(deadline));
             let value = twin
@@ -123,7 +123,7 @@ impl Operations for RedisBackend {
         keys: &'a LeaseKeys,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
-        self.subscribe(keys, vec![keys.release_channel.clone()], None, timeout)
+        self.subscribe(keys, vec![keys.release_channel().to_owned()], None, timeout)
     }
 
     fn leave_line<'a>(
@@ -173,7 +173,7 @@ impl Operations for RedisBackend {
         keys: &'a LeaseKeys,
         timeout: Duration,
     ) -> BackendFuture<'a, ReleaseNotices> {
-        let channels = vec![keys.release_channel.clone(), keys.acquire_channel()];
+        let channels = vec![keys.release_channel().to_owned(), keys.acquire_channel()];
         self.subscribe(keys, channels, None, timeout)
     }
 }
@@ -192,7 +192,7 @@ impl RedisBackend {
             let deadline = deadline_after(Instant::now(), timeout);
             // On the node of the shared connection: the primary the scripts publish on.
             // Under Cluster a PUBLISH reaches every node: the slot owner's will do.
-            let (_, current) = self.connection(deadline, &keys.lease).await?;
+            let (_, current) = self.connection(deadline, keys.lease()).await?;
             let failed = |kind, m: String| SendFailure::NotSent(FailureDetail::new(kind, m));
             let node = &current.node;
             let subscribe =

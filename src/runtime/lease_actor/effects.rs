@@ -2,6 +2,7 @@
 //! one cancellation, stopping the worker, the timer, and the release with its report —
 //! the I/O, messages and telemetry the watchdog leaves out.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use ractor::{ActorRef, Message};
@@ -26,7 +27,23 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         actions: Vec<Action>,
         now: Instant,
     ) {
-        let mut pending = std::collections::VecDeque::from(actions);
+        let mut pending = VecDeque::from(actions);
+        while self.carry_out_now(myself, &mut pending, now) {
+            let end = self.end_for_exit();
+            self.finish(end).await;
+            myself.stop(Some(format!("{LEASE_END}lease ended")));
+        }
+    }
+
+    /// Carries out `pending` in order, and those a renewal refused at once calls for, up to
+    /// the attached worker's finish, the one action that awaits (the release): true if it
+    /// stopped there, the finish taken out of `pending` and still to do.
+    pub(super) fn carry_out_now(
+        &mut self,
+        myself: &ActorRef<LeaseActorMsg>,
+        pending: &mut VecDeque<Action>,
+        now: Instant,
+    ) -> bool {
         while let Some(action) = pending.pop_front() {
             match action {
                 Action::Renew { until } => {
@@ -38,13 +55,10 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
                 Action::Confirmed => self.publish(now),
                 Action::Cancel(cancellation) => self.send_cancellation(cancellation, now),
                 Action::KillWorker => self.kill_worker(),
-                Action::FinishAttached => {
-                    let end = self.end_for_exit();
-                    self.finish(end).await;
-                    myself.stop(Some(format!("{LEASE_END}lease ended")));
-                }
+                Action::FinishAttached => return true,
             }
         }
+        false
     }
 
     /// Arms the one timer the watchdog asks for, replacing the one armed before; with
@@ -121,7 +135,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
             "lease cancelled"
         );
         telemetry::cancellation(self.handle.purpose(), &reason, unconfirmed_for);
-        self.cancelled = Some(message.clone());
+        self.cancelled = Some(Box::new(message.clone()));
         // Published before the token fires, so work woken by it reads the reason.
         self.publish(now);
         self.cancel.cancel();
@@ -161,7 +175,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         self.publish(Instant::now());
         let report = LeaseReport {
             end,
-            cancelled: self.cancelled.clone(),
+            cancelled: self.cancelled.as_deref().cloned(),
             release,
             token: self.handle.token(),
         };
@@ -175,14 +189,14 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         // report must find it free.
         drop(self.admission.take());
         if let Some(tx) = self.report.take() {
-            let _ = tx.send(report.clone());
+            let _ = tx.send(Box::new(report.clone()));
         }
         self.cancel.cancel();
         report
     }
 
     pub(super) fn end_for_exit(&self) -> JobEnd {
-        match &self.cancelled {
+        match self.cancelled.as_deref() {
             Some(c) => JobEnd::Cancelled {
                 reason: c.reason,
                 killed: self.watchdog.killed(),
@@ -233,11 +247,11 @@ impl<M> Drop for LeaseActorState<M> {
             drop(self.admission.take());
             return;
         };
-        let cancelled = self.cancelled.clone();
+        let cancelled = self.cancelled.as_deref().cloned();
         let token = self.handle.token();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             drop(self.admission.take());
-            let _ = tx.send(LeaseReport {
+            let _ = tx.send(Box::new(LeaseReport {
                 end: JobEnd::Aborted,
                 cancelled,
                 release: ReleaseOutcome::Indeterminate {
@@ -247,7 +261,7 @@ impl<M> Drop for LeaseActorState<M> {
                     ),
                 },
                 token,
-            });
+            }));
             return;
         };
         // Released here, as `finish` would — once the worker stopped (invariant 5) — so the
@@ -264,12 +278,12 @@ impl<M> Drop for LeaseActorState<M> {
                 "lease actor ended from outside; released"
             );
             drop(admission);
-            let _ = tx.send(LeaseReport {
+            let _ = tx.send(Box::new(LeaseReport {
                 end: JobEnd::Aborted,
                 cancelled,
                 release,
                 token,
-            });
+            }));
         });
     }
 }

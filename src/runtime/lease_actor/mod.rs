@@ -8,7 +8,8 @@
 //! runtime's one timer task that wakes it; [`worker`] the work it supervises, an actor or a
 //! task; [`published`] the status it publishes to the work and to observers; `state` what
 //! it holds; `effects` what it does on the watchdog's word (start a renewal, cancel, stop,
-//! release, report).
+//! release, report); `at_once` the tick and the renewal's end, handled without a future of
+//! their own.
 //! The runtime's entry points (`spawn`, `run`, `job`, `drain`, the supervisor) are beside
 //! this folder.
 //!
@@ -41,6 +42,7 @@
 //!    says after the cancellation was sent moves nothing (the worker keeps its `stop_by`);
 //!    the release aborts a renewal still in flight.
 
+mod at_once;
 mod effects;
 pub(super) mod message;
 pub(super) mod published;
@@ -49,16 +51,19 @@ pub(super) mod timers;
 pub(super) mod watchdog;
 pub(super) mod worker;
 
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use futures_util::future::Either;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, Message, SupervisionEvent};
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::lease::LeaseState;
 use crate::runtime::{CancelReason, JobEnd, LeaseCancelled};
+use at_once::{AtOnce, at_once};
 pub(crate) use effects::release_time;
 use message::{Command, LeaseActorMsg};
 pub(crate) use state::{LeaseActorArgs, LeaseActorState};
@@ -222,14 +227,22 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         Box::pin(self.on_post_start(myself, state).instrument(span)).await
     }
 
-    async fn handle(
+    /// A timer's tick and a renewal's end — the messages every renewal brings — are decided
+    /// and carried out in the call, without a future of their own, unless what they call
+    /// for awaits (a release); every other message is handled in a boxed future.
+    fn handle(
         &self,
         myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
+    ) -> impl Future<Output = Result<(), ActorProcessingErr>> + Send {
         let span = state.span.clone();
-        Box::pin(self.on_message(myself, message, state).instrument(span)).await
+        match span.in_scope(|| at_once(&myself, state, message)) {
+            AtOnce::Done => Either::Left(std::future::ready(Ok(()))),
+            later => Either::Right(Box::pin(
+                self.on_message(myself, later, state).instrument(span),
+            )),
+        }
     }
 
     /// Overridden: ractor's default stops a supervisor when any child stops, normal exits
@@ -300,33 +313,29 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         Ok(())
     }
 
+    /// What [`at_once()`] left to do: the rest of a tick's or a renewal's actions, or
+    /// another message.
     async fn on_message(
         &self,
         myself: ActorRef<LeaseActorMsg>,
-        message: LeaseActorMsg,
+        later: AtOnce,
         state: &mut LeaseActorState<M>,
     ) -> Result<(), ActorProcessingErr> {
+        let message = match later {
+            AtOnce::Done => return Ok(()),
+            AtOnce::Finish(mut pending, now) => {
+                // The finish `carry_out_now` stopped at, then what came after it.
+                pending.push_front(Action::FinishAttached);
+                Self::perform(&myself, state, pending.into(), now).await;
+                return Ok(());
+            }
+            AtOnce::Message(message) => message,
+        };
         // The clock, read once for everything this message does.
         let now = Instant::now();
         match message.0 {
-            Command::Tick(generation)
-                if !state.armed.is_current(generation) || state.finishing() => {}
-            Command::Tick(_) => {
-                state.armed.ticked();
-                let (worker, reached) = (state.worker.view(), state.renewal_reached());
-                let actions = state.watchdog.handle_timeout(now, worker, reached);
-                Self::perform(&myself, state, actions, now).await;
-            }
-            // The lease finishing abandoned its renewal; an end that still came says nothing.
-            Command::Renewed(_) if state.finishing() => {}
-            // The handle applies what the renewal's calls got; the watchdog decides.
-            Command::Renewed(sent) => {
-                state.renewal = None;
-                let renewal = state.handle.end_renewal(sent, now);
-                let worker = state.worker.view();
-                let actions = state.watchdog.handle_renewal(&renewal, now, worker);
-                Self::perform(&myself, state, actions, now).await;
-            }
+            // Handled by `at_once`, which never hands them on.
+            Command::Tick(_) | Command::Renewed(_) => {}
             Command::Drain => {
                 let actions = state.on_cancel(CancelReason::Shutdown, now);
                 Self::perform(&myself, state, actions, now).await;

@@ -9,11 +9,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
+use crate::lease::Replication;
+use crate::protocol::{Purpose, ResourceDigest};
 use crate::runtime::LeaseStatus;
 
-/// A new status, published by `Publisher` and read by its `Subscriber`s.
-pub(crate) fn channel(initial: LeaseStatus) -> (Publisher, Subscriber) {
+/// A new status, published by `Publisher` and read by its `Subscriber`s, beside the lease's
+/// `facts`, which never change.
+pub(crate) fn channel(initial: LeaseStatus, facts: LeaseFacts) -> (Publisher, Subscriber) {
     let shared = Arc::new(Shared {
+        facts,
         current: Mutex::new(Current {
             status: initial,
             version: 0,
@@ -28,8 +32,21 @@ pub(crate) fn channel(initial: LeaseStatus) -> (Publisher, Subscriber) {
     (Publisher(shared), subscriber)
 }
 
+/// What a lease's contexts say of it that never changes; kept once per lease, beside its
+/// published status.
+#[derive(Debug)]
+pub(crate) struct LeaseFacts {
+    pub(crate) purpose: Purpose,
+    pub(crate) resource: ResourceDigest,
+    pub(crate) replication: Replication,
+    pub(crate) slot: Option<u16>,
+}
+
 #[derive(Debug)]
 struct Shared {
+    /// What the lease's contexts say of it that never changes: kept once per lease here
+    /// rather than in every context (docs/performance.md, "R with one actor per lease").
+    facts: LeaseFacts,
     current: Mutex<Current>,
     /// Woken on every change and when the publisher goes.
     changed: Notify,
@@ -91,6 +108,11 @@ pub(crate) struct Subscriber {
 }
 
 impl Subscriber {
+    /// The lease's facts, which never change.
+    pub(crate) fn facts(&self) -> &LeaseFacts {
+        &self.shared.facts
+    }
+
     /// The status published last.
     pub(crate) fn get(&self) -> LeaseStatus {
         self.shared.current().status
@@ -129,6 +151,16 @@ mod tests {
     use super::*;
     use crate::lease::LeaseState;
     use crate::runtime::CancelReason;
+
+    fn channel(initial: LeaseStatus) -> (Publisher, Subscriber) {
+        let facts = LeaseFacts {
+            purpose: Purpose::new("p").unwrap(),
+            resource: ResourceDigest::of(b"r"),
+            replication: Replication::NotRequested,
+            slot: None,
+        };
+        super::channel(initial, facts)
+    }
 
     fn status(renewals: u64) -> LeaseStatus {
         LeaseStatus {

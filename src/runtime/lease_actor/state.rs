@@ -23,13 +23,17 @@ pub(crate) struct LeaseActorArgs<M> {
     pub(crate) policy: CancelPolicy,
     pub(crate) cancel: CancellationToken,
     pub(crate) status: Publisher,
-    pub(crate) report: Option<oneshot::Sender<LeaseReport>>,
+    pub(crate) report: Option<ReportSender>,
     pub(crate) admission: Option<Admission>,
     pub(crate) renew_every: Duration,
     pub(crate) safety_margin: Duration,
     /// The runtime's timers, where the actor arms its one deadline.
     pub(crate) timers: Timers,
 }
+
+/// Where the report goes: boxed, so the channel every held lease keeps open is a
+/// pointer wide rather than a report wide (docs/performance.md, "R with one actor per lease").
+pub(crate) type ReportSender = oneshot::Sender<Box<LeaseReport>>;
 
 /// A renewal in flight: the task running its calls, and whether they may have reached
 /// Redis so far.
@@ -44,13 +48,14 @@ pub(crate) struct LeaseActorState<M> {
     pub(super) worker: WorkerState<M>,
     pub(super) cancel: CancellationToken,
     pub(super) status: Publisher,
-    pub(super) report: Option<oneshot::Sender<LeaseReport>>,
+    pub(super) report: Option<ReportSender>,
     /// This lease's admission to its runtime; given back before the report is sent.
     pub(super) admission: Option<Admission>,
     /// When to renew, cancel and stop the worker: the schedule, decided without I/O.
     pub(super) watchdog: Watchdog,
-    /// The cancellation sent, kept for the status and the report.
-    pub(super) cancelled: Option<LeaseCancelled>,
+    /// The cancellation sent, kept for the status and the report; boxed, as most leases
+    /// never send one and every held lease carries this state.
+    pub(super) cancelled: Option<Box<LeaseCancelled>>,
     /// The deadline armed with the runtime's timers, and its generation; disarmed when the
     /// actor ends.
     pub(super) armed: ArmedTimer,

@@ -75,10 +75,10 @@ impl Item {
         }
         Self {
             kind,
-            lease: keys.lease.clone(),
+            lease: keys.lease().to_owned(),
             slots: Vec::new(),
             after: match kind {
-                Kind::Acquire => vec![keys.fence.clone(), keys.line()],
+                Kind::Acquire => vec![keys.fence().to_owned(), keys.line()],
                 Kind::Inspect => vec![keys.line()],
                 Kind::Renew | Kind::Release | Kind::Leave | Kind::Keep => Vec::new(),
             },

@@ -19,13 +19,13 @@ pub(super) struct Term {
     pub(super) token: FencingToken,
     /// The lease actor's report, awaited by the task that tells the supervisor the term
     /// ended, and by whoever ends the term from here.
-    pub(super) report: Shared<oneshot::Receiver<LeaseReport>>,
+    pub(super) report: Shared<oneshot::Receiver<Box<LeaseReport>>>,
 }
 
 impl Term {
     /// The report, or a "vanished" one if the lease actor ended without one.
     pub(super) async fn report(self) -> LeaseReport {
-        report_or_vanished(self.report.await.ok(), self.token)
+        report_or_vanished(self.report.await.ok().map(|report| *report), self.token)
     }
 
     /// Ends the term from here — the lease actor stopped from outside: its worker sent
@@ -35,7 +35,10 @@ impl Term {
         self.lease.stop(None);
         let token = self.token;
         let report = tokio::time::timeout(bound, self.report).await;
-        report_or_vanished(report.ok().and_then(Result::ok), token)
+        report_or_vanished(
+            report.ok().and_then(Result::ok).map(|report| *report),
+            token,
+        )
     }
 }
 
