@@ -6,6 +6,7 @@ mod access;
 #[path = "../common/mod.rs"]
 mod common;
 mod native;
+mod plain_path;
 
 use std::time::{Duration, Instant};
 
