@@ -12,7 +12,10 @@ const FENCE: &str = "t:{g}:fence";
 /// reply as text, the call's id left out.
 fn run(server: &RedisServer, items: &[(&str, &str, &[&str])]) -> Vec<String> {
     let script = batch_script();
-    let keys: Vec<&str> = items.iter().flat_map(|(_, _, k)| k.iter().copied()).collect();
+    let keys: Vec<&str> = items
+        .iter()
+        .flat_map(|(_, _, k)| k.iter().copied())
+        .collect();
     let count = keys.len().to_string();
     let mut args = vec!["EVAL", script.as_str(), count.as_str()];
     args.extend(keys);
