@@ -1,10 +1,10 @@
 -- leasehold's plain path (docs/design.md §4): the batch script's first part (scripts.rs puts
 -- this file first, lua/batch.lua last). A call whose items are all plain — acquisitions
 -- with no holder label and no lock-delay ('A<ttl_ms> <w><id>', KEYS lease, fence, line),
--- renewals ('N<ttl_ms>', KEYS lease) and releases ('R', KEYS lease) — starts here, before the other files define their
--- functions: a script's functions are made anew on every call (a Lua closure each, and
--- the files define about thirty), which cost a plain cycle more Redis CPU than any of
--- its commands.
+-- renewals ('N<ttl_ms>', KEYS lease) and releases ('R', KEYS lease) — starts here, before
+-- the other files define their functions: a script's functions are made anew on every
+-- call (a Lua closure each, and the files define about thirty), which cost a plain cycle
+-- more Redis CPU than any of its commands (docs/performance.md).
 --
 -- Items run here in order while each is simple:
 --   * an acquisition that finds the lease free and no line: the lease's GET, the line's
@@ -15,11 +15,13 @@
 --     renew.lua's.
 --   * a release of a lease that is no counted lease's slot (its key holds no '#'): as
 --     release.lua's.
--- The first item that is not simple (an acquisition's lease held or with a line, a
--- lease with a lock-delay, a slot, a head with a label or a lock-delay) or that raises ends this part; lua/batch.lua runs it
--- and the rest, with all functions defined, and is told what this part read of its lease
--- (plain_read) and what it raised (plain_raised). An item not simple has only been read
--- here, never written. A call with any other item does not run here at all.
+-- The first item that is not simple (an acquisition's lease held or with a line, a lease
+-- with a lock-delay, a slot, a head with a label or a lock-delay) or that raises ends
+-- this part; lua/batch.lua runs it and the rest, with all functions defined, and is told
+-- what this part read of its lease (plain_read, plain_line) and what it raised
+-- (plain_raised). An item not simple has only been read here, never written; what the
+-- items before it wrote, batch.lua reads from Redis (nothing of it is cached). A call
+-- with any other item does not run here at all.
 
 -- The server's TIME in µs, read at most once per call (by now()).
 local now_us
