@@ -2,8 +2,8 @@
 """Captures the script replies of the `script_reply` seed corpus from a real redis-server.
 
 Starts redis-server (Debian's, as the test suite does) on a free loopback port, runs the
-batch script exactly as leasehold sends it (lua/owner.lua, acquire, renew, release,
-inspect, then batch.lua, joined by newlines) so that every item outcome occurs, and writes
+batch script exactly as leasehold sends it (lua/plain.lua, owner, line, acquire, renew,
+release, inspect, then batch.lua, joined by newlines) so that every item outcome occurs, and writes
 each reply's raw RESP bytes to fuzz/corpus/script_reply/real_<name>.resp. Run it again
 after a change to the scripts' replies:
 
@@ -23,7 +23,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "fuzz", "corpus", "script_reply")
-PARTS = ["owner", "line", "acquire", "renew", "release", "inspect", "batch"]
+PARTS = ["plain", "owner", "line", "acquire", "renew", "release", "inspect", "batch"]
 
 GROUP = "leasehold:lease:v2:jobs:{abcd}"
 LEASE = GROUP + ":abcd" + "0" * 60

@@ -50,34 +50,31 @@
 -- read the key; it creates no string but its reply, and that once per key and call. A
 -- waiting acquisition's adds its place in the line: a read of its tail (the new entry's
 -- score is past it), ZADD, then PEXPIRE of a line it made or ZRANK. An acquisition
--- is five calls: GET, ZRANGE of the line's head (lua/line.lua), SET … GET on the counter
--- (read and write in one), SET … PX on the lease, PUBLISH of the acquisition notice; a
--- sixth only when the clock did not move past the counter, and two more when it was first
--- in a line (its ZREM, and the PUBLISH that tells the next waiter its turn).
+-- is five calls: GET, the line's check (lua/line.lua: EXISTS of its key, which a lease
+-- without waiters lacks; a ZRANGE of its head instead for a waiter in line, and after the
+-- EXISTS when the key is there), SET … GET on the counter (read and write in one), SET …
+-- PX on the lease, PUBLISH of the acquisition notice; a sixth only when the clock did not
+-- move past the counter, and two more when it was first in a line (its ZREM, and the
+-- PUBLISH that tells the next waiter its turn). A call of plain items runs the plain
+-- acquisition's calls from lua/plain.lua, the same ones.
 
 -- Issues a token and stores this attempt in `lease` (absent); returns the token's text.
 local function take(lease, fence, mine, ttl, holder, delay, now)
-  local token = now()
-  local text = string.format('%d', token)
-  local last = tonumber(redis.call('SET', fence, text, 'GET'))
-  if last and last >= token then
-    token = last + 1
-    text = string.format('%d', token)
-    redis.call('SET', fence, text)
-  end
+  local text = issue(fence)
   local value = mine .. text
   if holder then
     -- Before the token, which stays the value's last word but for the lock-delay (inspect
     -- reads it there).
     value = mine .. holder .. ' ' .. text
   end
-  local px = tonumber(ttl)
+  -- The ttl goes to Redis as the text it came as: a Lua number would be formatted again.
+  local px = ttl
   if delay then
     value = value .. ' d' .. delay
-    px = px + tonumber(delay)
+    px = tonumber(ttl) + tonumber(delay)
   end
   redis.call('SET', lease, value, 'PX', px)
-  wrote(lease, {value, px})
+  wrote(lease, {value, tonumber(px)})
   -- For observers (LeaseClient::observe). A refusal (an ACL that allows publishing on the
   -- release channel only) costs them their early wake-up, never the acquisition: pcall.
   redis.pcall('PUBLISH', channel(lease, ':acquired'), text)
@@ -115,7 +112,10 @@ end
 local function acquire(lease, fence, mine, ttl, holder, delay, now, line, id, waits)
   local seen = read(lease)
   if not seen then
-    local may, in_line, next_id = entitled(line, id, 1, 1, now)
+    -- A waiter in line already ('='), or a line this call found there (plain.lua), is
+    -- read at once, without looking for the line's key first.
+    local may, in_line, next_id = entitled(line, id, 1, 1, now,
+      waits ~= '=' and line ~= plain_line)
     if not may then
       return refused('CONTENDED 0', line, id, waits, now)
     end
@@ -177,7 +177,7 @@ local function acquire_slot(slots, n, mine, ttl, holder, delay, now, id, waits)
   if conflict then
     return string.format('CONFLICT %d', conflict)
   elseif free then
-    local may, in_line, next_id = entitled(line, id, frees, n, now)
+    local may, in_line, next_id = entitled(line, id, frees, n, now, waits ~= '=')
     if not may then
       return refused('CONTENDED 0', line, id, waits, now)
     end

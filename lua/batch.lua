@@ -1,7 +1,9 @@
 -- leasehold batch (docs/design.md §4): the one script leasehold sends, by EVALSHA. Its source is
--- owner.lua, acquire.lua, renew.lua, release.lua and inspect.lua (each defines local
--- functions), then this file, which runs a list of items — one or many operations on any
--- leases — in order, atomically as a whole.
+-- plain.lua (which runs a call of plain acquisitions and releases by itself, or the first
+-- of its items), owner.lua, line.lua, acquire.lua, renew.lua, release.lua and inspect.lua
+-- (each defines local functions), then this file, which runs a list of items — one or
+-- many operations on any leases — in order, atomically as a whole: those plain.lua did
+-- not run.
 --
 -- ARGV[1] is the call's id, echoed first in the reply: a client that reads a reply meant
 -- for another call (a connection whose stream lost bytes) sees the wrong id and trusts
@@ -78,15 +80,6 @@ if k ~= #KEYS + 1 then
   return redis.error_reply('ERR leasehold batch: keys and arguments do not match the items')
 end
 
-local now_us
-local function now()
-  if not now_us then
-    local t = redis.call('TIME')
-    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return now_us
-end
-
 -- An acquisition head's parts after its kind (and a counted one's n): the ttl, the
 -- lock-delay or nil, how it waits ('+' it joins, '=' it is in line already, false for a
 -- try), the waiter id, the holder label or nil.
@@ -106,6 +99,13 @@ end
 
 local function run(kind, head, at, mine)
   if kind == A then
+    -- A plain acquisition (no lock-delay, no holder label) is read by one match on the
+    -- head itself: the features it does not use cost it nothing.
+    local ttl, w, id = string.match(head, '^A(%d+) ([+=-])(%x+)$')
+    if ttl then
+      return acquire(KEYS[at], KEYS[at + 1], mine, ttl, nil, nil, now, KEYS[at + 2], id,
+        w ~= '-' and w)
+    end
     local ttl, delay, waits, id, holder = acquisition(string.sub(head, 2))
     return acquire(KEYS[at], KEYS[at + 1], mine, ttl, holder, delay, now, KEYS[at + 2], id,
       waits)
@@ -136,35 +136,58 @@ local function run(kind, head, at, mine)
   return inspect(KEYS[at], mine, KEYS[at + 1])
 end
 
-local replies = {ARGV[1]}
-for a = 2, #ARGV, 2 do
-  local head = ARGV[a]
-  local kind = string.byte(head)
-  local ok, reply = pcall(run, kind, head, first[a], ARGV[a + 1])
-  if not ok then
-    -- Redis 7.0 raises a redis.call error as its text ('NOPERM …'), later versions as a
-    -- table {err = …}; either way the error code stays first, for the client to classify.
-    -- Redis 6.2 raises the refusals it makes before running a command (OOM, READONLY,
-    -- MISCONF, NOREPLICAS) as '@user_script: <line>: -<CODE> …': its code is put first
-    -- again, as 7.0 words it, so that the client reads it as not run here too.
-    local refused = type(reply) == 'string' and
-      string.match(reply, '^@user_script: %d+: %-(%u[%u_]+ .-)%s*$')
-    if type(reply) == 'table' and reply.err then
-      reply = {err = reply.err}
-    elseif type(reply) == 'string' and string.find(reply, '^%u[%u_]+ ') then
-      reply = {err = reply}
-    elseif refused then
-      reply = {err = refused}
-    else
-      reply = {err = 'ERR leasehold batch: ' .. tostring(reply)}
-    end
-    -- Redis 7.0 words an ACL refusal inside a script as a plain error; later versions say
-    -- NOPERM. Each item is refused before it writes its lease key (release publishes
-    -- before it deletes), so the refusal is said as NOPERM: the client reads it as not run.
-    if string.find(reply.err, "can't run this command", 1, true) then
-      reply.err = 'NOPERM ' .. string.gsub(reply.err, '^%u+ ', '', 1)
-    end
+-- The error reply for an item that raised `raised`.
+local function failed(raised)
+  -- Redis 7.0 raises a redis.call error as its text ('NOPERM …'), later versions as a
+  -- table {err = …}; either way the error code stays first, for the client to classify.
+  -- Redis 6.2 raises the refusals it makes before running a command (OOM, READONLY,
+  -- MISCONF, NOREPLICAS) as '@user_script: <line>: -<CODE> …': its code is put first
+  -- again, as 7.0 words it, so that the client reads it as not run here too.
+  local refused = type(raised) == 'string' and
+    string.match(raised, '^@user_script: %d+: %-(%u[%u_]+ .-)%s*$')
+  local reply
+  if type(raised) == 'table' and raised.err then
+    reply = {err = raised.err}
+  elseif type(raised) == 'string' and string.find(raised, '^%u[%u_]+ ') then
+    reply = {err = raised}
+  elseif refused then
+    reply = {err = refused}
+  else
+    reply = {err = 'ERR leasehold batch: ' .. tostring(raised)}
   end
-  replies[#replies + 1] = reply
+  -- Redis 7.0 words an ACL refusal inside a script as a plain error; later versions say
+  -- NOPERM. Each item is refused before it writes its lease key (release publishes
+  -- before it deletes), so the refusal is said as NOPERM: the client reads it as not run.
+  if string.find(reply.err, "can't run this command", 1, true) then
+    reply.err = 'NOPERM ' .. string.gsub(reply.err, '^%u+ ', '', 1)
+  end
+  return reply
+end
+
+-- The items lua/plain.lua did not run (all of them, unless the call is all plain items),
+-- from the item at `at`, in one protected call, not one each (a pcall per item cost a
+-- plain cycle about as much as its acquisition notice): an item that raises ends that
+-- call, its error is its reply, and the next call runs on from the item after it.
+if plain_read then
+  known[plain_read[1]] = plain_read[2] and {plain_read[2]} or false
+end
+local a, last = at, #ARGV
+if plain_raised then
+  replies[#replies + 1] = failed(plain_raised[1])
+  a = a + 2
+end
+local function run_on()
+  while a <= last do
+    local head = ARGV[a]
+    replies[#replies + 1] = run(string.byte(head), head, first[a], ARGV[a + 1])
+    a = a + 2
+  end
+end
+while a <= last do
+  local ok, raised = pcall(run_on)
+  if not ok then
+    replies[#replies + 1] = failed(raised)
+    a = a + 2
+  end
 end
 return replies

@@ -59,9 +59,20 @@ end
 -- returns true and the entry that will be at rank permits - 1 once `id` left (the one to
 -- tell its turn), if any.
 --
--- Cost: one ZRANGE for an empty line or a waiter at the head, plus a GET per entry
--- ahead of it that joined more than KEEP ago (each such one found dead, a ZREM).
-local function entitled(line, id, free, permits, now)
+-- `probe`: look for the line's key first (EXISTS), for an acquisition that may find none.
+--
+-- Cost: with `probe`, one EXISTS when there is no line (most free leases have none: a line
+-- lives only while someone waits, and LINE_PX after); else (that EXISTS and) one ZRANGE
+-- for an empty line or a waiter at the head, plus a GET per entry ahead of it that joined
+-- more than KEEP ago (each such one found dead, a ZREM).
+local function entitled(line, id, free, permits, now, probe)
+  -- No line key: no live waiter, and `id` is not in it. (An EXISTS costs Redis less than
+  -- the ZRANGE below, which builds a reply table even for an absent key. A refused EXISTS
+  -- falls through to the ZRANGE, which decides as before.) Not `probe`: the caller knows
+  -- the line is likely there, and the ZRANGE alone decides.
+  if probe and redis.pcall('EXISTS', line) == 0 then
+    return true, false
+  end
   local pruned = 0
   while true do
     local entries = redis.pcall('ZRANGE', line, 0, permits, 'WITHSCORES')

@@ -35,6 +35,7 @@ pub async fn warm_up(client: &LeaseClient) {
 /// that call it by hand (`EVAL`) to see exactly what Redis answers.
 pub fn batch_script() -> String {
     [
+        include_str!("../../lua/plain.lua"),
         include_str!("../../lua/owner.lua"),
         include_str!("../../lua/line.lua"),
         include_str!("../../lua/acquire.lua"),

@@ -7,6 +7,7 @@ mod access;
 mod common;
 mod line_order;
 mod native;
+mod plain_path;
 
 use std::time::{Duration, Instant};
 
