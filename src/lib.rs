@@ -32,7 +32,7 @@
 //! |---|---|---|---|
 //! | cli | `cli/src/` | the `leasehold` binary (`run`, `inspect`, `list`, `doctor`, `completions`, `man`), package `leasehold-cli` | runtime, lease core, backend, protocol, telemetry, error |
 //! | runtime | `src/runtime/` | [`LeaseRuntime`](runtime::LeaseRuntime), lease actors ([`LeaseActorMsg`](runtime::LeaseActorMsg)), `LeaseSupervisor` | lease core, protocol, telemetry, error, jitter, simulation, backend (`FailureDetail` and `FailureKind` only: the detail an outcome carries) |
-//! | lease core | `src/lease/` | [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | protocol, telemetry, error, jitter, backend (`LeaseBackend`, `MemoryBackend`, `RedisBackend`, `RedisConfig`, `FailureDetail`, `FailureKind`, and what a backend's operations answer: `SendFailure`, `ReplicatedReply`, `ReleaseNotices`, `KeyPages`) |
+//! | lease core | `src/lease/` | [`LeaseClient`], [`LeaseHandle`], outcomes, validity, wait loop | protocol, telemetry, error, jitter, backend (`LeaseBackend`, `MemoryBackend`, `RedisBackend`, `RedisConfig`, `FailureDetail`, `FailureKind`, what a backend's operations answer: `SendFailure`, `ReplicatedReply`, `ReleaseNotices`, `KeyPages`, and a renewal's bound, `RenewBound`) |
 //! | backend | `src/backend/` | [`LeaseBackend`], [`RedisBackend`] (`lua/*.lua`), [`MemoryBackend`] | protocol, error, simulation (`store_now`: the in-memory store's clock) |
 //! | protocol | `src/protocol/` | [`protocol`]: keys, digests, attempts, requests, typed replies (pure) | error |
 //! | telemetry | `src/telemetry.rs` | [`telemetry`]: metric names and what records them | protocol |
