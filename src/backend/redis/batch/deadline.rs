@@ -78,6 +78,24 @@ impl Bound {
         }
     }
 
+    /// The deadline of its round trip, for a call written at `sent`: what judges the call
+    /// and its connection. A renewal's is not cut short by its caller's deadline: one
+    /// taken from the queue just before that deadline answers its caller then
+    /// ([`deadline`](Self::deadline)), but a reply later than that says nothing about the
+    /// connection, which is given up only when a round trip took longer than its timeout.
+    pub(in super::super) fn round_trip(self, sent: Instant) -> Deadline {
+        match self {
+            Self::By { timeout, .. } => {
+                let at = deadline_after(sent, timeout);
+                Deadline {
+                    at,
+                    give_up: deadline_after(at, timeout),
+                }
+            }
+            Self::RoundTrip(_) => self.deadline(sent),
+        }
+    }
+
     /// How long obtaining a connection for it may take from `now`, at most: it is sent once
     /// connected.
     pub(super) fn connect_within(self, now: Instant) -> Duration {

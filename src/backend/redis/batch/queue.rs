@@ -238,7 +238,9 @@ impl Batcher {
                 scripted += 1;
             }
             let by = waiting.bound.deadline(now);
-            let one = Deadlines::one(by);
+            // The call is judged by its items' round trips; each item's caller by its own
+            // deadline (`by`), which `answer_late` keeps.
+            let one = Deadlines::one(waiting.bound.round_trip(now));
             deadlines = Some(deadlines.map_or(one, |d| d.and(one)));
             taken.items.push(waiting.item);
             taken.replies.push(Reply {

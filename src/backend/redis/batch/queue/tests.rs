@@ -314,3 +314,30 @@ fn yes(answer: bool) -> Expect {
 fn leak(v: Vec<usize>) -> &'static [usize] {
     Box::leak(v.into_boxed_slice())
 }
+
+/// A renewal taken just before its caller's deadline answers its caller by then, but its
+/// call — and with it the connection, which a call that misses its deadline gives up — is
+/// judged by a whole round trip: a process behind its renewals does not lose its
+/// connection for them.
+#[test]
+fn a_renewal_taken_near_its_deadline_leaves_its_call_a_whole_round_trip() {
+    const ROUND_TRIP: Duration = Duration::from_millis(200);
+    let batcher = Batcher::new(100);
+    let t0 = Instant::now();
+    let (tx, _rx) = oneshot::channel();
+    let bound = Bound::By {
+        by: t0 + 10 * MS,
+        timeout: ROUND_TRIP,
+    };
+    batcher.push(item(Renew(10), 0), bound, tx);
+    let sent = t0 + 5 * MS;
+    let taken = batcher.take(sent, ServerCapabilities::SCRIPTS_ONLY);
+    assert_eq!(taken.items.len(), 1);
+    assert_eq!(
+        taken.replies[0].by.at,
+        t0 + 10 * MS,
+        "the caller's deadline"
+    );
+    assert_eq!(taken.deadlines.first.at, sent + ROUND_TRIP, "the call's");
+    assert_eq!(taken.deadlines.last.at, sent + ROUND_TRIP);
+}
