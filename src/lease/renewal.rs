@@ -109,9 +109,9 @@ impl RenewCall {
         self.reach.clone()
     }
 
-    /// Makes up to [`RENEW_ATTEMPTS`] idempotent attempts, each bounded by
-    /// `min(command timeout, deadline − its send instant)`, none starting at or after the
-    /// deadline. The send instant is read once per attempt, just before it is handed to the
+    /// Makes up to [`RENEW_ATTEMPTS`] idempotent attempts, none starting at or after the
+    /// deadline: each may wait to be written until the deadline, its round trip is bounded
+    /// by the command timeout, and its reply is due by the deadline. The send instant is read once per attempt, just before it is handed to the
     /// backend (docs/design.md §6): the budget a reply proves counts from it.
     pub(crate) async fn send(self) -> RenewSent {
         let span = self.span.clone();

@@ -2,10 +2,11 @@
 //!
 //! An operation's timeout bounds its round trip from the instant just before its call is
 //! written ([`Bound::RoundTrip`]); a renewal's too, and its caller's absolute deadline
-//! bounds its wait in the queue and its reply ([`Bound::By`]). Either deadline is judged once this process has caught up with the
-//! tasks it has queued ([`Deadline::wait`]): a reply that reached it in time still counts
-//! when the process, busy, had not read it yet — the timeout bounds the server's round
-//! trip, not this process's backlog.
+//! bounds its wait in the queue and its reply ([`Bound::By`]). Either deadline is judged
+//! once this process has caught up with the tasks it has queued ([`Deadline::wait`]): a
+//! reply that reached it in time still counts when the process, busy, had not read it yet
+//! — the timeout bounds the server's round trip, not this process's backlog. A call, and
+//! with it its connection, is judged by its items' round trips ([`Bound::round_trip`]).
 
 use std::pin::Pin;
 use std::task::Poll;
@@ -61,8 +62,9 @@ impl Bound {
     /// and at least [`BEHIND_GRACE`] for anything else.
     pub(in super::super) fn deadline(self, sent: Instant) -> Deadline {
         match self {
+            // Its round trip's, cut short by its caller's deadline.
             Self::By { by, timeout } => {
-                let at = deadline_after(sent, timeout).min(by);
+                let at = self.round_trip(sent).at.min(by);
                 Deadline {
                     at,
                     give_up: deadline_after(at, timeout),
