@@ -2,12 +2,15 @@
 //! be), each waiting with the library's own wait (leasehold: `acquire`, 60 s wait; rslock:
 //! `acquire_no_guard`, its retry loop at its default settings; async-redis-lock: its
 //! `acquire_with_options`, retrying every 100 ms by default), holding 2 ms, releasing and
-//! queueing again, until `grants` grants. Per row: grants/s (`ops_per_s`), the handoff gap
+//! queueing again, until `grants` grants. The run starts on a full line: the lease is held
+//! while the waiters queue (leasehold: until its line counts all W; the peers, which have
+//! none: one second), then released. Per row: grants/s (`ops_per_s`), the handoff gap
 //! (a release's call to the next grant) p50/p99, Redis commands per grant (`INFO stats`
 //! `total_commands_processed`, which counts a script's own calls; keep-alives and
 //! retries included) against an uncontended cycle's measured the same way in the same
 //! child, the longest single wait against the fair bound (the waiters ahead × the
-//! measured cycle: what first come, first served would give), and grants per waiter.
+//! measured cycle: what first come, first served would give; a first wait counts from the
+//! run's start), and grants per waiter over the run's first `grants` grants.
 
 use std::sync::atomic::AtomicUsize;
 
@@ -29,6 +32,11 @@ trait Waiting: Send + Sync + 'static {
 
     /// Releases what [`wait_for`](Self::wait_for) took; panics unless it did.
     fn release(&self, held: Self::Held) -> impl Future<Output = ()> + Send;
+
+    /// How many wait for `key`, if the crate can say (only a crate with a line can).
+    fn waiting(&self, _key: &str) -> impl Future<Output = Option<u64>> + Send {
+        async { None }
+    }
 }
 
 struct Leasehold(LeaseClient);
@@ -46,6 +54,11 @@ impl Waiting for Leasehold {
 
     async fn release(&self, mut held: Self::Held) {
         assert_eq!(held.release().await, ReleaseOutcome::Released, "H: release");
+    }
+
+    async fn waiting(&self, key: &str) -> Option<u64> {
+        let req = request(&self.0, key, LOCK_TTL, WAIT);
+        self.0.inspect_with_line(&req).await.waiting
     }
 }
 
@@ -167,8 +180,10 @@ async fn measure<S: Waiting>(
     let solo_cmds = solo(&*clients[0], &format!("{}:solo", env.run), &mut info).await;
     let key = Arc::new(format!("{}:line", env.run));
     let line = Arc::new(Line::default());
-    let before = commands(&mut info).await;
-    let cpu = CpuMeter::start(&mut info).await;
+    // The run starts on a full line: one holds the lease while every waiter queues, so the
+    // first lap is in the order the waiters came, not a race between early waiters coming
+    // back and late ones arriving.
+    let starter = clients[0].wait_for(&key).await;
     let tasks: Vec<_> = (0..waiters)
         .map(|waiter| {
             let system = Arc::clone(&clients[waiter % clients.len()]);
@@ -192,6 +207,11 @@ async fn measure<S: Waiting>(
             })
         })
         .collect();
+    full_line(&*clients[0], &key, waiters, prefix).await;
+    let before = commands(&mut info).await;
+    let cpu = CpuMeter::start(&mut info).await;
+    let start = Instant::now();
+    clients[0].release(starter).await;
     let deadline = Instant::now() + env.pick(Duration::from_secs(20), Duration::from_secs(60));
     while line.granted.load(Ordering::SeqCst) < target && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -205,7 +225,7 @@ async fn measure<S: Waiting>(
     summarize(
         env,
         prefix,
-        waiters,
+        (waiters, target, start),
         clients.len(),
         &mut grants,
         commands_used,
@@ -214,11 +234,27 @@ async fn measure<S: Waiting>(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Waits until `waiters` wait for `key`: as `system`'s line says, or, for a crate without
+/// one, long enough for every waiter to have tried once.
+async fn full_line<S: Waiting>(system: &S, key: &str, waiters: usize, prefix: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match system.waiting(key).await {
+            Some(n) if n >= waiters as u64 => return,
+            Some(n) => assert!(
+                Instant::now() < deadline,
+                "{prefix}: {n} of {waiters} waiters in line after 30 s"
+            ),
+            None => return tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn summarize(
     env: &Env,
     prefix: &str,
-    waiters: usize,
+    (waiters, target, start): (usize, usize, Instant),
     clients: usize,
     grants: &mut [Grant],
     commands_used: u64,
@@ -236,12 +272,15 @@ fn summarize(
     let window = used.wall;
     let cycle = window / n as f64;
     let fair = cycle * (waiters - 1) as f64;
+    // A first wait counts from the run's start: before it the line was filling.
     let longest = grants
         .iter()
-        .map(|g| (g.acquired - g.entered).as_secs_f64())
+        .map(|g| (g.acquired - g.entered.max(start)).as_secs_f64())
         .fold(0.0, f64::max);
+    // Over the run's first `target` grants: those granted after it were cut short by the
+    // stop, some waiters' but not others'.
     let mut per_waiter = vec![0usize; waiters];
-    for g in grants.iter() {
+    for g in grants.iter().take(target) {
         per_waiter[g.waiter] += 1;
     }
     let cmds_per_grant = commands_used as f64 / n as f64;
