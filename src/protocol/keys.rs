@@ -24,6 +24,8 @@
 //! channel.
 
 use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
 
 use crate::protocol::{Namespace, Purpose, ResourceDigest};
 
@@ -52,7 +54,7 @@ pub struct LeaseKeys {
     /// * The pub/sub channel on which a release is announced, so waiters wake early: the
     ///   lease's name followed by `:released` (`lua/release.lua` derives it by the same
     ///   rule).
-    text: Box<str>,
+    text: Arc<str>,
     /// Where the lease key is in `text`: the name the channel starts with, or after the
     /// fence for a slot.
     lease: (usize, usize),
@@ -130,6 +132,12 @@ impl LeaseKeys {
     /// slot is taken, the name its slot keys extend (no key of that name is written).
     pub fn lease(&self) -> &str {
         &self.text[self.lease.0..self.lease.1]
+    }
+
+    /// The string [`lease`](Self::lease) is a part of, and where: an operation that sends
+    /// the lease key shares it rather than copying it.
+    pub(crate) fn lease_part(&self) -> (&Arc<str>, Range<usize>) {
+        (&self.text, self.lease.0..self.lease.1)
     }
 
     /// The fencing counter of the lease's group: the last token issued to any lease of the

@@ -471,6 +471,7 @@ contract_tests!(
     acquire_with_the_same_owner_under_another_operation_is_a_conflict,
     renew_and_release_as_the_same_owner_under_another_operation_are_not_owner,
     a_handle_of_the_same_owner_under_another_operation_is_not_owner,
+    a_handle_whose_operation_id_starts_the_holders_is_not_owner,
     acquire_held_by_another_is_contended_with_the_holders_pttl,
     renew_held_is_renewed_and_resets_the_server_ttl,
     renew_after_the_key_was_deleted_is_lost_absent,

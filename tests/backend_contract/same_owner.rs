@@ -32,10 +32,10 @@ async fn age(h: &Harness, lease: &LeaseHandle) {
 /// The lease is still held, its PTTL not extended past the 20 s it had left.
 fn untouched(h: &Harness, lease: &LeaseHandle, after: &str) {
     let pttl = h.pttl(lease.keys());
-    assert!(pttl.is_some(), "{after}: the lease of op-1 is gone");
+    assert!(pttl.is_some(), "{after}: the holder's lease is gone");
     assert!(
         pttl <= Some(Duration::from_secs(20)),
-        "{after}: the lease of op-1 was renewed, PTTL {pttl:?}"
+        "{after}: the holder's lease was renewed, PTTL {pttl:?}"
     );
 }
 
@@ -91,21 +91,35 @@ pub async fn renew_and_release_as_the_same_owner_under_another_operation_are_not
 /// `DELIFEQ`, which compare the whole value): (X, op-2)'s lease was deleted and (X, op-1)
 /// holds the resource now; op-2's handle renews and releases nothing.
 pub async fn a_handle_of_the_same_owner_under_another_operation_is_not_owner(h: Harness) {
-    let req = request_for(&h.client, "r", Duration::from_secs(30));
-    let op2 = LeaseRequest::builder(
-        req.purpose().clone(),
-        *req.resource(),
-        Attempt::from_parts(
-            req.attempt().owner().clone(),
-            OperationId::new("op-2").expect("valid operation id"),
-        ),
-    )
-    .ttl(Duration::from_secs(30))
-    .build()
-    .expect("valid request");
-    let mut stale = acquired(&h.client, &op2).await;
+    stale_handle_renews_and_releases_nothing(h, "op-2", "op-1").await;
+}
+
+/// As above, where the stale handle's operation id is the start of the holder's: the owner
+/// check compares the operation id whole, up to the space that ends it, not a prefix.
+pub async fn a_handle_whose_operation_id_starts_the_holders_is_not_owner(h: Harness) {
+    stale_handle_renews_and_releases_nothing(h, "op-1", "op-10").await;
+}
+
+/// (X, `stale_op`)'s lease was deleted and (X, `holder_op`) holds the resource now:
+/// `stale_op`'s handle renews and releases nothing.
+async fn stale_handle_renews_and_releases_nothing(h: Harness, stale_op: &str, holder_op: &str) {
+    let base = request_for(&h.client, "r", Duration::from_secs(30));
+    let as_op = |op: &str| {
+        LeaseRequest::builder(
+            base.purpose().clone(),
+            *base.resource(),
+            Attempt::from_parts(
+                base.attempt().owner().clone(),
+                OperationId::new(op).expect("valid operation id"),
+            ),
+        )
+        .ttl(Duration::from_secs(30))
+        .build()
+        .expect("valid request")
+    };
+    let mut stale = acquired(&h.client, &as_op(stale_op)).await;
     h.delete(stale.keys());
-    let lease = acquired(&h.client, &req).await;
+    let lease = acquired(&h.client, &as_op(holder_op)).await;
     age(&h, &lease).await;
     let renewed = stale.renew().await;
     assert_eq!(
@@ -113,14 +127,14 @@ pub async fn a_handle_of_the_same_owner_under_another_operation_is_not_owner(h: 
         RenewOutcome::Lost {
             reason: LostReason::NotOwner
         },
-        "renew by (X, op-2)'s handle"
+        "renew by (X, {stale_op})'s handle"
     );
-    untouched(&h, &lease, "renew by (X, op-2)'s handle");
+    untouched(&h, &lease, "renew by the stale handle");
     let released = stale.release().await;
     assert_eq!(
         released,
         ReleaseOutcome::NotOwner,
-        "release by (X, op-2)'s handle"
+        "release by (X, {stale_op})'s handle"
     );
-    untouched(&h, &lease, "release by (X, op-2)'s handle");
+    untouched(&h, &lease, "release by the stale handle");
 }

@@ -2,14 +2,12 @@
 //! the call to the actor's `handle`, without a boxed future per message: the decision is the
 //! watchdog's and the effects are sans await, up to a release.
 
-use std::collections::VecDeque;
-
 use ractor::{ActorRef, Message};
 use tokio::time::Instant;
 
 use super::LeaseActorState;
 use super::message::{Command, LeaseActorMsg};
-use super::watchdog::Action;
+use super::watchdog::Actions;
 use crate::runtime::LeaseCancelled;
 
 /// What `LeaseActor::handle` did at once with a message.
@@ -18,7 +16,7 @@ pub(super) enum AtOnce {
     Done,
     /// All but the attached worker's finish (a release, which awaits) and what follows it,
     /// decided at the instant given.
-    Finish(VecDeque<Action>, Instant),
+    Finish(Actions, Instant),
     /// Nothing: a message other than a tick or a renewal's end.
     Message(LeaseActorMsg),
 }
@@ -51,7 +49,7 @@ pub(super) fn at_once<M: Message + From<LeaseCancelled>>(
         }
         _ => return AtOnce::Message(message),
     };
-    let mut pending = VecDeque::from(actions);
+    let mut pending = actions;
     if state.carry_out_now(myself, &mut pending, now) {
         return AtOnce::Finish(pending, now);
     }

@@ -2,7 +2,6 @@
 //! one cancellation, stopping the worker, the timer, and the release with its report —
 //! the I/O, messages and telemetry the watchdog leaves out.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use ractor::{ActorRef, Message};
@@ -10,7 +9,7 @@ use tokio::time::Instant;
 
 use super::message::{Command, LeaseActorMsg};
 use super::state::{InFlight, LeaseActorState};
-use super::watchdog::{Action, Cancellation};
+use super::watchdog::{Action, Actions, Cancellation};
 use super::worker::WorkerState;
 use super::{KILL_WAIT, LEASE_END};
 use crate::backend::{FailureDetail, FailureKind};
@@ -24,10 +23,10 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     pub(super) async fn carry_out(
         &mut self,
         myself: &ActorRef<LeaseActorMsg>,
-        actions: Vec<Action>,
+        actions: Actions,
         now: Instant,
     ) {
-        let mut pending = VecDeque::from(actions);
+        let mut pending = actions;
         while self.carry_out_now(myself, &mut pending, now) {
             let end = self.end_for_exit();
             self.finish(end).await;
@@ -41,16 +40,14 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
     pub(super) fn carry_out_now(
         &mut self,
         myself: &ActorRef<LeaseActorMsg>,
-        pending: &mut VecDeque<Action>,
+        pending: &mut Actions,
         now: Instant,
     ) -> bool {
-        while let Some(action) = pending.pop_front() {
-            match action {
+        while !pending.is_empty() {
+            match pending.remove(0) {
                 Action::Renew { until } => {
                     let next = self.start_renewal(myself, until, now);
-                    for action in next.into_iter().rev() {
-                        pending.push_front(action);
-                    }
+                    pending.insert_many(0, next);
                 }
                 Action::Confirmed => self.publish(now),
                 Action::Cancel(cancellation) => self.send_cancellation(cancellation, now),
@@ -79,7 +76,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         myself: &ActorRef<LeaseActorMsg>,
         until: Instant,
         now: Instant,
-    ) -> Vec<Action> {
+    ) -> Actions {
         match self.handle.begin_renewal(now, Some(until)) {
             Ok(call) => {
                 let (myself, reach) = (myself.clone(), call.reach());
@@ -89,7 +86,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
                     let _ = myself.send_message(LeaseActorMsg(Command::Renewed(sent)));
                 });
                 self.renewal = Some(InFlight { task, reach });
-                Vec::new()
+                Actions::new()
             }
             Err(refused) => self.watchdog.handle_renewal(
                 &Renewal::Unconfirmed(refused),

@@ -68,7 +68,7 @@ pub(crate) use effects::release_time;
 use message::{Command, LeaseActorMsg};
 pub(crate) use state::{LeaseActorArgs, LeaseActorState};
 use timers::ArmedTimer;
-use watchdog::{Action, Watchdog};
+use watchdog::{Action, Actions, Watchdog};
 use worker::{Worker, WorkerState};
 
 /// The actor holding one lease. Generic over the worker's message type `M`, which must
@@ -304,7 +304,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
         }
         let now = Instant::now();
         let actions = if state.handle.state_at(now) == LeaseState::Active {
-            Vec::new()
+            Actions::new()
         } else {
             // A replay born without validity: cancel at once.
             state.on_cancel(CancelReason::RenewalUnconfirmed, now)
@@ -325,8 +325,8 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
             AtOnce::Done => return Ok(()),
             AtOnce::Finish(mut pending, now) => {
                 // The finish `carry_out_now` stopped at, then what came after it.
-                pending.push_front(Action::FinishAttached);
-                Self::perform(&myself, state, pending.into(), now).await;
+                pending.insert(0, Action::FinishAttached);
+                Self::perform(&myself, state, pending, now).await;
                 return Ok(());
             }
             AtOnce::Message(message) => message,
@@ -387,7 +387,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
     async fn perform(
         myself: &ActorRef<LeaseActorMsg>,
         state: &mut LeaseActorState<M>,
-        actions: Vec<Action>,
+        actions: Actions,
         now: Instant,
     ) {
         state.carry_out(myself, actions, now).await;

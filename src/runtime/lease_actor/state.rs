@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::published::Publisher;
 use super::timers::{ArmedTimer, Timers};
-use super::watchdog::{Action, Phase, Watchdog};
+use super::watchdog::{Actions, Phase, Watchdog};
 use super::worker::{Worker, WorkerState};
 use crate::lease::{LeaseHandle, LeaseState, RenewReach};
 use crate::runtime::registry::Admission;
@@ -69,7 +69,7 @@ pub(crate) struct LeaseActorState<M> {
 impl<M> LeaseActorState<M> {
     /// What cancelling for `reason` at `now` calls for, as the watchdog decides it
     /// (nothing if a cancellation was sent).
-    pub(super) fn on_cancel(&mut self, reason: CancelReason, now: Instant) -> Vec<Action> {
+    pub(super) fn on_cancel(&mut self, reason: CancelReason, now: Instant) -> Actions {
         self.watchdog.handle_cancel(reason, now, self.worker.view())
     }
 

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use smallvec::{SmallVec, smallvec};
 use tokio::time::Instant;
 
 use crate::lease::{LeaseState, LostReason, RenewOutcome, Renewal};
@@ -19,6 +20,11 @@ use crate::runtime::{CancelPolicy, CancelReason};
 
 /// Spacing of the renewal grid, at most: renewals are brought forward onto multiples of it.
 pub(crate) const RENEWAL_GRID: Duration = Duration::from_millis(100);
+
+/// What one event calls for, in order: at most three actions (a drain's deadline: the
+/// cancellation, the worker stopped, the attached worker's finish), most often none or
+/// one — kept inline, since every renewal decides twice (its tick, its end).
+pub(crate) type Actions = SmallVec<[Action; 2]>;
 
 /// The earliest of these is the one timer armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,11 +195,11 @@ impl Watchdog {
         now: Instant,
         worker: WorkerView,
         reached: bool,
-    ) -> Vec<Action> {
+    ) -> Actions {
         match self.phase {
-            Phase::Finishing => Vec::new(),
+            Phase::Finishing => Actions::new(),
             Phase::Cancelled { .. } if now >= self.valid_until => self.end_of_work(worker),
-            Phase::Cancelled { .. } => Vec::new(),
+            Phase::Cancelled { .. } => Actions::new(),
             // The deadline does not wait for a renewal in flight: it is bounded by this
             // instant, and its end, a moment later, would come too late to tell the worker
             // in time. One that may have landed leaves the lease unknown, as its own
@@ -209,15 +215,15 @@ impl Watchdog {
                 self.handle_cancel(reason, now, worker)
             }
             // One renewal at a time: the one in flight ends by the cancellation deadline.
-            Phase::Watching if self.renewing.is_some() => Vec::new(),
+            Phase::Watching if self.renewing.is_some() => Actions::new(),
             // Before the cancellation deadline, so the renewal has time left to spend.
             Phase::Watching if now >= self.next_renew_at => {
                 self.renewing = Some(now);
-                vec![Action::Renew {
+                smallvec![Action::Renew {
                     until: self.cancel_at,
                 }]
             }
-            Phase::Watching => Vec::new(),
+            Phase::Watching => Actions::new(),
         }
     }
 
@@ -231,12 +237,12 @@ impl Watchdog {
         renewal: &Renewal,
         now: Instant,
         worker: WorkerView,
-    ) -> Vec<Action> {
+    ) -> Actions {
         let Some(started) = self.renewing.take() else {
-            return Vec::new();
+            return Actions::new();
         };
         if self.phase != Phase::Watching {
-            return Vec::new();
+            return Actions::new();
         }
         let outcome = match renewal {
             Renewal::Confirmed { valid_until } if *valid_until > now => {
@@ -244,7 +250,7 @@ impl Watchdog {
                 self.confirmed_until(*valid_until);
                 self.renewals += 1;
                 self.schedule_renewal(started);
-                return vec![Action::Confirmed];
+                return smallvec![Action::Confirmed];
             }
             // Confirmed until an instant already past: it proves nothing now (the handle
             // answers so only if its clock and this one disagree).
@@ -259,7 +265,7 @@ impl Watchdog {
             // cancellation deadline gives up in time if this keeps failing.
             Some(RenewOutcome::Unavailable { .. }) => {
                 self.schedule_renewal(now);
-                return Vec::new();
+                return Actions::new();
             }
             Some(RenewOutcome::Lost { reason }) => CancelReason::Lost(*reason),
             Some(RenewOutcome::Refused {
@@ -283,11 +289,11 @@ impl Watchdog {
         reason: CancelReason,
         now: Instant,
         worker: WorkerView,
-    ) -> Vec<Action> {
+    ) -> Actions {
         let Some(cancellation) = self.cancel(reason, now) else {
-            return Vec::new();
+            return Actions::new();
         };
-        let mut actions = vec![Action::Cancel(cancellation)];
+        let mut actions = smallvec![Action::Cancel(cancellation)];
         if cancellation.remaining.is_zero() && self.kill_worker(worker) {
             actions.push(Action::KillWorker);
         }
@@ -298,11 +304,7 @@ impl Watchdog {
     /// cancellation first, if it was not sent yet; then under `Kill` what the end of
     /// validity calls for, now; under `NotifyOnly` nothing more — the lease stays until the
     /// worker ends or validity does.
-    pub(crate) fn handle_drain_deadline(
-        &mut self,
-        now: Instant,
-        worker: WorkerView,
-    ) -> Vec<Action> {
+    pub(crate) fn handle_drain_deadline(&mut self, now: Instant, worker: WorkerView) -> Actions {
         let mut actions = self.handle_cancel(CancelReason::Shutdown, now, worker);
         if self.policy == CancelPolicy::Kill && matches!(self.phase, Phase::Cancelled { .. }) {
             actions.extend(self.end_of_work(worker));
@@ -365,8 +367,8 @@ impl Watchdog {
     }
 
     /// The worker's time is up: stop it if it must be, let an attached one go.
-    fn end_of_work(&mut self, worker: WorkerView) -> Vec<Action> {
-        let mut actions = Vec::new();
+    fn end_of_work(&mut self, worker: WorkerView) -> Actions {
+        let mut actions = Actions::new();
         if self.kill_worker(worker) {
             actions.push(Action::KillWorker);
         }

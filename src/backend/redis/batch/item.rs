@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, Pipeline, Value};
+use redis::{Cmd, Pipeline, RedisWrite, ToRedisArgs, Value};
 
 use super::super::{ServerCapabilities, scripts};
+use super::text::Text;
 use crate::protocol::{
     Attempt, Holding, LeaseKeys, LeaseRequest, LinePlace, LineSession, WaiterId,
 };
@@ -29,7 +30,7 @@ enum Kind {
 #[derive(Clone)]
 pub(in super::super) struct Item {
     kind: Kind,
-    lease: String,
+    lease: Text,
     /// The slot keys a counted lease's acquisition reads (`LeaseKeys::slot_keys`), in
     /// place of `lease`; empty for every other item.
     slots: Vec<String>,
@@ -44,9 +45,9 @@ pub(in super::super) struct Item {
     /// holder label if any, after a space:
     /// `A30000 +0123456789abcdef`, `A30000/2000 -0123456789abcdef web-7`,
     /// `P4 30000 +0123456789abcdef`.
-    head: String,
+    head: Head,
     /// `"<owner> <op> "`: the lease value's prefix while this attempt holds it.
-    mine: String,
+    mine: Text,
     /// The lease key's exact value, for an operation a node's compare-and-set command can
     /// run (`Item::native`): a renewal of a lease without lock-delay, a release — when the
     /// holding knows it. `None`: the script only.
@@ -54,6 +55,26 @@ pub(in super::super) struct Item {
     /// A release's notice channel (`LeaseKeys::release_channel`), which its native form
     /// publishes on itself; `None` for every other item.
     channel: Option<String>,
+}
+
+/// An item's first argument (`Item::head`): a renewal's is made as it is written, the
+/// others' are text.
+#[derive(Clone)]
+enum Head {
+    Text(String),
+    /// `N<ttl in ms>`.
+    Renew {
+        ttl_ms: u64,
+    },
+}
+
+impl ToRedisArgs for Head {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        match self {
+            Self::Text(text) => out.write_arg(text.as_bytes()),
+            Self::Renew { ttl_ms } => out.write_arg_fmt(format_args!("N{ttl_ms}")),
+        }
+    }
 }
 
 /// What a node's own command answered for an item, in the script's words.
@@ -67,15 +88,42 @@ pub(in super::super) enum NativeReply {
 }
 
 impl Item {
-    fn new(kind: Kind, keys: &LeaseKeys, attempt: &Attempt, head: String) -> Self {
+    fn new(kind: Kind, keys: &LeaseKeys, attempt: &Attempt, head: Head) -> Self {
         let (owner, operation) = (attempt.owner().expose(), attempt.operation().as_str());
         let mut mine = String::with_capacity(owner.len() + operation.len() + 2);
         for part in [owner, " ", operation, " "] {
             mine.push_str(part);
         }
+        Self::with_mine(kind, keys, Text::Own(mine), head)
+    }
+
+    /// An item on a lease this process holds: its key and its `mine` are parts of what
+    /// the lease keeps (`keys`, the holding's value), not copies — when the value is known
+    /// and starts as `mine` does.
+    fn held(kind: Kind, keys: &LeaseKeys, holding: &Holding, head: Head) -> Self {
+        let attempt = holding.attempt();
+        let (owner, operation) = (attempt.owner().expose(), attempt.operation().as_str());
+        let len = owner.len() + operation.len() + 2;
+        let shared = holding.value().and_then(|value| {
+            let prefix = value.as_bytes().get(..len)?;
+            let (o, rest) = prefix.split_at(owner.len());
+            let fits = o == owner.as_bytes()
+                && rest.first() == Some(&b' ')
+                && rest.get(1..len - owner.len() - 1) == Some(operation.as_bytes())
+                && rest.last() == Some(&b' ');
+            fits.then(|| Text::part(value, 0..len)).flatten()
+        });
+        match shared {
+            Some(mine) => Self::with_mine(kind, keys, mine, head),
+            None => Self::new(kind, keys, attempt, head),
+        }
+    }
+
+    fn with_mine(kind: Kind, keys: &LeaseKeys, mine: Text, head: Head) -> Self {
+        let (whole, range) = keys.lease_part();
         Self {
             kind,
-            lease: keys.lease().to_owned(),
+            lease: Text::part(whole, range).unwrap_or_else(|| Text::Own(keys.lease().to_owned())),
             slots: Vec::new(),
             after: match kind {
                 Kind::Acquire => vec![keys.fence().to_owned(), keys.line()],
@@ -120,7 +168,7 @@ impl Item {
             (n, Some(holder)) => format!("P{n} {ttl} {holder}"),
             (n, None) => format!("P{n} {ttl}"),
         };
-        let mut item = Self::new(Kind::Acquire, keys, request.attempt(), head);
+        let mut item = Self::new(Kind::Acquire, keys, request.attempt(), Head::Text(head));
         if slots > 0 {
             item.slots = keys.slot_keys();
         }
@@ -128,8 +176,10 @@ impl Item {
     }
 
     pub(in super::super) fn renew(keys: &LeaseKeys, holding: &Holding, ttl: Duration) -> Self {
-        let head = format!("N{}", ttl.as_millis());
-        let mut item = Self::new(Kind::Renew, keys, holding.attempt(), head);
+        let head = Head::Renew {
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        };
+        let mut item = Self::held(Kind::Renew, keys, holding, head);
         // A lock-delay's renewal must also find the lease not ended: the script's test.
         if !holding.has_lock_delay() {
             item.value = holding.value().cloned();
@@ -140,7 +190,7 @@ impl Item {
     /// The script publishes the release notice on `keys.release_channel`, which it derives
     /// from the lease key by the same rule ([`LeaseKeys`]).
     pub(in super::super) fn release(keys: &LeaseKeys, holding: &Holding) -> Self {
-        let mut item = Self::new(Kind::Release, keys, holding.attempt(), "R".to_owned());
+        let mut item = Self::held(Kind::Release, keys, holding, Head::Text("R".to_owned()));
         if let Some(value) = holding.value() {
             item.value = Some(Arc::clone(value));
             item.channel = Some(keys.release_channel().to_owned());
@@ -149,14 +199,14 @@ impl Item {
     }
 
     pub(in super::super) fn inspect(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        Self::new(Kind::Inspect, keys, attempt, "I".to_owned())
+        Self::new(Kind::Inspect, keys, attempt, Head::Text("I".to_owned()))
     }
 
     /// An inspection of the lease alone, its line not read (its reply's count is `-`): for
     /// a Cluster slot that is migrating, where the importing node refuses (`TRYAGAIN`) a
     /// call naming the line, which has not moved, beside the lease, which has.
     pub(in super::super) fn inspect_lease(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        let mut item = Self::new(Kind::Inspect, keys, attempt, "I-".to_owned());
+        let mut item = Self::new(Kind::Inspect, keys, attempt, Head::Text("I-".to_owned()));
         item.after.clear();
         item
     }
@@ -165,8 +215,8 @@ impl Item {
     /// routes as the lease does: one hash tag).
     pub(in super::super) fn leave(keys: &LeaseKeys, attempt: &Attempt, id: &WaiterId) -> Self {
         let head = format!("L{} {}", keys.permits(), id.as_str());
-        let mut item = Self::new(Kind::Leave, keys, attempt, head);
-        item.lease = keys.line();
+        let mut item = Self::new(Kind::Leave, keys, attempt, Head::Text(head));
+        item.lease = Text::Own(keys.line());
         item
     }
 
@@ -176,11 +226,15 @@ impl Item {
     pub(in super::super) fn keep(keys: &LeaseKeys, session: &LineSession, extend: bool) -> Self {
         Self {
             kind: Kind::Keep,
-            lease: keys.line(),
+            lease: Text::Own(keys.line()),
             slots: Vec::new(),
             after: Vec::new(),
-            head: format!("K{}{}", session.as_str(), if extend { "+" } else { "" }),
-            mine: String::new(),
+            head: Head::Text(format!(
+                "K{}{}",
+                session.as_str(),
+                if extend { "+" } else { "" }
+            )),
+            mine: Text::Own(String::new()),
             value: None,
             channel: None,
         }
@@ -240,15 +294,20 @@ impl Item {
             pipe.cmd("PUBLISH").arg(channel).arg("released");
             return;
         }
-        let ttl = self.head.get(1..).unwrap_or_default();
-        pipe.cmd("SET")
+        let cmd = pipe
+            .cmd("SET")
             .arg(&self.lease)
             .arg(value)
             .arg("IFEQ")
             .arg(value)
             .arg("GET")
-            .arg("PX")
-            .arg(ttl);
+            .arg("PX");
+        match &self.head {
+            Head::Renew { ttl_ms } => cmd.arg(*ttl_ms),
+            // Only a renewal is added so (`native`); a head of text is its kind letter, then
+            // the ttl.
+            Head::Text(head) => cmd.arg(head.get(1..).unwrap_or_default()),
+        };
     }
 
     /// What the script would have answered, from what the item's first command answered
@@ -289,12 +348,19 @@ impl Item {
 /// The `EVALSHA` of `lua/batch.lua` for `items` under call id `id`: their keys, then the
 /// id and their arguments.
 pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
-    let keys: usize = items
-        .iter()
-        .map(|i| i.slots.len().max(1) + i.after.len())
-        .sum();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(scripts::BATCH.get_hash()).arg(keys);
+    let (mut keys, mut bytes) = (0, 0);
+    for item in items {
+        keys += item.slots.len().max(1) + item.after.len();
+        bytes += item.slots.iter().map(String::len).sum::<usize>()
+            + item.after.iter().map(String::len).sum::<usize>()
+            + item.lease.len()
+            + item.mine.len()
+            + HEAD_BYTES;
+    }
+    // Sized for the whole call up front: grown argument by argument, a call of 32 items
+    // was reallocated and copied about ten times.
+    let mut cmd = Cmd::with_capacity(keys + 2 * items.len() + 4, bytes + 64);
+    cmd.arg("EVALSHA").arg(scripts::BATCH.get_hash()).arg(keys);
     for item in items {
         if item.slots.is_empty() {
             cmd.arg(&item.lease);
@@ -312,6 +378,10 @@ pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
     }
     cmd
 }
+
+/// Room for an item's head in a call's size estimate: a renewal's `N<ttl>`, most
+/// acquisitions' (an estimate; a longer head only grows the buffer once).
+const HEAD_BYTES: usize = 48;
 
 /// The pipeline of `items`' own commands (each one `Item::native` accepted), each item's
 /// after `ASKING` when `asking` (a Cluster node named by an `ASK` redirection: `ASKING`
@@ -348,6 +418,58 @@ mod tests {
         let holding = Holding::acquired(&request, FencingToken::new(42));
         let value = holding.value().unwrap().to_string();
         (Item::renew(&keys, &holding, Duration::from_secs(30)), value)
+    }
+
+    /// A renewal and a release of a held lease send its key and its `"<owner> <op> "` as
+    /// parts of what the lease keeps; the bytes must be those an item that copies them sends,
+    /// with and without a holder label and a lock-delay.
+    #[test]
+    fn a_held_leases_item_sends_what_a_copied_one_does() {
+        let owner = OwnerToken::parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        for (label, delay) in [(None, None), (Some("web-7"), Some(2)), (Some("w"), None)] {
+            let attempt = Attempt::from_parts(owner.clone(), OperationId::new("op-1").unwrap());
+            let mut builder = LeaseRequest::builder(
+                Purpose::new("p").unwrap(),
+                ResourceDigest::of("r"),
+                attempt.clone(),
+            );
+            if let Some(label) = label {
+                builder = builder.holder(crate::protocol::HolderLabel::new(label).unwrap());
+            }
+            if let Some(delay) = delay {
+                builder = builder.lock_delay(Duration::from_secs(delay));
+            }
+            let request = builder.build().unwrap();
+            let keys = LeaseKeys::new(&Namespace::default(), request.purpose(), request.resource());
+            let held = Holding::acquired(&request, FencingToken::new(42));
+            let copied = Holding::of_attempt(attempt);
+            let ttl = Duration::from_millis(30_123);
+            let packed = |item: Item| command(7, &[&item]).get_packed_command();
+            assert!(matches!(
+                Item::renew(&keys, &held, ttl).mine,
+                Text::Part { .. }
+            ));
+            assert!(matches!(
+                Item::renew(&keys, &held, ttl).lease,
+                Text::Part { .. }
+            ));
+            assert_eq!(
+                packed(Item::renew(&keys, &held, ttl)),
+                packed(Item::renew(&keys, &copied, ttl)),
+                "renewal, label {label:?}, delay {delay:?}"
+            );
+            assert_eq!(
+                packed(Item::release(&keys, &held)),
+                packed(Item::release(&keys, &copied)),
+                "release, label {label:?}, delay {delay:?}"
+            );
+            let head = String::from_utf8(packed(Item::renew(&keys, &held, ttl))).unwrap();
+            assert!(head.contains("\r\nN30123\r\n"), "{head}");
+            assert!(
+                head.contains("\r\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA op-1 \r\n"),
+                "{head}"
+            );
+        }
     }
 
     fn status(reply: NativeReply) -> Option<Value> {

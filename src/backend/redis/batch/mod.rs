@@ -71,6 +71,7 @@ mod item;
 mod queue;
 #[cfg(test)]
 mod tests;
+mod text;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -212,10 +212,17 @@ impl Batcher {
     /// callers have given up, and they were never written.
     pub(super) fn take(&self, now: Instant, capabilities: ServerCapabilities) -> Taken {
         let mut queue = self.lock();
+        // Room for what this call can take, so that it is not grown item by item.
+        let most = if capabilities.renews_natively() {
+            super::MAX_ITEMS + super::MAX_NATIVE_ITEMS
+        } else {
+            super::MAX_ITEMS
+        };
+        let room = queue.len().min(most);
         let mut taken = Taken {
             sent: now,
-            items: Vec::new(),
-            replies: Vec::new(),
+            items: Vec::with_capacity(room),
+            replies: Vec::with_capacity(room),
             deadlines: Deadlines::one(Deadline::at(now)),
         };
         let mut deadlines: Option<Deadlines> = None;

@@ -244,7 +244,7 @@ fn a_renewal_is_bounded_by_the_validity_left_before_the_margin() {
     let t0 = Instant::now();
     let renew_at = |ms| {
         let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
-        dog.handle_timeout(at(t0, ms), CHILD, false)
+        dog.handle_timeout(at(t0, ms), CHILD, false).to_vec()
     };
     // 1 s of validity left: 800 ms to renew in.
     assert_eq!(
@@ -288,7 +288,9 @@ fn the_cancellation_delay_counts_from_the_first_renewal_that_did_not_confirm() {
     dog.handle_renewal(&confirmed(t0, 5350), at(t0, 2400), CHILD);
     assert_eq!(dog.failing_for(at(t0, 2500)), None);
     assert_eq!(dog.renewals(), 1);
-    let cancellation = dog.handle_cancel(CancelReason::Unknown, at(t0, 5150), CHILD);
+    let cancellation = dog
+        .handle_cancel(CancelReason::Unknown, at(t0, 5150), CHILD)
+        .to_vec();
     assert_eq!(
         cancellation,
         [Action::Cancel(Cancellation {
@@ -308,7 +310,7 @@ fn a_cancellation_after_failed_renewals_says_since_when() {
     let lost = Renewal::Unconfirmed(RenewOutcome::Lost {
         reason: LostReason::NotOwner,
     });
-    let actions = dog.handle_renewal(&lost, at(t0, 1250), CHILD);
+    let actions = dog.handle_renewal(&lost, at(t0, 1250), CHILD).to_vec();
     assert_eq!(
         actions,
         [Action::Cancel(Cancellation {
@@ -328,7 +330,7 @@ fn a_renewal_in_flight_at_the_deadline_counts_from_when_it_was_asked_for() {
     let mut dog = watchdog(t0, VALID, CancelPolicy::Kill);
     dog.handle_timeout(at(t0, 1000), CHILD, false);
     assert_eq!(
-        dog.handle_timeout(at(t0, 2800), CHILD, true),
+        dog.handle_timeout(at(t0, 2800), CHILD, true).to_vec(),
         [Action::Cancel(Cancellation {
             reason: CancelReason::Unknown,
             remaining: MS * 200,
@@ -348,7 +350,8 @@ fn a_confirmation_after_the_cancellation_does_not_move_the_worker_s_end() {
     dog.handle_renewal(&outcome(Ended::Indeterminate), at(t0, 1100), CHILD);
     // A stray end (none in flight) and a late confirmation: nothing.
     assert_eq!(
-        dog.handle_renewal(&confirmed(t0, 9000), at(t0, 1200), CHILD),
+        dog.handle_renewal(&confirmed(t0, 9000), at(t0, 1200), CHILD)
+            .to_vec(),
         []
     );
     assert_eq!(dog.valid_until(), at(t0, VALID));
