@@ -225,8 +225,7 @@ async fn measure<S: Waiting>(
     summarize(
         env,
         prefix,
-        (waiters, target, start),
-        clients.len(),
+        (waiters, clients.len(), target, start),
         &mut grants,
         commands_used,
         solo_cmds,
@@ -254,8 +253,7 @@ async fn full_line<S: Waiting>(system: &S, key: &str, waiters: usize, prefix: &s
 fn summarize(
     env: &Env,
     prefix: &str,
-    (waiters, target, start): (usize, usize, Instant),
-    clients: usize,
+    (waiters, clients, target, start): (usize, usize, usize, Instant),
     grants: &mut [Grant],
     commands_used: u64,
     solo_cmds: f64,
