@@ -33,7 +33,7 @@ variants = {
 variants['no-publish-no-fence'] = variants['no-acq-publish'].replace("redis.pcall('PUBLISH', lease .. ':released', 'released')", "").replace("local last = tonumber(redis.call('SET', fence, text, 'GET'))", "local last = nil")
 # What the script call itself costs per cycle: the same keys and arguments, items that do
 # nothing but answer.
-variants['framing-only'] = "local out = {ARGV[1]} for a = 2, #ARGV, 2 do out[#out + 1] = 'RELEASED' end return out"
+variants['framing-only'] = "local out = {ARGV[1]} for a = 2, #ARGV, 2 do out[#out + 1] = 'RELEASED' end return table.concat(out, '\\n')"
 # leasehold's Redis calls for a plain cycle with no logic around them: what its own Lua
 # logic costs is leasehold's row less this one.
 variants['lean-same-calls'] = r'''
@@ -72,7 +72,7 @@ for a = 2, #ARGV, 2 do
     end
   end
 end
-return out
+return table.concat(out, '\n')
 '''
 for k, v in variants.items(): assert k == 'leasehold' or v != BATCH, k
 
@@ -110,7 +110,8 @@ with scratch_redis(INSTRUCTIONS) as (r, cpu):
         rkeys = [k for k, _, _ in keys]
         rargs = ['2'] + [x for _ in keys for x in ('R', mine)]
         out = r.evalsha(sha['batch'], len(rkeys), *rkeys, *rargs)
-        assert all(o == b'RELEASED' for o in out[1:]), out[:3]
+        # One string: the call's id, then a line per item (lua/batch.lua).
+        assert all(o == b'RELEASED' for o in out.split(b'\n')[1:]), out[:40]
     def native(sha, n):  # rslock / floor shape, pipelined: SET NX PX, then script GET+DEL
         keys = ['floor:%x' % random.getrandbits(64) for _ in range(n)]
         p = r.pipeline(transaction=False)

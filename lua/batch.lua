@@ -35,10 +35,13 @@
 -- table per reply: each argument and each reply element costs Redis an allocation and a
 -- conversion, which dominated the cost of a refusal.
 --
--- Reply: {id, reply of item 1, reply of item 2, …}: each item's reply as its file lists
--- it, or an error reply if that item raised one (say NOPERM or WRONGTYPE on its key). An
--- item that raised may have written before it did; the items around it ran regardless, so
--- one item's error is that item's, never its neighbours'.
+-- Reply: one string, "<id>\n<reply of item 1>\n<reply of item 2>…": each item's reply as
+-- its file lists it (one line of words), or, if that item raised an error (say NOPERM or
+-- WRONGTYPE on its key), '-' and the error's text. An item that raised may have written
+-- before it did; the items around it ran regardless, so one item's error is that item's,
+-- never its neighbours'. One string rather than a table of replies: Redis makes a reply
+-- object per table element, and the client parses and allocates each one — for a call of
+-- renewals, more than the renewals themselves cost it.
 --
 -- Every item is checked to have its keys and arguments before any item runs: a batch with
 -- a malformed item runs nothing and answers one error.
@@ -136,7 +139,8 @@ local function run(kind, head, at, mine)
   return inspect(KEYS[at], mine, KEYS[at + 1])
 end
 
--- The error reply for an item that raised `raised`.
+-- The reply line for an item that raised `raised`: '-' and the error's text, its code
+-- first.
 local function failed(raised)
   -- Redis 7.0 raises a redis.call error as its text ('NOPERM …'), later versions as a
   -- table {err = …}; either way the error code stays first, for the client to classify.
@@ -161,7 +165,8 @@ local function failed(raised)
   if string.find(reply.err, "can't run this command", 1, true) then
     reply.err = 'NOPERM ' .. string.gsub(reply.err, '^%u+ ', '', 1)
   end
-  return reply
+  -- On one line: a line break would split it into two replies.
+  return '-' .. (string.gsub(reply.err, '[\r\n]', ' '))
 end
 
 -- The items lua/plain.lua did not run (all of them, unless the call is all plain items),
@@ -190,4 +195,4 @@ while a <= last do
     a = a + 2
   end
 end
-return replies
+return table.concat(replies, '\n')

@@ -132,6 +132,7 @@ if plain then
   if not ok then
     plain_raised = {raised}
   elseif at > #ARGV then
-    return replies
+    -- One string, a line per reply (lua/batch.lua says why).
+    return table.concat(replies, '\n')
   end
 end

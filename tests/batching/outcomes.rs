@@ -345,7 +345,7 @@ async fn items_of_one_call_on_one_lease_see_each_others_writes() {
         args[2] = (args.len() - 3).to_string();
         args.extend(argv);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let replies: Vec<String> = server.query(&args);
+        let replies = common::leases::batch_lines(server.cmd(&args));
         assert_eq!(replies[0], "9", "the call id comes back first");
         replies[1..].to_vec()
     };

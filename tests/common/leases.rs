@@ -31,6 +31,16 @@ pub async fn warm_up(client: &LeaseClient) {
     let _ = warm.release().await;
 }
 
+/// The lines of a batch script's reply (`lua/batch.lua`: one string, the call's id then
+/// each item's reply, a line each), the id first.
+pub fn batch_lines(reply: redis::Value) -> Vec<String> {
+    let text = match reply {
+        redis::Value::BulkString(b) => String::from_utf8(b).expect("a reply of text"),
+        other => panic!("the batch script answers one string, not {other:?}"),
+    };
+    text.split('\n').map(str::to_owned).collect()
+}
+
 /// The script leasehold sends, assembled as `src/backend/redis/scripts.rs` does, for tests
 /// that call it by hand (`EVAL`) to see exactly what Redis answers.
 pub fn batch_script() -> String {

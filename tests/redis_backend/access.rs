@@ -208,7 +208,7 @@ async fn contended_and_inspect_replies_never_carry_the_holders_owner_token() {
         "I",
         "another-owner op ",
     ]);
-    let text = format!("{reply:?}");
+    let text = crate::common::leases::batch_lines(reply).join("\n");
     assert!(
         text.contains("CONTENDED") && text.contains("HELD_BY_OTHER"),
         "{text}"

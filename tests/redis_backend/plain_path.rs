@@ -4,7 +4,7 @@
 //! path: `batching`'s `one_items_error_is_its_own`, a call of plain acquisitions.)
 
 use crate::common::RedisServer;
-use crate::common::leases::batch_script;
+use crate::common::leases::{batch_lines, batch_script};
 
 const FENCE: &str = "t:{g}:fence";
 
@@ -24,18 +24,7 @@ fn run(server: &RedisServer, items: &[(&str, &str, &[&str])]) -> Vec<String> {
         args.push(head);
         args.push(mine);
     }
-    let redis::Value::Array(replies) = server.cmd(&args) else {
-        panic!("the script answers an array")
-    };
-    replies
-        .into_iter()
-        .skip(1)
-        .map(|reply| match reply {
-            redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
-            redis::Value::SimpleString(s) => s,
-            other => panic!("a reply of text: {other:?}"),
-        })
-        .collect()
+    batch_lines(server.cmd(&args)).split_off(1)
 }
 
 /// The token an `ACQUIRED <ttl> <token>` reply carries.

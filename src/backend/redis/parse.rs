@@ -4,19 +4,13 @@
 use std::time::Duration;
 
 use redis::Value;
+use smallvec::SmallVec;
 
 use crate::protocol::{
     AcquireReply, FencingToken, HolderLabel, InspectReply, Inspected, ReleaseReply, RenewReply,
 };
 
 type Parsed<T> = Result<T, String>;
-
-fn items(value: Value) -> Parsed<Vec<Value>> {
-    match value {
-        Value::Array(items) => Ok(items),
-        other => Err(format!("expected an array reply, got {other:?}")),
-    }
-}
 
 fn word(value: &Value) -> Parsed<&[u8]> {
     match value {
@@ -29,7 +23,9 @@ fn word(value: &Value) -> Parsed<&[u8]> {
 /// One item's reply: a line of words, the status word first, then its numbers.
 struct Line<'a> {
     status: &'a [u8],
-    numbers: Vec<&'a [u8]>,
+    /// Inline: a reply has at most six words after its status (an inspection's), and one
+    /// is read per operation.
+    numbers: SmallVec<[&'a [u8]; 6]>,
 }
 
 impl<'a> Line<'a> {
@@ -221,26 +217,56 @@ pub(super) fn inspect(value: Value) -> Parsed<Inspected> {
     })
 }
 
-/// The reply of script call `id` with `n` items: one value per item, in order. An item's
-/// value may be an error (`Value::ServerError`): that item's, for the caller to classify.
-/// A reply that does not echo `id` first belongs to another call: an error.
+/// The reply of script call `id` with `n` items (`lua/batch.lua`: one string, the call's
+/// id then each item's reply, a line each): one value per item, in order — its line as a
+/// bulk string, or, for a line that starts with `-`, the item's error
+/// (`Value::ServerError`), for the caller to classify. A reply that does not echo `id`
+/// first belongs to another call: an error.
 pub(super) fn batch(value: Value, id: u64, n: usize) -> Parsed<Vec<Value>> {
-    let mut items = items(value)?;
-    if items.len() != n + 1 {
-        return Err(format!(
-            "batch reply has {} elements for {n} items",
-            items.len()
-        ));
-    }
-    let echo = word(&items[0])?;
+    let text = match &value {
+        Value::BulkString(text) => text.as_slice(),
+        other => return Err(format!("expected a batch reply string, got {other:?}")),
+    };
+    let mut lines = text.split(|&b| b == b'\n');
+    let echo = lines.next().unwrap_or_default();
     if echo != id.to_string().as_bytes() {
         return Err(format!(
             "batch reply echoes call id {:?}, not {id}: another call's reply",
             String::from_utf8_lossy(echo)
         ));
     }
-    items.remove(0);
+    let mut items = Vec::with_capacity(n);
+    for line in lines {
+        if items.len() == n {
+            return Err(format!("batch reply has more than {n} item replies"));
+        }
+        items.push(item_reply(line)?);
+    }
+    if items.len() != n {
+        return Err(format!(
+            "batch reply has {} item replies for {n} items",
+            items.len()
+        ));
+    }
     Ok(items)
+}
+
+/// One line of a batch reply as the value Redis would have sent for it alone.
+fn item_reply(line: &[u8]) -> Parsed<Value> {
+    if line.first() != Some(&b'-') {
+        return Ok(Value::BulkString(line.to_vec()));
+    }
+    // An error, in the wire's own form so that it is read as every other error is.
+    if line.contains(&b'\r') {
+        return Err("an item's error reply holds a line break".to_owned());
+    }
+    let wire = [line, b"\r\n"].concat();
+    match redis::parse_redis_value(&wire) {
+        Ok(error @ Value::ServerError(_)) => Ok(error),
+        other => Err(format!(
+            "an item's error reply does not read as one: {other:?}"
+        )),
+    }
 }
 
 /// The replies of native call `id` whose items sent `widths` commands each, after `ASKING`
@@ -432,7 +458,7 @@ mod tests {
     fn a_batch_reply_is_one_value_per_item_after_the_echoed_call_id() {
         let err = redis::parse_redis_value(b"-WRONGTYPE not a lease\r\n").unwrap();
         assert!(matches!(err, Value::ServerError(_)));
-        let reply = Value::Array(vec![bulk("41"), bulk("RENEWED"), err.clone()]);
+        let reply = bulk("41\nRENEWED\n-WRONGTYPE not a lease");
         let items = batch(reply.clone(), 41, 2).unwrap();
         assert_eq!(items[1], err, "an item's error is passed on, for that item");
         assert_eq!(renew(items[0].clone()), Ok(RenewReply::Renewed));
@@ -442,8 +468,11 @@ mod tests {
                 .unwrap_err()
                 .contains("another call")
         );
-        assert!(batch(reply, 41, 3).is_err());
-        assert!(batch(Value::Array(vec![]), 41, 0).is_err());
+        assert!(batch(reply.clone(), 41, 3).is_err());
+        assert!(batch(reply, 41, 1).is_err());
+        assert!(batch(bulk("41"), 41, 0).unwrap().is_empty());
+        assert!(batch(bulk("41\n"), 41, 0).is_err());
+        assert!(batch(Value::Array(vec![bulk("41")]), 41, 0).is_err());
         assert!(batch(Value::Nil, 41, 0).is_err());
     }
 
