@@ -40,8 +40,7 @@
 -- WRONGTYPE on its key), '-' and the error's text. An item that raised may have written
 -- before it did; the items around it ran regardless, so one item's error is that item's,
 -- never its neighbours'. One string rather than a table of replies: Redis makes a reply
--- object per table element, and the client parses and allocates each one — for a call of
--- renewals, more than the renewals themselves cost it.
+-- object per table element, and the client parses and allocates each one.
 --
 -- Every item is checked to have its keys and arguments before any item runs: a batch with
 -- a malformed item runs nothing and answers one error.
