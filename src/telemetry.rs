@@ -31,12 +31,14 @@
 //! waiter's — acquisitions `acquired`, wake-ups by a release notice — from the purpose's
 //! first wait, so Prometheus's `increase` sees their first event too.
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use metrics::{SharedString, counter, gauge, histogram};
+use metrics::{
+    Key, Label as MetricLabel, Level, Metadata, SharedString, counter, gauge, histogram,
+};
 use tokio::time::Instant;
 
 use crate::protocol::Purpose;
@@ -118,6 +120,20 @@ fn purpose_label(purpose: &Purpose) -> SharedString {
 
 pub(crate) fn operation(op: Operation, purpose: &Purpose, outcome: &impl Label, latency: Duration) {
     let outcome = outcome.label();
+    if op == Operation::Renew
+        && outcome == RENEWED
+        && let Some(keys) = RenewalKeys::of(purpose)
+    {
+        metrics::with_recorder(|recorder| {
+            recorder
+                .register_counter(&keys.renewed, &METADATA)
+                .increment(1);
+            recorder
+                .register_histogram(&keys.latency, &METADATA)
+                .record(latency.as_secs_f64());
+        });
+        return;
+    }
     counter!(op.counter_name(), "purpose" => purpose_label(purpose), "outcome" => outcome)
         .increment(1);
     histogram!(
@@ -139,8 +155,82 @@ pub(crate) fn transition(purpose: &Purpose, from: &impl Label, to: &impl Label) 
 }
 
 pub(crate) fn renew_margin(purpose: &Purpose, margin: Duration) {
+    if let Some(keys) = RenewalKeys::of(purpose) {
+        metrics::with_recorder(|recorder| {
+            recorder
+                .register_histogram(&keys.margin, &METADATA)
+                .record(margin.as_secs_f64());
+        });
+        return;
+    }
     histogram!(names::RENEW_MARGIN_SECONDS, "purpose" => purpose_label(purpose))
         .record(margin.as_secs_f64());
+}
+
+/// The outcome label of a confirmed renewal (`RenewOutcome::Renewed`'s `as_str`).
+const RENEWED: &str = "renewed";
+
+/// What the `counter!` and `histogram!` macros would give these series: this module's path
+/// as the target, at INFO.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The series a confirmed renewal of one purpose records, made once per purpose: every
+/// lease renews once per cadence, and the macros build each key anew — its label list an
+/// allocation, its hash computed — on the path that bounds how many leases one thread
+/// keeps (docs/performance.md). Recorded through the recorder current at each renewal, as
+/// the macros do.
+struct RenewalKeys {
+    renewed: Key,
+    latency: Key,
+    margin: Key,
+}
+
+/// The purposes whose renewal keys are kept, at most: past it, a renewal builds its keys
+/// as the macros do, so a process that makes purposes without end keeps no more.
+const RENEWAL_KEYS_KEPT: usize = 256;
+
+static RENEWAL_KEYS: RwLock<Option<HashMap<Arc<str>, Arc<RenewalKeys>>>> = RwLock::new(None);
+
+impl RenewalKeys {
+    /// `purpose`'s keys, made on its first renewal; `None` once [`RENEWAL_KEYS_KEPT`]
+    /// purposes have theirs.
+    fn of(purpose: &Purpose) -> Option<Arc<Self>> {
+        let name = purpose.as_str();
+        if let Some(keys) = RENEWAL_KEYS
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(|kept| kept.get(name))
+        {
+            return Some(Arc::clone(keys));
+        }
+        let mut kept = RENEWAL_KEYS.write().unwrap_or_else(PoisonError::into_inner);
+        let kept = kept.get_or_insert_with(HashMap::new);
+        if let Some(keys) = kept.get(name) {
+            return Some(Arc::clone(keys));
+        }
+        if kept.len() >= RENEWAL_KEYS_KEPT {
+            return None;
+        }
+        let label = || MetricLabel::new("purpose", purpose_label(purpose));
+        let keys = Arc::new(Self {
+            renewed: Key::from_parts(
+                names::RENEW_TOTAL,
+                vec![label(), MetricLabel::new("outcome", RENEWED)],
+            ),
+            latency: Key::from_parts(
+                names::OPERATION_SECONDS,
+                vec![
+                    label(),
+                    MetricLabel::new("operation", Operation::Renew.as_str()),
+                ],
+            ),
+            margin: Key::from_parts(names::RENEW_MARGIN_SECONDS, vec![label()]),
+        });
+        kept.insert(purpose.shared(), Arc::clone(&keys));
+        Some(keys)
+    }
 }
 
 /// An acquisition of `purpose` is waiting: its first retry is due (once per wait, not per
