@@ -191,9 +191,9 @@ impl Call<'_> {
         }
     }
 
-    /// Joins the line at its tail, scored `max(tail's score + 1, now)` as a fencing token
-    /// is (so a clock set back by a failover cannot put a newcomer ahead), or finds the
-    /// entry in it (writing nothing: its session keeps it alive).
+    /// Joins the line at its tail, scored `max(tail's score + 1 µs, now)` as a fencing
+    /// token is (so a clock set back by a failover cannot put a newcomer ahead), or finds
+    /// the entry in it (writing nothing: its session keeps it alive).
     fn join(&mut self, attempt: Attempt) -> u8 {
         let now = self.now;
         let line = &mut self.data.line;
@@ -209,7 +209,9 @@ impl Call<'_> {
                 .unwrap_or(line.len());
             (at, now)
         } else {
-            let tail = line.last().map(|e| e.joined.saturating_add(1));
+            // The score's `+ 1` is a µs, far below a tick: in ticks the score is the
+            // tail's or now, and the entry's place (the tail) is what orders it.
+            let tail = line.last().map(|e| e.joined);
             (line.len(), tail.map_or(now, |t| t.max(now)))
         };
         line.insert(at, Entry { attempt, joined });

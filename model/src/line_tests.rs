@@ -24,8 +24,13 @@ fn waiters_join_in_order_and_a_replay_keeps_its_place() {
     call(&config, &mut data, 1).acquire(A);
     assert_eq!(call(&config, &mut data, 1).wait(B), refused(0));
     assert_eq!(call(&config, &mut data, 1).wait(C), refused(1));
+    // Scored `tail + 1 µs`: within the tick C joined, so its join keeps it as long as B's.
+    assert_eq!(data.line[1].joined, 1);
     assert_eq!(call(&config, &mut data, 2).wait(B), refused(0));
-    assert!(data.alive.is_empty(), "a look writes nothing: K keeps the place");
+    assert!(
+        data.alive.is_empty(),
+        "a look writes nothing: K keeps the place"
+    );
 }
 
 #[test]
