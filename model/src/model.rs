@@ -180,6 +180,7 @@ impl Model for LeaseModel {
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
         let mut next = state.clone();
         self.apply(&mut next, action);
+        next.forget_unread_alive_keys();
         Some(next)
     }
 
