@@ -74,8 +74,8 @@ pub mod calls {
     }
 
     /// The keep-alive `session`'s keeper writes in the lease's line every
-    /// [`LINE_KEEP_EVERY`](crate::protocol::LINE_KEEP_EVERY) while the session has waiters
-    /// there (`src/lease/line_keeper.rs`), without extending the line's own life.
+    /// `LINE_KEEP_EVERY` (`src/protocol/line.rs`) while the session has waiters there
+    /// (`src/lease/line_keeper.rs`), without extending the line's own life.
     ///
     /// # Errors
     /// The backend's [`SendFailure`].
