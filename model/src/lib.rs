@@ -6,8 +6,8 @@
 //! promises are made against: lost and late replies, expiry, eviction of the fence
 //! counter, `FLUSHALL`, and a failover to a replica that missed the last writes and whose
 //! clock is behind. Every action that reaches the server runs one branch of a
-//! `lua/*.lua` script or one native command (README.md); the line's (W, K) run the spec
-//! of issue #39, whose scripts do not exist yet.
+//! `lua/*.lua` script or one native command (README.md), the line's (W, K) included
+//! (`lua/line.lua`).
 //!
 //! Assumptions the properties rest on, stated where the code makes them:
 //! * drift (`client.rs`): each client's clock runs at the server's rate within the drift

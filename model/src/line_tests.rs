@@ -1,7 +1,7 @@
 //! The line's branches (README.md, "Actions"): W, A and K against a line, one test each.
 
 use crate::config::Config;
-use crate::line::{KeepAliveReply, WaitReply};
+use crate::line::{AliveKey, WaitReply};
 use crate::server::{AcquireReply, Attempt, Call, Data};
 
 const A: Attempt = Attempt { client: 0, op: 0 };
@@ -24,8 +24,13 @@ fn waiters_join_in_order_and_a_replay_keeps_its_place() {
     call(&config, &mut data, 1).acquire(A);
     assert_eq!(call(&config, &mut data, 1).wait(B), refused(0));
     assert_eq!(call(&config, &mut data, 1).wait(C), refused(1));
+    // Scored `tail + 1 µs`: within the tick C joined, so its join keeps it as long as B's.
+    assert_eq!(data.line[1].joined, 1);
     assert_eq!(call(&config, &mut data, 2).wait(B), refused(0));
-    assert_eq!(data.line[0].alive_until, Some(2 + config.keep));
+    assert!(
+        data.alive.is_empty(),
+        "a look writes nothing: K keeps the place"
+    );
 }
 
 #[test]
@@ -91,29 +96,74 @@ fn a_try_never_joins_nor_jumps_a_live_waiter() {
 }
 
 #[test]
-fn a_keep_alive_refreshes_its_entry_and_joins_nothing() {
+fn a_keep_alive_keeps_its_sessions_place_and_joins_nothing() {
     let config = Config::line();
     let mut data = Data::empty(&config);
-    let absent = call(&config, &mut data, 1).keep_alive(B);
-    assert_eq!(
-        absent,
-        KeepAliveReply {
-            rank: None,
-            free: true
-        }
-    );
+    // K before the join (a W still on its way): the session's key, no entry.
+    call(&config, &mut data, 1).keep_alive(B);
     assert!(data.line.is_empty());
+    let until = 1 + config.keep;
+    assert_eq!(data.alive, vec![AliveKey { attempt: B, until }]);
     call(&config, &mut data, 1).acquire(A);
     call(&config, &mut data, 1).wait(B);
-    let kept = call(&config, &mut data, 2).keep_alive(B);
+    call(&config, &mut data, 2).keep_alive(B);
+    call(&config, &mut data, 1).release(0, A);
+    // B joined at 1: past its join's KEEP at 3, kept by K until 4: a try may not jump it.
     assert_eq!(
-        kept,
-        KeepAliveReply {
-            rank: Some(0),
-            free: false
-        }
+        call(&config, &mut data, 3).acquire(C),
+        AcquireReply::Contended
     );
-    assert_eq!(data.line[0].alive_until, Some(2 + config.keep));
+    data.expire(4);
+    assert!(data.alive.is_empty());
+    let taken = call(&config, &mut data, 4).acquire(C);
+    assert!(matches!(taken, AcquireReply::Acquired { .. }));
+}
+
+/// `lua/line.lua` `entitled`: the walk stops at the caller's entry, whose call shows it
+/// alive, so a waiter whose keep-alives were lost keeps its place when it looks.
+#[test]
+fn a_waiter_that_looks_keeps_its_place_though_its_entry_is_dead() {
+    let config = Config::line();
+    let mut data = Data::empty(&config);
+    call(&config, &mut data, 1).acquire(A);
+    call(&config, &mut data, 1).wait(B);
+    call(&config, &mut data, 2).wait(C);
+    call(&config, &mut data, 3).keep_alive(C);
+    call(&config, &mut data, 3).release(0, A);
+    // B joined at 1 and was never kept alive: dead at 3, but its own look is granted.
+    let granted = call(&config, &mut data, 3).wait(B);
+    assert!(matches!(granted.reply, AcquireReply::Acquired { .. }));
+    assert_eq!(granted.turn, Some(C));
+    assert_eq!(data.line.len(), 1);
+}
+
+/// The walk removes the dead met before the caller's entry (or the `free`-th live one),
+/// never those behind it.
+#[test]
+fn the_walk_leaves_dead_entries_behind_the_caller() {
+    let config = Config::counted_line();
+    let mut data = Data::empty(&config);
+    let (d0, d1, e) = (
+        Attempt { client: 3, op: 0 },
+        Attempt { client: 4, op: 0 },
+        Attempt { client: 5, op: 0 },
+    );
+    call(&config, &mut data, 1).acquire(A);
+    call(&config, &mut data, 1).acquire(e);
+    for waiter in [d0, B, d1] {
+        call(&config, &mut data, 1).wait(waiter);
+    }
+    call(&config, &mut data, 2).wait(C);
+    call(&config, &mut data, 3).keep_alive(B);
+    call(&config, &mut data, 3).keep_alive(C);
+    call(&config, &mut data, 3).release(0, A);
+    // d0 and d1 joined at 1 and were never kept alive: dead at 3. B's walk removes d0,
+    // ahead of it, and stops at its own entry: d1 stays, and C, now at rank 1, is told.
+    let granted = call(&config, &mut data, 3).wait(B);
+    assert!(matches!(granted.reply, AcquireReply::Acquired { .. }));
+    assert_eq!(granted.turn, Some(C));
+    let left: Vec<Attempt> = data.line.iter().map(|e| e.attempt).collect();
+    assert_eq!(left, vec![d1, C]);
 }
 
 #[test]
@@ -158,13 +208,9 @@ fn line_steps_are_named_for_the_replay() {
     assert_eq!(wait.answer, LineAnswer::Wait(refused(0)));
     state = model.next_state(&state, Action::Deliver(0)).unwrap();
     let keep = model.line_step(&state, Action::Renew(0)).unwrap();
-    let reply = KeepAliveReply {
-        rank: Some(0),
-        free: false,
-    };
     assert_eq!(
-        (keep.sent, keep.answer),
-        (LineSent::KeepAlive, LineAnswer::KeepAlive(reply))
+        (keep.attempt, keep.sent, keep.answer),
+        (A, LineSent::KeepAlive, LineAnswer::Kept)
     );
     assert_eq!(model.line_step(&state, Action::Renew(2)), None);
 }

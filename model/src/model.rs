@@ -17,9 +17,8 @@ pub enum Action {
     /// A client sends its attempt's acquisition (the first time, or a replay): a try (A)
     /// or, in its wait loop, a waiting one (W).
     Acquire(Acquisition),
-    /// An ACTIVE client sends a renewal; a client in its wait loop (idle) sends its
-    /// keep-alive K, which runs at once: its reply (rank, a slot free) decides nothing the
-    /// model's client does, as any client may send W at any step.
+    /// An ACTIVE client sends a renewal; a client in its wait loop (idle) sends its line
+    /// session's keep-alive K, which runs at once and answers nothing the waiter reads.
     Renew(u8),
     /// A client whose handle may release sends its release.
     Release(u8),
@@ -181,6 +180,7 @@ impl Model for LeaseModel {
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
         let mut next = state.clone();
         self.apply(&mut next, action);
+        next.forget_unread_alive_keys();
         Some(next)
     }
 

@@ -114,8 +114,8 @@ fn ready(s: &State, id: u8) -> bool {
 }
 
 /// (f) Bounded liveness: whenever a slot is free, a ready client that the line entitles
-/// to it — fewer live entries ahead of it than free slots (all live entries, if it has no
-/// live entry) — is granted on delivery, by a try and by a waiting acquisition alike.
+/// to it — fewer live entries ahead of its entry than free slots (all live entries, if it
+/// has no entry) — is granted on delivery, by a try and by a waiting acquisition alike.
 fn free_is_granted(model: &LeaseModel, s: &State) -> bool {
     let free = free_slots(model, s);
     if free == 0 {

@@ -9,7 +9,7 @@
 
 use crate::client::{Handle, Request};
 use crate::config::Config;
-use crate::line::{KeepAliveReply, WaitReply};
+use crate::line::WaitReply;
 use crate::model::{Action, LeaseModel};
 use crate::server::{AcquireReply, Attempt, Call, Data, InspectReply, Reply, Time, Token};
 use crate::state::State;
@@ -48,7 +48,8 @@ pub enum Sent {
 pub enum LineSent {
     /// W: the acquisition of a wait loop, which joins the line when refused.
     Wait,
-    /// K: `SET alive PX KEEP`, `ZRANK`, `EXISTS` on the lease's keys.
+    /// K: the attempt's line session's `SET <line>:<session> PX KEEP` (`lua/line.lua`
+    /// `keep`): one session per attempt.
     KeepAlive,
 }
 
@@ -56,7 +57,8 @@ pub enum LineSent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineAnswer {
     Wait(WaitReply),
-    KeepAlive(KeepAliveReply),
+    /// K's: nothing the waiter reads (`KEPT`).
+    Kept,
 }
 
 /// One step that sends W or K: the attempt it speaks for, what it sends, and the model's
@@ -190,13 +192,10 @@ impl LeaseModel {
                 if client.handle != Handle::Idle || !client.waits {
                     return None;
                 }
-                let attempt = client.attempt(id);
-                let answer = LineAnswer::KeepAlive(self.keep_alive_on(state, attempt).0);
-                let sent = LineSent::KeepAlive;
                 return Some(LineStep {
-                    attempt,
-                    sent,
-                    answer,
+                    attempt: client.attempt(id),
+                    sent: LineSent::KeepAlive,
+                    answer: LineAnswer::Kept,
                 });
             }
             _ => return None,
@@ -213,15 +212,15 @@ impl LeaseModel {
         }
     }
 
-    /// K for `attempt` on the primary of `state`: its reply and the data after it.
-    pub(crate) fn keep_alive_on(&self, state: &State, attempt: Attempt) -> (KeepAliveReply, Data) {
+    /// K for `attempt` on the primary of `state`: the data after it.
+    pub(crate) fn keep_alive_on(&self, state: &State, attempt: Attempt) -> Data {
         let mut data = state.server.data.clone();
         let mut call = Call {
             config: &self.config,
             data: &mut data,
             now: state.server_now(),
         };
-        let reply = call.keep_alive(attempt);
-        (reply, data)
+        call.keep_alive(attempt);
+        data
     }
 }

@@ -7,7 +7,7 @@
 //! server's clock; the model passes the clock in, as a script reads `TIME` once per call.
 
 use crate::config::{Bugs, Config};
-use crate::line::Entry;
+use crate::line::{AliveKey, Entry};
 
 /// A clock reading in ticks.
 pub type Time = u8;
@@ -15,7 +15,7 @@ pub type Time = u8;
 pub type Token = u16;
 
 /// One attempt: the owner token (one per client here) and the operation id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Attempt {
     pub client: u8,
     pub op: u8,
@@ -50,13 +50,15 @@ impl Key {
 }
 
 /// What one Redis node holds for the resource: its slot keys, the group's fence counter,
-/// and the resource's line of waiters (`line.rs`), which is data like the keys: a flush
-/// empties it, a failover may lose its last writes.
+/// and the resource's line of waiters with its sessions' alive keys (`line.rs`), which
+/// are data like the keys: a flush empties them, a failover may lose their last writes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Data {
     pub slots: Vec<Option<Key>>,
     pub fence: Option<Token>,
     pub line: Vec<Entry>,
+    /// The line sessions' alive keys, by attempt (sorted: one state, one order).
+    pub alive: Vec<AliveKey>,
 }
 
 impl Data {
@@ -65,22 +67,20 @@ impl Data {
             slots: vec![None; config.slot_room()],
             fence: None,
             line: Vec::new(),
+            alive: Vec::new(),
         }
     }
 
     /// Drops every key whose expiry has come (Redis never serves an expired key): lease
-    /// keys and the line's alive keys. A line entry itself (a ZSET member) never expires.
+    /// keys and the line sessions' alive keys. A line entry itself (a ZSET member) never
+    /// expires.
     pub fn expire(&mut self, now: Time) {
         for slot in &mut self.slots {
             if slot.is_some_and(|key| key.expires <= now) {
                 *slot = None;
             }
         }
-        for entry in &mut self.line {
-            if entry.alive_until.is_some_and(|until| until <= now) {
-                entry.alive_until = None;
-            }
-        }
+        self.alive.retain(|k| k.until > now);
     }
 
     /// The slot whose key is `attempt`'s and whose lease has not ended, if any.

@@ -2,7 +2,7 @@
 //! the ghost record the properties read (what was granted, and each property's breach as
 //! the step that made it).
 
-use crate::client::Client;
+use crate::client::{Client, Handle, Request};
 use crate::config::Config;
 use crate::server::{Data, Time, Token};
 
@@ -105,6 +105,27 @@ impl State {
     /// The primary's clock now.
     pub fn server_now(&self) -> Time {
         self.server.clock(self.now)
+    }
+
+    /// Drops the alive keys no step can read any more: a key is read only for its
+    /// attempt's entry, so one whose attempt has no entry and can send no W (its client
+    /// moved on to another attempt or out of idle, and no W of it is on its way late) is
+    /// dead weight. The code's key lives on until its PX, unread: forgetting it here only
+    /// merges states that no action or property tells apart. (Snapshots a replica holds
+    /// keep theirs; a failover may bring one back, as unread.)
+    pub fn forget_unread_alive_keys(&mut self) {
+        let data = &mut self.server.data;
+        if data.alive.is_empty() {
+            return;
+        }
+        let (line, clients) = (&data.line, &self.clients);
+        data.alive.retain(|key| {
+            let attempt = key.attempt;
+            let client = &clients[usize::from(attempt.client)];
+            let waits = client.op == attempt.op && client.handle == Handle::Idle;
+            let late = matches!(client.late, Some((op, Request::Wait { .. })) if op == attempt.op);
+            waits || late || line.iter().any(|e| e.attempt == attempt)
+        });
     }
 
     /// Clients that believe they hold the lease with validity left.

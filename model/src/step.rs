@@ -146,7 +146,7 @@ impl LeaseModel {
     /// K: the waiter's keep-alive, run at once (no reply the model's client acts on).
     fn keep_alive(&self, s: &mut State, id: u8) {
         let attempt = s.clients[usize::from(id)].attempt(id);
-        let (_, data) = self.keep_alive_on(s, attempt);
+        let data = self.keep_alive_on(s, attempt);
         let before = std::mem::replace(&mut s.server.data, data);
         if s.server.data != before {
             s.server.record_write(before, self.config.lost_writes);

@@ -26,6 +26,84 @@ pub mod calls {
     use crate::protocol::reply::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
     use crate::protocol::{Attempt, LeaseKeys, LeaseRequest, LinePlace, WaiterId};
 
+    /// How long a waiter's place outlives its join or its session's last keep-alive
+    /// (`lua/line.lua` `KEEP_MS`): the crate's own constant, for a test's clock.
+    pub const LINE_KEEP: Duration = crate::protocol::LINE_KEEP;
+
+    /// A line session, as each [`LeaseClient`](crate::LeaseClient) has one: its waiters
+    /// are named by it in a lease's line, kept alive there by its keep-alive
+    /// ([`keep_in_line`]) and told their turn on its channel. For tests: a replay may give
+    /// each attempt a session of its own.
+    #[derive(Debug)]
+    pub struct LineSession(crate::protocol::LineSession);
+
+    impl LineSession {
+        /// A new session, with a random id as a client's.
+        pub fn new() -> Self {
+            Self(crate::protocol::LineSession::new())
+        }
+    }
+
+    impl Default for LineSession {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    /// The acquire script for `request`'s attempt as the wait loop sends it for a waiter
+    /// of `session` (`src/lease/wait/driver.rs`): `first`, the wait's first try, which
+    /// joins the line at once when it may not take the lease; else a later one, which
+    /// looks for its place first. A refusal carries the waiter's rank.
+    ///
+    /// # Errors
+    /// The backend's [`SendFailure`].
+    pub async fn acquire_in_line(
+        backend: &dyn LeaseBackend,
+        keys: &LeaseKeys,
+        request: &LeaseRequest,
+        session: &LineSession,
+        first: bool,
+        timeout: Duration,
+    ) -> Result<AcquireReply, SendFailure> {
+        let id = WaiterId::of(&session.0, request.attempt());
+        let place = match first {
+            true => LinePlace::Joins,
+            false => LinePlace::Waits,
+        };
+        backend.acquire(keys, request, place, &id, timeout).await
+    }
+
+    /// The keep-alive `session`'s keeper writes in the lease's line every
+    /// `LINE_KEEP_EVERY` (`src/protocol/line.rs`) while the session has waiters there
+    /// (`src/lease/line_keeper.rs`), without extending the line's own life.
+    ///
+    /// # Errors
+    /// The backend's [`SendFailure`].
+    pub async fn keep_in_line(
+        backend: &dyn LeaseBackend,
+        keys: &LeaseKeys,
+        session: &LineSession,
+        timeout: Duration,
+    ) -> Result<(), SendFailure> {
+        backend.keep_in_line(keys, &session.0, false, timeout).await
+    }
+
+    /// A subscription to the turn notices of `attempt`'s waiter of `session`, as the wait
+    /// loop makes it (`src/lease/wait/notices.rs`).
+    ///
+    /// # Errors
+    /// The backend's [`SendFailure`].
+    pub async fn subscribe_turn(
+        backend: &dyn LeaseBackend,
+        keys: &LeaseKeys,
+        attempt: &Attempt,
+        session: &LineSession,
+        timeout: Duration,
+    ) -> Result<ReleaseNotices, SendFailure> {
+        let id = WaiterId::of(&session.0, attempt);
+        backend.subscribe_turn(keys, &id, timeout).await
+    }
+
     /// The acquire script for `request`'s attempt.
     ///
     /// # Errors

@@ -9,11 +9,13 @@
 //! in the code between `k − ½` and `k` ticks, while nothing runs; a PTTL read at tick `j`
 //! is `(k − j) · tick − ½ tick` give or take the half tick, and rounds to `k − j` ticks.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use leasehold::fuzzing::calls::LineSession;
 use leasehold::fuzzing::{
-    AcquireReply, InspectReply, ReleaseReply, RenewReply, SendFailure, calls,
+    AcquireReply, InspectReply, ReleaseNotices, ReleaseReply, RenewReply, SendFailure, calls,
 };
 use leasehold::{
     Attempt, FencingToken, LeaseBackend, LeaseKeys, LeaseRequest, MemoryBackend, Namespace,
@@ -24,6 +26,9 @@ use tokio::time::Instant;
 
 /// Bound of one backend call; a server answers in well under a millisecond.
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a server's turn notice may take to arrive after the reply of the acquisition
+/// that sent it (the memory backend's is there with the reply).
+const NOTICE_WAIT: Duration = Duration::from_millis(100);
 
 /// Where the trace runs.
 #[derive(Clone)]
@@ -54,6 +59,12 @@ pub struct Code {
     permits: u8,
     ttl: Duration,
     delay: Option<Duration>,
+    /// Each waiting attempt's line session and its turn subscription: one session per
+    /// attempt, so that a dead waiter's entry is not kept alive by its client's next
+    /// attempt (the model keeps one alive key per attempt). The subscription sits in a
+    /// mutex only so that `Code` is `Sync` (the replay's calls borrow it across awaits); it
+    /// is reached through `get_mut`, never locked.
+    waiters: BTreeMap<(u8, u8), (LineSession, Mutex<ReleaseNotices>)>,
 }
 
 impl Code {
@@ -80,6 +91,7 @@ impl Code {
             permits: config.permits,
             ttl,
             delay,
+            waiters: BTreeMap::new(),
         }
     }
 
@@ -175,6 +187,101 @@ impl Code {
     pub async fn inspect(&self, attempt: &Attempt, slot: u8) -> Result<InspectReply, SendFailure> {
         let keys = self.keys.for_slot(slot.into());
         calls::inspect(self.backend(), &keys, attempt, TIMEOUT).await
+    }
+
+    /// W: the wait loop's acquisition for `attempt` (`first`: its first try, which joins at
+    /// once), as a waiter of the attempt's own line session, subscribed to its turn
+    /// before its first try as the wait loop is.
+    pub async fn wait(
+        &mut self,
+        model: leasehold_model::server::Attempt,
+        first: bool,
+    ) -> Result<AcquireReply, SendFailure> {
+        let attempt = self.attempt(model);
+        self.session(model, &attempt).await?;
+        let request = self.request(&attempt);
+        let (session, _) = &self.waiters[&(model.client, model.op)];
+        calls::acquire_in_line(
+            self.backend(),
+            &self.keys,
+            &request,
+            session,
+            first,
+            TIMEOUT,
+        )
+        .await
+    }
+
+    /// K: the keep-alive of `attempt`'s line session, as the session's keeper writes it.
+    pub async fn keep_alive(
+        &mut self,
+        model: leasehold_model::server::Attempt,
+    ) -> Result<(), SendFailure> {
+        let attempt = self.attempt(model);
+        self.session(model, &attempt).await?;
+        let (session, _) = &self.waiters[&(model.client, model.op)];
+        calls::keep_in_line(self.backend(), &self.keys, session, TIMEOUT).await
+    }
+
+    /// Makes `model`'s line session and subscribes to its turn, unless it has one.
+    async fn session(
+        &mut self,
+        model: leasehold_model::server::Attempt,
+        attempt: &Attempt,
+    ) -> Result<(), SendFailure> {
+        if self.waiters.contains_key(&(model.client, model.op)) {
+            return Ok(());
+        }
+        let session = LineSession::new();
+        let turn =
+            calls::subscribe_turn(self.backend(), &self.keys, attempt, &session, TIMEOUT).await?;
+        self.waiters
+            .insert((model.client, model.op), (session, Mutex::new(turn)));
+        Ok(())
+    }
+
+    /// The waiting attempts told their turn since the last look (each notice taken), in
+    /// the order of their ids, without waiting.
+    pub async fn turns_told(&mut self) -> Vec<leasehold_model::server::Attempt> {
+        let mut told = Vec::new();
+        for (&(client, op), (_, turn)) in &mut self.waiters {
+            let turn = turn.get_mut().unwrap_or_else(PoisonError::into_inner);
+            if tokio::time::timeout(Duration::ZERO, turn.next())
+                .await
+                .is_ok_and(|alive| alive)
+            {
+                told.push(leasehold_model::server::Attempt { client, op });
+            }
+        }
+        told
+    }
+
+    /// Whether `model`'s waiter is told its turn: at once on the memory backend, within
+    /// [`NOTICE_WAIT`] on a server (a notice travels on a connection of its own).
+    pub async fn told(&mut self, model: leasehold_model::server::Attempt) -> bool {
+        let wait = match self.backend {
+            Backend::Memory(_) => Duration::ZERO,
+            Backend::Server { .. } => NOTICE_WAIT,
+        };
+        let Some((_, turn)) = self.waiters.get_mut(&(model.client, model.op)) else {
+            return false;
+        };
+        let turn = turn.get_mut().unwrap_or_else(PoisonError::into_inner);
+        tokio::time::timeout(wait, turn.next())
+            .await
+            .is_ok_and(|alive| alive)
+    }
+
+    /// The turn notices that came after the trace's last step (a server's travel on a
+    /// connection of their own: they are given [`NOTICE_WAIT`]).
+    pub async fn settle(&mut self) -> Vec<leasehold_model::server::Attempt> {
+        if self.waiters.is_empty() {
+            return Vec::new();
+        }
+        if let Backend::Server { .. } = self.backend {
+            tokio::time::sleep(NOTICE_WAIT).await;
+        }
+        self.turns_told().await
     }
 
     /// The fence counter is evicted. The memory backend never loses its counter (it has

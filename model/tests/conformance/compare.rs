@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use leasehold::FencingToken;
 use leasehold::fuzzing::{AcquireReply, InspectReply, ReleaseReply, RenewReply};
+use leasehold_model::line::WaitReply;
 use leasehold_model::replay::Answer;
 use leasehold_model::server::{self, Token};
 
@@ -157,20 +158,47 @@ pub fn compare(
     }
 }
 
+/// A W's reply against the model's: the acquisition's as a try's (`compare`), and the
+/// rank a refusal carries — the model's place in its line, the code's in the server's.
+pub fn compare_wait(
+    answer: WaitReply,
+    reply: AcquireReply,
+    tie: bool,
+    tokens: &mut Tokens,
+    tick: Duration,
+) -> Result<(), String> {
+    let rank = match reply {
+        AcquireReply::Contended { rank, .. } | AcquireReply::Delayed { rank, .. } => rank,
+        _ => None,
+    };
+    let acquire = Answer::Acquire(answer.reply);
+    compare(acquire, &Reply::Acquire(reply), None, tie, tokens, tick)?;
+    match rank == answer.rank.map(u32::from) {
+        true => Ok(()),
+        false => Err(format!(
+            "rank {rank:?} in the line, the model's {:?} ({reply:?})",
+            answer.rank
+        )),
+    }
+}
+
+/// An acquisition reply's word: `ACQUIRED`, `CONTENDED`…
+pub fn kind_of(reply: server::AcquireReply) -> &'static str {
+    use leasehold_model::server::AcquireReply as A;
+    match reply {
+        A::Acquired { .. } => "ACQUIRED",
+        A::Replayed { .. } => "REPLAYED",
+        A::Conflict => "CONFLICT",
+        A::Contended => "CONTENDED",
+        A::Delayed => "DELAYED",
+    }
+}
+
 /// A reply's kind, for the counts the test prints: `acquire ACQUIRED`, `inspect ABSENT`.
 pub fn kind(answer: Answer) -> String {
-    use leasehold_model::server::{AcquireReply as A, InspectReply as I, Reply as R};
+    use leasehold_model::server::{InspectReply as I, Reply as R};
     let (op, word) = match answer {
-        Answer::Acquire(a) => (
-            "acquire",
-            match a {
-                A::Acquired { .. } => "ACQUIRED",
-                A::Replayed { .. } => "REPLAYED",
-                A::Conflict => "CONFLICT",
-                A::Contended => "CONTENDED",
-                A::Delayed => "DELAYED",
-            },
-        ),
+        Answer::Acquire(a) => ("acquire", kind_of(a)),
         Answer::Renew(r) | Answer::Release(r) => {
             let op = if matches!(answer, Answer::Renew(_)) {
                 "renew"

@@ -20,8 +20,9 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::fuzzing::calls;
 use leasehold::{LeaseBackend, MemoryBackend, RedisBackend, RedisConfig};
-use leasehold_model::LeaseModel;
+use leasehold_model::{Config, LeaseModel};
 use tokio::sync::Semaphore;
 
 use code::{Backend, Code};
@@ -31,9 +32,14 @@ use report::Report;
 /// A tick of the model on the code's clock: long enough that a tick's commands all have
 /// their replies within its first half on a loaded machine (code.rs).
 const TICK: Duration = Duration::from_millis(50);
+/// One trace of a configuration with waiters per this many of one without: their tick is
+/// seconds long (`tick_of`), so a trace takes its two ticks (`Config::line`'s clock) of
+/// wall time on a server.
+const LINE_SHARE: u64 = 2;
 /// Traces per configuration on a server, unless `LEASEHOLD_CONFORMANCE_TRACES` says.
 const SERVER_TRACES: u64 = 1000;
-/// Traces that run at once on a server, each on a lease of its own.
+/// Traces that run at once on a server, each on a lease of its own (twice as many with
+/// waiters: their ticks are seconds long, their commands as few).
 const AT_ONCE: usize = 64;
 
 fn seed() -> u64 {
@@ -48,6 +54,24 @@ fn server_traces() -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(SERVER_TRACES)
+}
+
+/// A tick of `config` on the code's clock. With waiters, the line's KEEP is the code's
+/// constant (`lua/line.lua` `KEEP_MS`): the tick is cut so that it is `keep` ticks less
+/// half a tick, as a lease's ttl is (code.rs), and no place ends where a command runs.
+fn tick_of(config: &Config) -> Duration {
+    match config.waiting() {
+        true => calls::LINE_KEEP * 2 / (2 * u32::from(config.keep) - 1),
+        false => TICK,
+    }
+}
+
+/// Traces of `config` on a server (ten times as many on the memory backend).
+fn traces_of(config: &Config) -> u64 {
+    match config.waiting() {
+        true => server_traces().div_ceil(LINE_SHARE),
+        false => server_traces(),
+    }
 }
 
 /// The seed of trace `trace` of configuration `config`.
@@ -66,15 +90,17 @@ async fn the_memory_backend_answers_as_the_model() {
     let mut report = Report::new("memory", seed());
     for (index, (name, config)) in walk::configurations().into_iter().enumerate() {
         let model = LeaseModel::new(config.clone());
-        for trace in 0..server_traces() * 10 {
+        let started = std::time::Instant::now();
+        for trace in 0..traces_of(&config) * 10 {
             let backend = Backend::Memory(MemoryBackend::new());
-            let mut code = Code::new(backend, &config, trace, TICK);
+            let mut code = Code::new(backend, &config, trace, tick_of(&config));
             let seed = trace_seed(index, trace);
             match replay::replay(&model, &mut code, seed).await {
                 Ok(explored) => report.add(name, explored),
                 Err(e) => panic!("memory backend, {name}: {e}"),
             }
         }
+        report.took(name, started.elapsed());
     }
     report.print();
 }
@@ -92,11 +118,13 @@ async fn a_real_server_answers_as_the_model() {
         .await
         .expect("connection");
     let mut report = Report::new(&binary.display().to_string(), seed());
-    let gate = Arc::new(Semaphore::new(AT_ONCE));
     for (index, (name, config)) in walk::configurations().into_iter().enumerate() {
         let model = Arc::new(LeaseModel::new(config.clone()));
+        let at_once = AT_ONCE * if config.waiting() { 2 } else { 1 };
+        let gate = Arc::new(Semaphore::new(at_once));
         let mut traces = tokio::task::JoinSet::new();
-        for trace in 0..server_traces() {
+        let started = std::time::Instant::now();
+        for trace in 0..traces_of(&config) {
             let permit = Arc::clone(&gate).acquire_owned().await.expect("gate");
             let backend = Backend::Server {
                 backend: Arc::clone(&backend),
@@ -105,7 +133,7 @@ async fn a_real_server_answers_as_the_model() {
             let (model, config) = (Arc::clone(&model), config.clone());
             let id = (index as u64) << 32 | trace;
             traces.spawn(async move {
-                let mut code = Code::new(backend, &config, id, TICK);
+                let mut code = Code::new(backend, &config, id, tick_of(&config));
                 let outcome = replay::replay(&model, &mut code, trace_seed(index, trace)).await;
                 drop(permit);
                 outcome
@@ -117,6 +145,7 @@ async fn a_real_server_answers_as_the_model() {
                 Err(e) => panic!("{}, {name}: {e}", binary.display()),
             }
         }
+        report.took(name, started.elapsed());
     }
     report.print();
     report.assert_few_spoiled();

@@ -14,6 +14,8 @@ pub struct Report {
     started: Instant,
     /// Per configuration: traces, steps, steps that reached the server, spoiled traces.
     configs: Vec<(&'static str, [usize; 4])>,
+    /// Per configuration, how long its traces took (wall clock), once they all ran.
+    took: BTreeMap<&'static str, std::time::Duration>,
     replies: BTreeMap<String, usize>,
     actions: BTreeMap<&'static str, usize>,
 }
@@ -25,6 +27,7 @@ impl Report {
             seed,
             started: Instant::now(),
             configs: Vec::new(),
+            took: BTreeMap::new(),
             replies: BTreeMap::new(),
             actions: BTreeMap::new(),
         }
@@ -50,6 +53,11 @@ impl Report {
         }
     }
 
+    /// Configuration `config`'s traces all ran, `took` long.
+    pub fn took(&mut self, config: &'static str, took: std::time::Duration) {
+        self.took.insert(config, took);
+    }
+
     fn total(&self, i: usize) -> usize {
         self.configs.iter().map(|(_, c)| c[i]).sum()
     }
@@ -67,8 +75,10 @@ impl Report {
             self.started.elapsed()
         );
         for (name, [traces, steps, server, spoiled]) in &self.configs {
+            let took = self.took.get(name).copied().unwrap_or_default();
             text += &format!(
-                "  {name}: {traces} traces, {steps} steps, {server} replies, {spoiled} spoiled\n"
+                "  {name}: {traces} traces, {steps} steps, {server} replies, {spoiled} spoiled, \
+                 in {took:.1?}\n"
             );
         }
         let list = |map: Vec<(String, usize)>| {

@@ -20,6 +20,8 @@ pub fn configurations() -> Vec<(&'static str, Config)> {
                 ..Config::plain()
             },
         ),
+        ("line", Config::line()),
+        ("counted line", Config::counted_line()),
     ]
 }
 
