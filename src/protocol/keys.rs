@@ -140,6 +140,17 @@ impl LeaseKeys {
         (&self.text, self.lease.0..self.lease.1)
     }
 
+    /// Where [`fence`](Self::fence) is in [`lease_part`](Self::lease_part)'s string.
+    pub(crate) fn fence_range(&self) -> Range<usize> {
+        self.channel_end..self.fence_end
+    }
+
+    /// Where [`release_channel`](Self::release_channel) is in
+    /// [`lease_part`](Self::lease_part)'s string.
+    pub(crate) fn release_channel_range(&self) -> Range<usize> {
+        0..self.channel_end
+    }
+
     /// The fencing counter of the lease's group: the last token issued to any lease of the
     /// group. Never expires.
     pub fn fence(&self) -> &str {

@@ -1,6 +1,7 @@
 //! One operation as it waits in the queue and travels in a script call: its keys and the two
 //! arguments `lua/batch.lua` takes per item, and the `EVALSHA` of a batch of them.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ pub(in super::super) struct Item {
     /// The keys after the lease's (or its slots'): the group's fence counter and the
     /// lease's line for an acquisition, the line for an inspection (which counts it); none
     /// for the other items.
-    after: Vec<String>,
+    after: Vec<Text>,
     /// The kind letter, then for a counted acquisition the number of slots and a space,
     /// then the ttl in milliseconds for acquire and renew (for an acquire, then its
     /// lock-delay after a slash if it has one), then for an acquire a space, `+` (it
@@ -54,7 +55,7 @@ pub(in super::super) struct Item {
     value: Option<Arc<str>>,
     /// A release's notice channel (`LeaseKeys::release_channel`), which its native form
     /// publishes on itself; `None` for every other item.
-    channel: Option<String>,
+    channel: Option<Text>,
 }
 
 /// An item's first argument (`Item::head`): a renewal's is made as it is written, the
@@ -62,6 +63,8 @@ pub(in super::super) struct Item {
 #[derive(Clone)]
 enum Head {
     Text(String),
+    /// A kind letter alone: `R`, `I`, `I-`.
+    Static(&'static str),
     /// `N<ttl in ms>`.
     Renew {
         ttl_ms: u64,
@@ -72,6 +75,7 @@ impl ToRedisArgs for Head {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         match self {
             Self::Text(text) => out.write_arg(text.as_bytes()),
+            Self::Static(text) => out.write_arg(text.as_bytes()),
             Self::Renew { ttl_ms } => out.write_arg_fmt(format_args!("N{ttl_ms}")),
         }
     }
@@ -85,6 +89,14 @@ pub(in super::super) enum NativeReply {
     /// compared with (a replay that kept another holder label, say): only the script,
     /// which checks the `"<owner> <op> "` prefix, can answer.
     Script,
+}
+
+/// `keys`' name at `range` of the string they keep, shared; a copy if the range is not one
+/// of theirs (never: the ranges come from `keys`).
+fn shared(keys: &LeaseKeys, range: std::ops::Range<usize>) -> Text {
+    let (whole, _) = keys.lease_part();
+    Text::part(whole, range.clone())
+        .unwrap_or_else(|| Text::Own(whole.get(range).unwrap_or_default().to_owned()))
 }
 
 impl Item {
@@ -120,14 +132,13 @@ impl Item {
     }
 
     fn with_mine(kind: Kind, keys: &LeaseKeys, mine: Text, head: Head) -> Self {
-        let (whole, range) = keys.lease_part();
         Self {
             kind,
-            lease: Text::part(whole, range).unwrap_or_else(|| Text::Own(keys.lease().to_owned())),
+            lease: shared(keys, keys.lease_part().1),
             slots: Vec::new(),
             after: match kind {
-                Kind::Acquire => vec![keys.fence().to_owned(), keys.line()],
-                Kind::Inspect => vec![keys.line()],
+                Kind::Acquire => vec![shared(keys, keys.fence_range()), Text::Own(keys.line())],
+                Kind::Inspect => vec![Text::Own(keys.line())],
                 Kind::Renew | Kind::Release | Kind::Leave | Kind::Keep => Vec::new(),
             },
             head,
@@ -143,31 +154,34 @@ impl Item {
         place: LinePlace,
         id: &WaiterId,
     ) -> Self {
-        // The ttl, its lock-delay after a slash, and the place: `30000/2000 +<id>`.
-        let mut ttl = match request.lock_delay() {
-            None => request.ttl().as_millis().to_string(),
-            Some(delay) => format!("{}/{}", request.ttl().as_millis(), delay.as_millis()),
-        };
-        ttl.push_str(match place {
-            LinePlace::Joins => " +",
-            LinePlace::Waits => " =",
-            LinePlace::Tries => " -",
-        });
-        ttl.push_str(id.as_str());
-        let holder = request.holder();
         // A counted lease's acquisition reads every slot; keys that already name a slot
         // are read as a lease of their own.
         let slots = match keys.slot() {
             None if keys.permits() > 1 => keys.permits(),
             _ => 0,
         };
-        let head = match (slots, holder) {
-            // A label holds no space (`HolderLabel`): the script splits at the first one.
-            (0, Some(holder)) => format!("A{ttl} {holder}"),
-            (0, None) => format!("A{ttl}"),
-            (n, Some(holder)) => format!("P{n} {ttl} {holder}"),
-            (n, None) => format!("P{n} {ttl}"),
+        // Written into one string: `A30000 +<id>`, `P4 30000/2000 -<id> web-7` — the kind
+        // (a counted lease's with its slots), the ttl, its lock-delay after a slash, the
+        // place, the waiter id, the holder label. (Writing to a `String` cannot fail.)
+        let mut head = String::with_capacity(64);
+        let _ = match slots {
+            0 => write!(head, "A{}", request.ttl().as_millis()),
+            n => write!(head, "P{n} {}", request.ttl().as_millis()),
         };
+        if let Some(delay) = request.lock_delay() {
+            let _ = write!(head, "/{}", delay.as_millis());
+        }
+        head.push_str(match place {
+            LinePlace::Joins => " +",
+            LinePlace::Waits => " =",
+            LinePlace::Tries => " -",
+        });
+        head.push_str(id.as_str());
+        // A label holds no space (`HolderLabel`): the script splits at the first one.
+        if let Some(holder) = request.holder() {
+            head.push(' ');
+            head.push_str(holder.as_str());
+        }
         let mut item = Self::new(Kind::Acquire, keys, request.attempt(), Head::Text(head));
         if slots > 0 {
             item.slots = keys.slot_keys();
@@ -190,23 +204,23 @@ impl Item {
     /// The script publishes the release notice on `keys.release_channel`, which it derives
     /// from the lease key by the same rule ([`LeaseKeys`]).
     pub(in super::super) fn release(keys: &LeaseKeys, holding: &Holding) -> Self {
-        let mut item = Self::held(Kind::Release, keys, holding, Head::Text("R".to_owned()));
+        let mut item = Self::held(Kind::Release, keys, holding, Head::Static("R"));
         if let Some(value) = holding.value() {
             item.value = Some(Arc::clone(value));
-            item.channel = Some(keys.release_channel().to_owned());
+            item.channel = Some(shared(keys, keys.release_channel_range()));
         }
         item
     }
 
     pub(in super::super) fn inspect(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        Self::new(Kind::Inspect, keys, attempt, Head::Text("I".to_owned()))
+        Self::new(Kind::Inspect, keys, attempt, Head::Static("I"))
     }
 
     /// An inspection of the lease alone, its line not read (its reply's count is `-`): for
     /// a Cluster slot that is migrating, where the importing node refuses (`TRYAGAIN`) a
     /// call naming the line, which has not moved, beside the lease, which has.
     pub(in super::super) fn inspect_lease(keys: &LeaseKeys, attempt: &Attempt) -> Self {
-        let mut item = Self::new(Kind::Inspect, keys, attempt, Head::Text("I-".to_owned()));
+        let mut item = Self::new(Kind::Inspect, keys, attempt, Head::Static("I-"));
         item.after.clear();
         item
     }
@@ -307,6 +321,7 @@ impl Item {
             // Only a renewal is added so (`native`); a head of text is its kind letter, then
             // the ttl.
             Head::Text(head) => cmd.arg(head.get(1..).unwrap_or_default()),
+            Head::Static(head) => cmd.arg(head.get(1..).unwrap_or_default()),
         };
     }
 
@@ -352,7 +367,7 @@ pub(in super::super) fn command(id: u64, items: &[&Item]) -> Cmd {
     for item in items {
         keys += item.slots.len().max(1) + item.after.len();
         bytes += item.slots.iter().map(String::len).sum::<usize>()
-            + item.after.iter().map(String::len).sum::<usize>()
+            + item.after.iter().map(|key| key.len()).sum::<usize>()
             + item.lease.len()
             + item.mine.len()
             + HEAD_BYTES;
