@@ -95,6 +95,10 @@ impl Acquire<'_> {
             Ok(r) => r,
             Err(code) => return Acquisition::NotRun(code),
         };
+        if let Some(view) = view.as_mut() {
+            // The same attempt as the first try's: its place, once the wait joins the line.
+            view.follow_place(self.client.watch_place(&rest));
+        }
         let end = self.stage(&rest, signals, view.as_mut()).await;
         if let Some(view) = &view {
             view.finish();

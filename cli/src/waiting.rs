@@ -5,6 +5,8 @@
 //! as the observer reads it), a plain line per change of holder otherwise, a JSON object
 //! per change under `--log-format json`. The number is the line's entries: this run's own
 //! among them once it joined (the first line, said before it joins, counts those ahead).
+//! Once it joined, its own place comes first — "3rd in line, 12 waiting",
+//! `"place_in_line"` — as its wait last learnt it ([`LeaseClient::watch_place`]).
 //!
 //! A counted lease is described once, when the wait starts (the observer follows plain
 //! leases); the terminal's countdown still ticks.
@@ -48,6 +50,10 @@ pub(crate) struct Waiting {
     line: Option<watch::Receiver<Option<u64>>>,
     /// The line's entries as last read; `None` while not known.
     waiting: Option<u64>,
+    /// This run's place in the line as its wait learns it (`LeaseClient::watch_place`).
+    place: Option<watch::Receiver<Option<u32>>>,
+    /// The entries ahead of this run, as last learnt; `None` while not in the line.
+    ahead: Option<u32>,
     /// Kept so the observer runs while the wait does.
     _observer: Option<leasehold::LeaseObserver>,
     seen: Seen,
@@ -96,6 +102,8 @@ impl Waiting {
                 .as_ref()
                 .map(leasehold::LeaseObserver::watch_waiting),
             waiting,
+            place: None,
+            ahead: None,
             _observer: observer,
             shown: first_holding(&seen),
             seen,
@@ -105,6 +113,11 @@ impl Waiting {
         };
         waiting.show();
         waiting
+    }
+
+    /// Follows this run's place in the line, as `place` reports it.
+    pub(crate) fn follow_place(&mut self, place: watch::Receiver<Option<u32>>) {
+        self.place = Some(place);
     }
 
     /// Waits for a change of holder (or a terminal's tick) and shows it.
@@ -121,6 +134,12 @@ impl Waiting {
         let line = async {
             match &mut self.line {
                 Some(line) => line.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        let place = async {
+            match &mut self.place {
+                Some(place) => place.changed().await.is_ok(),
                 None => std::future::pending().await,
             }
         };
@@ -141,6 +160,7 @@ impl Waiting {
                 }
             }
             alive = line => self.counted(alive),
+            alive = place => self.placed(alive),
             () = tick => self.show(),
         }
     }
@@ -164,6 +184,24 @@ impl Waiting {
         // A read that could not count the line keeps the last count.
         if waiting.is_some() && waiting != self.waiting {
             self.waiting = waiting;
+            if self.ticks.is_some() {
+                self.show();
+            }
+        }
+    }
+
+    /// The wait learnt its place (`alive`: it still reports): a terminal shows it at once;
+    /// lines and JSON carry it with the next change of holder, as the count.
+    fn placed(&mut self, alive: bool) {
+        let Some(place) = self.place.as_mut().filter(|_| alive) else {
+            self.place = None;
+            return;
+        };
+        let ahead = *place.borrow_and_update();
+        // Out of the line (served, or the wait ended): the last place stays until the view
+        // ends.
+        if ahead.is_some() && ahead != self.ahead {
+            self.ahead = ahead;
             if self.ticks.is_some() {
                 self.show();
             }
@@ -232,8 +270,12 @@ impl Waiting {
             "waiting for the lease ({} of --wait left): {who}",
             holders::about(left)
         );
-        if let Some(count) = holders::waiting(self.waiting) {
+        if let Some(ahead) = self.ahead {
             message.push_str("; ");
+            message.push_str(&in_line(ahead));
+        }
+        if let Some(count) = holders::waiting(self.waiting) {
+            message.push_str(if self.ahead.is_some() { ", " } else { "; " });
             message.push_str(&count);
         }
         if self.ticks.is_some() {
@@ -246,10 +288,28 @@ impl Waiting {
                     u64::try_from(left.as_millis()).unwrap_or(u64::MAX).into(),
                 );
                 map.insert("waiting".to_owned(), self.waiting.into());
+                map.insert(
+                    "place_in_line".to_owned(),
+                    self.ahead.map(|ahead| u64::from(ahead) + 1).into(),
+                );
             }
             say::event(say::Level::Info, message, fields);
         }
     }
+}
+
+/// A place in line as a person reads it, from the entries ahead: `1st in line`,
+/// `3rd in line`, `12th in line`.
+fn in_line(ahead: u32) -> String {
+    let n = u64::from(ahead) + 1;
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix} in line")
 }
 
 /// The holding a read showed first (the slot that ends first), for telling changes.
@@ -279,4 +339,34 @@ pub(crate) fn refusal_text(refusal: &AcquireOutcome) -> Option<String> {
         ),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_line;
+
+    #[test]
+    fn a_place_reads_as_an_ordinal() {
+        let said: Vec<String> = [0, 1, 2, 3, 10, 11, 12, 20, 21, 100, 110, 111]
+            .into_iter()
+            .map(in_line)
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "1st in line",
+                "2nd in line",
+                "3rd in line",
+                "4th in line",
+                "11th in line",
+                "12th in line",
+                "13th in line",
+                "21st in line",
+                "22nd in line",
+                "101st in line",
+                "111th in line",
+                "112th in line"
+            ]
+        );
+    }
 }

@@ -128,6 +128,28 @@ fn a_waiting_run_under_json_logs_says_who_it_waits_for_as_json() {
             .is_some_and(|m| m.ends_with("; 2 waiting")),
         "{value}"
     );
+    assert_eq!(fields["place_in_line"], serde_json::Value::Null, "{value}");
+    // Once its wait joined the line (behind the two), the next line says its own place.
+    let line_key = format!("{}:line", keys_of("queue").lease());
+    let joined = Instant::now();
+    while server.query::<u64>(&["ZCARD", &line_key]) < 3 {
+        assert!(
+            joined.elapsed() < EXIT_TIMEOUT,
+            "the waiter never joined the line"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    hold(&server, "queue", "web-9:311", 1796223359965099);
+    let line = waiter.wait_for_stderr("web-9:311");
+    let value: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    assert_eq!(value["fields"]["place_in_line"], 3, "{value}");
+    assert!(
+        value["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("; 3rd in line, ")),
+        "{value}"
+    );
     free(&server, "queue");
     waiter
         .finish_within(EXIT_TIMEOUT, "waiter")

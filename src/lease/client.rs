@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
@@ -266,6 +267,20 @@ impl LeaseClient {
         telemetry::waited(request.purpose(), &outcome, started.elapsed());
         trace::finish(&span, None, &outcome, started);
         Ok(outcome)
+    }
+
+    /// Where `request`'s wait stands in its lease's line (docs/design.md §4, "The line"),
+    /// as each try of its acquisition by this client — [`acquire`](Self::acquire), or a
+    /// [`LeaseRuntime`](crate::runtime::LeaseRuntime) on a clone of it — learns it:
+    /// `Some(n)` with `n` entries ahead of it (0: the first in line; a counted lease of
+    /// `p` permits serves the first `p`), `None` while it is not in the line — before its
+    /// first refused try, after it acquired or its wait ended, and on a server whose ACL
+    /// refuses the line. What `leasehold run --wait` shows as "3rd in line". The place is
+    /// the attempt's: a wait with another attempt (a new [`LeaseRequest`]) is another
+    /// place. Dropping every receiver stops the reporting; watching costs a wait a lock per
+    /// try and nothing else.
+    pub fn watch_place(&self, request: &LeaseRequest) -> watch::Receiver<Option<u32>> {
+        self.session.line_places().watch_place(request.attempt())
     }
 
     /// Reads the lease `request` names — its purpose, resource and permits — as its attempt

@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use tokio::sync::watch;
+
 use crate::protocol::{Attempt, LeaseKeys, LineSession, WaiterId};
 
 /// A place whose leave failed: the lease's keys, the attempt, its waiter id.
@@ -27,6 +29,9 @@ struct State {
     owed: Vec<OwedLeave>,
     /// Whether the keep-alive task runs.
     running: bool,
+    /// The attempts whose place someone watches (`LeaseClient::watch_place`): what their
+    /// waits learn of it is sent there. An entry goes once nobody receives.
+    watched: HashMap<Attempt, watch::Sender<Option<u32>>>,
 }
 
 /// What one beat of the keep-alive task does: keep these lines alive, leave these places.
@@ -108,6 +113,35 @@ impl LinePlaces {
             lines,
             owed: std::mem::take(&mut state.owed),
         })
+    }
+
+    /// A receiver of `attempt`'s place in its lease's line, as its waits learn it (a new
+    /// receiver of the same channel when one is watched already).
+    pub(crate) fn watch_place(&self, attempt: &Attempt) -> watch::Receiver<Option<u32>> {
+        let mut state = self.lock();
+        state.watched.retain(|_, sender| !sender.is_closed());
+        state
+            .watched
+            .entry(attempt.clone())
+            .or_insert_with(|| watch::channel(None).0)
+            .subscribe()
+    }
+
+    /// `attempt`'s wait learnt its place: `Some(n)` with n entries ahead of it, `None`
+    /// when it is not (or no longer) in a line. Nothing when nobody watches it.
+    pub(crate) fn report_place(&self, attempt: &Attempt, place: Option<u32>) {
+        let mut state = self.lock();
+        if state.watched.is_empty() {
+            return;
+        }
+        let Some(sender) = state.watched.get(attempt) else {
+            return;
+        };
+        if sender.is_closed() {
+            state.watched.remove(attempt);
+        } else {
+            sender.send_if_modified(|current| std::mem::replace(current, place) != place);
+        }
     }
 
     /// Leaves a beat tried that failed again: owed still.

@@ -342,3 +342,62 @@ pub async fn inspect_counts_the_entries_in_the_line(h: Harness) {
     assert!(reading.slots.iter().all(InspectOutcome::is_held));
     assert_eq!(reading.waiting, Some(1), "the counted lease's one line");
 }
+
+/// `watch_place` follows a waiter's place as its tries learn it: the second of two
+/// waiters is 1 behind the first, then first once the first was served; a waiter that
+/// acquired is in no line.
+pub async fn a_watched_waiter_sees_its_place_move_up_the_line(h: Harness) {
+    let mut holder = acquired(&h.client, &request(&h.client, "holder", Duration::ZERO)).await;
+    let (first, second) = (h.other_client(), h.other_client());
+    let (req1, req2) = (
+        request(&first, "first", Duration::from_secs(60)),
+        request(&second, "second", Duration::from_secs(60)),
+    );
+    let (mut place1, mut place2) = (first.watch_place(&req1), second.watch_place(&req2));
+    assert_eq!(*place1.borrow(), None, "before any try");
+    // Each waiter, once served, holds until told to release.
+    let wait = |client: LeaseClient, req: LeaseRequest| {
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let outcome = client.acquire(&req).await.unwrap();
+            let AcquireOutcome::Acquired(mut lease) = outcome else {
+                panic!("{outcome:?}")
+            };
+            let _ = released.await;
+            assert_eq!(lease.release().await, ReleaseOutcome::Released);
+        });
+        (release, task)
+    };
+    let (release1, task1) = wait(first, req1);
+    place_becomes(&mut place1, Some(0), "the first waiter").await;
+    let (release2, task2) = wait(second, req2);
+    place_becomes(&mut place2, Some(1), "the second waiter, behind the first").await;
+    assert_eq!(holder.release().await, ReleaseOutcome::Released);
+    place_becomes(&mut place1, None, "the first waiter, served").await;
+    let next = "the second waiter, told its turn when the first was served";
+    place_becomes(&mut place2, Some(0), next).await;
+    let _ = release1.send(());
+    task1.await.unwrap();
+    place_becomes(&mut place2, None, "the second waiter, served").await;
+    let _ = release2.send(());
+    task2.await.unwrap();
+}
+
+/// Waits (5 s at most) until `place` says `expected`.
+async fn place_becomes(
+    place: &mut tokio::sync::watch::Receiver<Option<u32>>,
+    expected: Option<u32>,
+    who: &str,
+) {
+    let reached = tokio::time::timeout(
+        Duration::from_secs(5),
+        place.wait_for(|current| *current == expected),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    assert!(
+        reached,
+        "{who}: place {:?}, expected {expected:?}",
+        *place.borrow()
+    );
+}

@@ -488,6 +488,7 @@ contract_tests!(
     acquire_returns_contended_at_the_wait_timeout_when_nobody_releases,
     sixty_four_contenders_hold_one_at_a_time_with_increasing_tokens,
     waiters_are_served_in_the_order_they_came,
+    a_watched_waiter_sees_its_place_move_up_the_line,
     a_try_without_a_wait_does_not_jump_a_line_of_live_waiters,
     a_release_wakes_the_first_waiter_only,
     a_silent_head_leaves_the_line_within_its_keep_alive_and_one_look,

@@ -48,10 +48,14 @@ pub(crate) async fn acquire_with_wait(
         if waits {
             in_line.joined();
         }
+        if waits {
+            session.line_places().report_place(request.attempt(), rank);
+        }
         let place = Place::of(rank, permits);
         let step = policy.handle_outcome(outcome, place, Instant::now(), &mut jitter);
         let (wake, why) = match step {
             Step::Done(outcome) => {
+                session.line_places().report_place(request.attempt(), None);
                 if outcome.token().is_some() {
                     // A grant took it out of the line.
                     in_line.served();
@@ -84,6 +88,7 @@ pub(crate) async fn acquire_with_wait(
                 listen,
                 request,
                 &mut jitter,
+                session.line_places(),
             )
             .await;
         }

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::{Listen, WaitPolicy};
 use crate::backend::ReleaseNotices;
+use crate::lease::line_places::LinePlaces;
 use crate::lease::session::Session;
 use crate::protocol::LeaseRequest;
 use crate::telemetry;
@@ -30,6 +31,7 @@ pub(super) async fn sleep(
     mut listen: Listen,
     request: &LeaseRequest,
     jitter: &mut impl FnMut(Duration) -> Duration,
+    places: &LinePlaces,
 ) {
     while let Some(n) = notices.as_mut() {
         let release = async {
@@ -52,6 +54,9 @@ pub(super) async fn sleep(
                     // that told it: the next release to wake it is that one's.
                     n.releases.drain();
                     listen = Listen::Releases;
+                    // Told at rank permits - 1: among the next served.
+                    let place = u32::from(request.permits().saturating_sub(1));
+                    places.report_place(request.attempt(), Some(place));
                     wake_at = wake_at.min(policy.handle_turn(Instant::now(), jitter));
                     continue;
                 }
