@@ -174,37 +174,30 @@ impl Waiting {
 
     /// The observer read the line (`alive`: it still runs): a terminal shows a new count at
     /// once; lines and JSON carry it with the next change of holder, so that waiters coming
-    /// and going (this run's own joining among them) do not fill a log.
+    /// and going (this run's own joining among them) do not fill a log. A read that could
+    /// not count the line keeps the last count.
     fn counted(&mut self, alive: bool) {
-        let Some(line) = self.line.as_mut().filter(|_| alive) else {
-            self.line = None;
-            return;
-        };
-        let waiting = *line.borrow_and_update();
-        // A read that could not count the line keeps the last count.
+        let waiting = latest(&mut self.line, alive);
         if waiting.is_some() && waiting != self.waiting {
             self.waiting = waiting;
-            if self.ticks.is_some() {
-                self.show();
-            }
+            self.changed();
         }
     }
 
-    /// The wait learnt its place (`alive`: it still reports): a terminal shows it at once;
-    /// lines and JSON carry it with the next change of holder, as the count.
+    /// The wait learnt its place (`alive`: it still reports), shown as the count is. Out of
+    /// the line (served, or the wait ended), the last place stays until the view ends.
     fn placed(&mut self, alive: bool) {
-        let Some(place) = self.place.as_mut().filter(|_| alive) else {
-            self.place = None;
-            return;
-        };
-        let ahead = *place.borrow_and_update();
-        // Out of the line (served, or the wait ended): the last place stays until the view
-        // ends.
+        let ahead = latest(&mut self.place, alive);
         if ahead.is_some() && ahead != self.ahead {
             self.ahead = ahead;
-            if self.ticks.is_some() {
-                self.show();
-            }
+            self.changed();
+        }
+    }
+
+    /// What the line shows changed: a terminal shows it at once.
+    fn changed(&self) {
+        if self.ticks.is_some() {
+            self.show();
         }
     }
 
@@ -296,6 +289,16 @@ impl Waiting {
             say::event(say::Level::Info, message, fields);
         }
     }
+}
+
+/// The value `receiver` last received, marked seen; `None`, and the receiver dropped, once
+/// its sender is gone (`alive` false).
+fn latest<T: Copy>(receiver: &mut Option<watch::Receiver<Option<T>>>, alive: bool) -> Option<T> {
+    let Some(current) = receiver.as_mut().filter(|_| alive) else {
+        *receiver = None;
+        return None;
+    };
+    *current.borrow_and_update()
 }
 
 /// A place in line as a person reads it, from the entries ahead: `1st in line`,
