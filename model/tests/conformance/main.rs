@@ -1,7 +1,7 @@
 //! Conformance of the model to the code: random traces of the model (every configuration
 //! the checker runs) replayed against leasehold's memory backend and against a real server
 //! started by the tests' harness (`LEASEHOLD_REDIS_SERVER` names another binary: CI runs
-//! this on Redis 6.2 and 8.2 and Valkey 9.0 and 9.1 too). Every reply the code gives must be the model's.
+//! this on Redis 6.2 and 8.2 and Valkey 9.1 too). Every reply the code gives must be the model's.
 //!
 //! `LEASEHOLD_CONFORMANCE_SEED` (a number) walks other traces than the fixed default's;
 //! `LEASEHOLD_CONFORMANCE_TRACES` sets the traces per configuration on a server (the
