@@ -1,16 +1,17 @@
-//! H<W>: many waiters on one lease. W waiters over W/4 clients (as W/4 processes would
-//! be), each waiting with the library's own wait (leasehold: `acquire`, 60 s wait; rslock:
-//! `acquire_no_guard`, its retry loop at its default settings; async-redis-lock: its
-//! `acquire_with_options`, retrying every 100 ms by default), holding 2 ms, releasing and
-//! queueing again, until `grants` grants. The run starts on a full line: the lease is held
-//! while the waiters queue (leasehold: until its line counts all W; the peers, which have
-//! none: one second), then released. Per row: grants/s (`ops_per_s`), the handoff gap
-//! (a release's call to the next grant) p50/p99, Redis commands per grant (`INFO stats`
-//! `total_commands_processed`, which counts a script's own calls; keep-alives and
-//! retries included) against an uncontended cycle's measured the same way in the same
-//! child, the longest single wait against the fair bound (the waiters ahead × the
-//! measured cycle: what first come, first served would give; a first wait counts from the
-//! run's start), and grants per waiter over the run's first `grants` grants.
+//! H<W>: many waiters on one lease. W waiters over W/4 clients, 100 at most (as that many
+//! processes would be), each waiting with the library's own wait (leasehold: `acquire`, 60
+//! s wait; rslock: `acquire_no_guard`, its retry loop at its default settings;
+//! async-redis-lock: its `acquire_with_options`, retrying every 100 ms by default), holding
+//! 2 ms, releasing and queueing again, until `grants` grants (800, and at least 2 W). The
+//! run starts on a full line: the lease is held while the waiters queue (leasehold: until
+//! its line counts all W; the peers, which have none: one second), then released. Per row:
+//! grants/s (`ops_per_s`), the handoff gap (a release's call to the next grant) p50/p99,
+//! Redis commands per grant (`INFO stats` `total_commands_processed`, which counts a
+//! script's own calls; keep-alives and retries included) against an uncontended cycle's
+//! measured the same way in the same child, the longest single wait against the fair bound
+//! (the waiters ahead × the measured cycle: what first come, first served would give; a
+//! first wait counts from the run's start), and grants per waiter over the run's first
+//! `grants` grants.
 
 use std::sync::atomic::AtomicUsize;
 
@@ -22,6 +23,13 @@ const HOLD: Duration = Duration::from_millis(2);
 const WAIT: Duration = Duration::from_secs(60);
 /// Uncontended cycles measured for the baseline.
 const SOLO_CYCLES: usize = 50;
+/// Clients at most (W/4 up to this): 200 waiters over 50, 1,000 over 100, as the processes
+/// of a fleet would be.
+const MAX_CLIENTS: usize = 100;
+/// Grants a full run counts at least; and twice the waiters, so that every waiter is
+/// served and queues again behind the whole line (the keep-alives and looks of a full
+/// line's waiters are in the count, not only the first lap's).
+const GRANTS: usize = 800;
 
 /// A lock one waiter waits for with the crate's own wait, then releases.
 trait Waiting: Send + Sync + 'static {
@@ -116,8 +124,12 @@ struct Line {
 
 /// The `line` child: `system` with `waiters` waiters on one key.
 pub(crate) async fn line(env: Env, waiters: usize, system: &str) {
-    let clients = (waiters / 4).max(1);
-    let grants = if env.quick { 100 } else { 800 };
+    let clients = (waiters / 4).clamp(1, MAX_CLIENTS);
+    let grants = if env.quick {
+        100
+    } else {
+        GRANTS.max(2 * waiters)
+    };
     let row = match system {
         "leasehold" => {
             let made: Vec<_> = (0..clients).map(|_| Leasehold(env.client())).collect();
