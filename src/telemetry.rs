@@ -167,8 +167,9 @@ pub(crate) fn renew_margin(purpose: &Purpose, margin: Duration) {
         .record(margin.as_secs_f64());
 }
 
-/// The outcome label of a confirmed renewal (`RenewOutcome::Renewed`'s `as_str`).
-const RENEWED: &str = "renewed";
+/// The outcome label of a confirmed renewal: `RenewOutcome::Renewed`'s name, which takes
+/// it from here (the one outcome whose keys this module keeps).
+pub(crate) const RENEWED: &str = "renewed";
 
 /// What the `counter!` and `histogram!` macros would give these series: this module's path
 /// as the target, at INFO.

@@ -109,8 +109,7 @@
 //! * `H<W>` many waiters on one lease (`line`): W = 200 and 1,000 (quick: 40) waiters over
 //!   W/4 clients (100 at most: 1,000 waiters over 100), each waiting with its crate's own
 //!   wait, holding 2 ms, releasing and queueing again, 800 grants and at least 2 W (quick:
-//!   100); for leasehold, rslock and async-redis-lock,
-//!   multi_thread only. `ops_per_s` = grants/s; p50/p99 = the handoff gap (a release's call
+//!   100); for leasehold, rslock and async-redis-lock, multi_thread only. `ops_per_s` = grants/s; p50/p99 = the handoff gap (a release's call
 //!   to the next grant); `wait_to_fair` = the longest single wait ÷ the fair bound (the
 //!   waiters ahead × the measured cycle); `cmds_per_grant` (`INFO stats`, a script's own
 //!   calls counted) against `uncontended_cmds_per_grant`, measured the same way in the same

@@ -57,7 +57,8 @@ impl RenewOutcome {
     /// snake_case name for logs, metrics and the CLI.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Self::Renewed { .. } => "renewed",
+            // Telemetry keeps keys for this one outcome by its name.
+            Self::Renewed { .. } => crate::telemetry::RENEWED,
             Self::Lost { .. } => "lost",
             Self::Indeterminate { .. } => "indeterminate",
             Self::Unavailable { .. } => "unavailable",

@@ -47,8 +47,6 @@ pub(crate) async fn acquire_with_wait(
         // Whatever its outcome said: a waiting try whose reply was lost may have joined.
         if waits {
             in_line.joined();
-        }
-        if waits {
             session.line_places().report_place(request.attempt(), rank);
         }
         let place = Place::of(rank, permits);
