@@ -147,6 +147,76 @@ async fn run_under_lease_future_is_dropped_at_validity_end_under_kill() {
     assert!(matches!(report.release, ReleaseOutcome::Unavailable { .. }));
 }
 
+/// The work runs in `run_under_lease`'s own future: dropping that future (here by aborting
+/// the task it was spawned as) drops the work while the lease is still held, then the lease
+/// is released at once. The future borrows neither the runtime nor the request.
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_dropped_drops_the_work_then_releases_at_once() {
+    let (rt, backend) = runtime();
+    let held_while_dropped = Arc::new(std::sync::Mutex::new(None));
+    let (seen, store) = (held_while_dropped.clone(), backend.clone());
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let req = request(&rt, Duration::ZERO);
+    let future = rt.run_under_lease(&req, CancelPolicy::Kill, move |_ctx| async move {
+        let _guard = OnDrop(move || *seen.lock().unwrap() = Some(store.held_leases()));
+        let _ = started_tx.send(());
+        sleep(TTL * 10).await;
+        "never"
+    });
+    drop(req);
+    let task = tokio::spawn(future);
+    started_rx.await.expect("the work started");
+    let dropped_at = Instant::now();
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    assert_eq!(
+        *held_while_dropped.lock().unwrap(),
+        Some(1),
+        "the work was dropped while the lease was still held"
+    );
+    while backend.held_leases() > 0 && dropped_at.elapsed() <= Duration::from_millis(10) {
+        sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        backend.held_leases(),
+        0,
+        "released at once, not at the TTL's end"
+    );
+}
+
+/// The context's token is made when first asked for: asked before the loss it fires with
+/// it; asked only after, it is born cancelled.
+#[tokio::test(start_paused = true)]
+async fn run_under_lease_a_token_asked_for_before_the_loss_fires_and_after_it_is_born_cancelled() {
+    for ask_before in [true, false] {
+        let (rt, backend) = runtime();
+        let k = keys(&rt);
+        let deleter = backend.clone();
+        let outcome = rt
+            .run_under_lease(
+                &request(&rt, Duration::ZERO),
+                CancelPolicy::Kill,
+                move |ctx| async move {
+                    let early = ask_before.then(|| ctx.cancellation_token().child_token());
+                    deleter.delete(&k);
+                    ctx.cancelled().await;
+                    let token = early.unwrap_or_else(|| ctx.cancellation_token().child_token());
+                    tokio::time::timeout(Duration::from_millis(1), token.cancelled())
+                        .await
+                        .is_ok()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome.into_output(),
+            Some(true),
+            "token asked for {} the loss is cancelled",
+            if ask_before { "before" } else { "after" }
+        );
+    }
+}
+
 /// A panicking future fails the job (the panic's text in the report), the lease is released
 /// after the future is gone, and nothing else is disturbed.
 #[tokio::test(start_paused = true)]

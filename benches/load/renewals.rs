@@ -340,20 +340,19 @@ impl Held {
 pub(crate) async fn hold(runtime: &LeaseRuntime, req: LeaseRequest) -> Result<Held, String> {
     let (context_tx, context_rx) = tokio::sync::oneshot::channel();
     let (end, ended) = tokio::sync::oneshot::channel::<()>();
-    let runtime = runtime.clone();
-    let run = tokio::spawn(async move {
-        runtime
-            .run_under_lease(&req, CancelPolicy::Kill, move |ctx| {
-                let _ = context_tx.send(ctx.clone());
-                async move {
-                    tokio::select! {
-                        () = ctx.cancelled() => false,
-                        _ = ended => true,
-                    }
+    // The future borrows neither the runtime nor the request: spawned as it is, the task
+    // keeps no copy of either while the lease is held.
+    let run = tokio::spawn(
+        runtime.run_under_lease(&req, CancelPolicy::Kill, move |ctx| {
+            let _ = context_tx.send(ctx.clone());
+            async move {
+                tokio::select! {
+                    () = ctx.cancelled() => false,
+                    _ = ended => true,
                 }
-            })
-            .await
-    });
+            }
+        }),
+    );
     match context_rx.await {
         Ok(context) => Ok(Held { context, end, run }),
         Err(_) => Err(format!(

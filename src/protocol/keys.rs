@@ -56,16 +56,23 @@ pub struct LeaseKeys {
     ///   rule).
     text: Arc<str>,
     /// Where the lease key is in `text`: the name the channel starts with, or after the
-    /// fence for a slot.
-    lease: (usize, usize),
+    /// fence for a slot. Offsets are `u32` (a text is a few hundred bytes: the names'
+    /// limits), so that a held lease's keys take 64 bytes rather than 80.
+    lease: (u32, u32),
     /// Where the release channel (which starts `text`) ends and the fence begins.
-    channel_end: usize,
+    channel_end: u32,
     /// Where the fence ends.
-    fence_end: usize,
+    fence_end: u32,
     /// Holders admitted at once: 1 for a plain lease.
     permits: u16,
     /// The slot these keys name, once a counted lease's acquisition took one.
     slot: Option<u16>,
+}
+
+/// A position in a keys' text. The names' limits keep a text to a few hundred bytes, so
+/// the saturation never happens.
+fn offset(at: usize) -> u32 {
+    u32::try_from(at).unwrap_or(u32::MAX)
 }
 
 /// What follows a lease's name in its release channel.
@@ -108,9 +115,9 @@ impl LeaseKeys {
     fn from_name(text: &str, name_len: usize, permits: u16) -> Self {
         Self {
             text: text.into(),
-            lease: (0, name_len),
-            channel_end: name_len + RELEASED.len(),
-            fence_end: text.len(),
+            lease: (0, offset(name_len)),
+            channel_end: offset(name_len + RELEASED.len()),
+            fence_end: offset(text.len()),
             permits,
             slot: None,
         }
@@ -131,36 +138,40 @@ impl LeaseKeys {
     /// The lease's key, holding its value with a PX expiry; for a counted lease before a
     /// slot is taken, the name its slot keys extend (no key of that name is written).
     pub fn lease(&self) -> &str {
-        &self.text[self.lease.0..self.lease.1]
+        &self.text[self.lease_range()]
+    }
+
+    fn lease_range(&self) -> Range<usize> {
+        self.lease.0 as usize..self.lease.1 as usize
     }
 
     /// The string [`lease`](Self::lease) is a part of, and where: an operation that sends
     /// the lease key shares it rather than copying it.
     pub(crate) fn lease_part(&self) -> (&Arc<str>, Range<usize>) {
-        (&self.text, self.lease.0..self.lease.1)
+        (&self.text, self.lease_range())
     }
 
     /// Where [`fence`](Self::fence) is in [`lease_part`](Self::lease_part)'s string.
     pub(crate) fn fence_range(&self) -> Range<usize> {
-        self.channel_end..self.fence_end
+        self.channel_end as usize..self.fence_end as usize
     }
 
     /// Where [`release_channel`](Self::release_channel) is in
     /// [`lease_part`](Self::lease_part)'s string.
     pub(crate) fn release_channel_range(&self) -> Range<usize> {
-        0..self.channel_end
+        0..self.channel_end as usize
     }
 
     /// The fencing counter of the lease's group: the last token issued to any lease of the
     /// group. Never expires.
     pub fn fence(&self) -> &str {
-        &self.text[self.channel_end..self.fence_end]
+        &self.text[self.fence_range()]
     }
 
     /// The pub/sub channel on which a release is announced, so waiters wake early: the
     /// lease's name followed by `:released`.
     pub fn release_channel(&self) -> &str {
-        &self.text[..self.channel_end]
+        &self.text[self.release_channel_range()]
     }
 
     /// Holders the lease admits at once: 1 for a plain lease.
@@ -185,9 +196,9 @@ impl LeaseKeys {
             return self;
         }
         let key = self.slot_key(slot);
-        let text = [&self.text[..self.fence_end], key.as_str()].concat();
+        let text = [&self.text[..self.fence_end as usize], key.as_str()].concat();
         Self {
-            lease: (self.fence_end, text.len()),
+            lease: (self.fence_end, offset(text.len())),
             text: text.into(),
             slot: Some(slot),
             ..self
@@ -237,7 +248,7 @@ impl LeaseKeys {
 
     /// The lease's name: its key, or for a counted lease the name its slots extend.
     fn name(&self) -> &str {
-        &self.text[..self.channel_end - RELEASED.len()]
+        &self.text[..self.channel_end as usize - RELEASED.len()]
     }
 
     /// Pub/sub channel on which an acquisition is announced, for observers: the lease's

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::lease::{LeaseState, Replication};
 use crate::protocol::{FencingToken, Purpose, ResourceDigest};
 use crate::runtime::CancelReason;
-use crate::runtime::lease_actor::published::Subscriber;
+use crate::runtime::lease_actor::published::{Subscriber, WorkLink};
 
 /// The lease as the LeaseActor last confirmed it; published on every change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,19 +48,21 @@ impl LeaseStatus {
 #[derive(Debug, Clone)]
 pub struct LeaseContext {
     token: FencingToken,
-    cancel: CancellationToken,
-    /// The status, and beside it the lease's facts: the work's future and every clone
-    /// carry a context for as long as the lease is held, so it stays a few pointers wide.
+    /// The status and the cancellation, and beside them the lease's facts: the work's
+    /// future and every clone carry a context for as long as the lease is held, so it
+    /// stays a few pointers wide.
     status: Subscriber,
 }
 
 impl LeaseContext {
-    pub(crate) fn new(token: FencingToken, cancel: CancellationToken, status: Subscriber) -> Self {
-        Self {
-            token,
-            cancel,
-            status,
-        }
+    pub(crate) fn new(token: FencingToken, status: Subscriber) -> Self {
+        Self { token, status }
+    }
+
+    /// The link work run in its caller's future keeps to its lease actor
+    /// (`run_under_lease`).
+    pub(crate) fn work_link(&self) -> WorkLink {
+        self.status.work_link()
     }
 
     /// The slot held, `0 .. permits`, under a counted lease
@@ -91,7 +93,7 @@ impl LeaseContext {
     /// lease's life. A worker that must not run on a lease a failover could lose checks it
     /// before its first write.
     pub fn replication(&self) -> &Replication {
-        &self.status.facts().replication
+        self.status.facts().replication()
     }
 
     /// Completes when the lease is cancelled (or its actor ended); at once if it already
@@ -101,12 +103,12 @@ impl LeaseContext {
     /// # Cancel safety
     /// Cancel safe: dropping the future loses nothing; call again.
     pub fn cancelled(&self) -> impl Future<Output = ()> + Send + '_ {
-        self.cancel.cancelled()
+        self.status.cancelled()
     }
 
     /// Whether the lease was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.status.is_cancelled()
     }
 
     /// Why the lease was cancelled, once it was (`None` also after the lease actor ended
@@ -115,10 +117,11 @@ impl LeaseContext {
         self.status.get().cancelled
     }
 
-    /// The cancellation token itself, e.g. to make child tokens for sub-tasks (a child of a
-    /// cancelled token is born cancelled).
+    /// The cancellation as a token, e.g. to make child tokens for sub-tasks (a child of a
+    /// cancelled token is born cancelled). Made on the first call for the lease (a held
+    /// lease that is never asked keeps none); cancelled already if the lease was.
     pub fn cancellation_token(&self) -> &CancellationToken {
-        &self.cancel
+        self.status.token()
     }
 
     /// Local validity left now; zero once cancelled.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ractor::ActorRef;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
+use tokio::sync::{Semaphore, TryAcquireError, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +21,7 @@ use crate::runtime::lease_actor::message::LeaseActorMsg;
 #[derive(Debug)]
 pub(crate) struct Registry {
     max: usize,
-    permits: Arc<Semaphore>,
+    permits: Semaphore,
     actors: Mutex<Actors>,
     /// How many leases are admitted; a drain waits for zero.
     live: watch::Sender<usize>,
@@ -43,7 +43,7 @@ impl Registry {
     pub(crate) fn new(max: usize) -> Arc<Registry> {
         Arc::new(Registry {
             max,
-            permits: Arc::new(Semaphore::new(max)),
+            permits: Semaphore::new(max),
             actors: Mutex::new(Actors::default()),
             live: watch::Sender::new(0),
             drain: CancellationToken::new(),
@@ -91,8 +91,10 @@ impl Registry {
 
     /// Admits one more lease, before any I/O.
     pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, RuntimeError> {
-        let permit = match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
+        // The permit is given back by the admission's drop: an owned permit would widen
+        // every held lease's actor state by its own `Arc`.
+        match self.permits.try_acquire() {
+            Ok(permit) => permit.forget(),
             Err(TryAcquireError::Closed) => return Err(RuntimeError::ShuttingDown),
             Err(TryAcquireError::NoPermits) => {
                 return Err(RuntimeError::LimitReached { max: self.max });
@@ -109,7 +111,6 @@ impl Registry {
         Ok(Admission {
             id,
             registry: Arc::clone(self),
-            _permit: permit,
         })
     }
 
@@ -168,13 +169,12 @@ impl Registry {
     }
 }
 
-/// One lease's place in its runtime: counted against the limit and reachable by a drain
-/// until dropped.
+/// One lease's place in its runtime: counted against the limit (one of the registry's
+/// permits, given back when dropped) and reachable by a drain until dropped.
 #[derive(Debug)]
 pub(crate) struct Admission {
     id: u64,
     registry: Arc<Registry>,
-    _permit: OwnedSemaphorePermit,
 }
 
 impl Admission {
@@ -187,5 +187,6 @@ impl Drop for Admission {
     fn drop(&mut self) {
         self.registry.actors().by_id.remove(&self.id);
         self.registry.live.send_modify(|n| *n = n.saturating_sub(1));
+        self.registry.permits.add_permits(1);
     }
 }

@@ -1,23 +1,28 @@
 //! `run_under_lease`: the LeaseActor machinery for plain tokio code.
 //!
-//! The closure's future runs as a task of its own, supervised by the LeaseActor, so it gets
-//! the same guarantees as an actor worker: one cancellation (the context's token), release
-//! when it finishes, and under [`CancelPolicy::Kill`] it is dropped — aborted at its next
-//! `.await` — when local validity ends. A task rather than a worker actor: one actor per
+//! The closure's future runs in the caller's future, supervised by the LeaseActor, so it
+//! gets the same guarantees as an actor worker: one cancellation (the context's), release
+//! when it finishes, and under [`CancelPolicy::Kill`] it is dropped — not polled again —
+//! when local validity ends. Neither a worker actor nor a task of its own: one actor per
 //! lease instead of two (what an idle ractor actor holds: docs/performance.md, "Memory"),
-//! and no actor start-up.
+//! no actor start-up, and no task beside the caller's (docs/performance.md, "Sized
+//! down").
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use futures_util::FutureExt as _;
+use futures_util::future::CatchUnwind;
+use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
-use tracing::Instrument as _;
 
 use crate::lease::AcquireOutcome;
+use crate::protocol::FencingToken;
 use crate::protocol::LeaseRequest;
-use crate::runtime::job::Started;
-use crate::runtime::lease_actor::worker::{TaskEnd, Worker};
+use crate::runtime::job::{Started, report_or_vanished};
+use crate::runtime::lease_actor::worker::{WorkGuard, Worker};
 use crate::runtime::{
     CancelPolicy, LeaseCancelled, LeaseContext, LeaseReport, LeaseRuntime, RuntimeError,
 };
@@ -76,6 +81,11 @@ impl LeaseRuntime {
     /// renewed in time); `ctx.token()` is the fencing token; `ctx.remaining()` the validity
     /// left. When the future finishes, the lease is released at once.
     ///
+    /// The work runs in the returned future (no task is spawned for it): it makes progress
+    /// while that future is polled, as any future does. Under [`CancelPolicy::Kill`] it is
+    /// dropped when local validity ends: the lease actor wakes this future, which drops the
+    /// work without polling it again.
+    ///
     /// # `run_under_lease` vs `spawn_under_lease`
     /// This one is for plain async code and returns the future's output. Use
     /// [`spawn_under_lease`](Self::spawn_under_lease) for a ractor worker that handles
@@ -87,82 +97,224 @@ impl LeaseRuntime {
     /// # Errors
     /// As [`spawn_under_lease`](Self::spawn_under_lease).
     ///
+    /// The returned future borrows neither the runtime nor the request (it keeps clones
+    /// until the lease is held), so it may be spawned as it is:
+    /// `tokio::spawn(runtime.run_under_lease(&request, policy, work))`.
+    ///
     /// # Cancel safety
-    /// Dropping the returned future does not stop the work: it runs under its lease actor
-    /// until it finishes or the lease ends.
+    /// Dropping the returned future drops the work with it, as the `Kill` policy would,
+    /// and the lease is released at once (the report goes nowhere). Dropped before the
+    /// lease was held, nothing ran. To let work outlive the caller's interest in it,
+    /// `tokio::spawn` the returned future.
     pub fn run_under_lease<F, Fut, T>(
         &self,
         request: &LeaseRequest,
         policy: CancelPolicy,
         work: F,
-    ) -> impl Future<Output = Result<RunOutcome<T>, RuntimeError>>
+    ) -> impl Future<Output = Result<RunOutcome<T>, RuntimeError>> + use<F, Fut, T>
     where
         F: FnOnce(LeaseContext) -> Fut + Send + 'static,
         Fut: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
         // The acquisition and the actor's start are one boxed future, freed once the lease
-        // is held: what rests in the caller's task for as long as the lease is held is two
-        // receivers, not the room a start needs (docs/performance.md, "R with one actor
-        // per lease").
-        let begun = Box::pin(self.begin_run(request, policy, work));
-        async move {
-            let (started, output_rx) = match begun.await? {
-                Ok(running) => running,
-                Err(other) => return Ok(RunOutcome::NotAcquired(other)),
-            };
-            // The output first (it comes before the report, or not at all).
-            let wait = started.wait();
-            let output = output_rx.await.ok();
-            Ok(RunOutcome::Ran {
-                output,
-                report: wait.await,
-            })
+        // is held: what rests in the caller's future for as long as the lease is held is
+        // the work and the report's receiver, not the room a start needs
+        // (docs/performance.md, "R with one actor per lease").
+        Run {
+            report: None,
+            stage: Stage::Beginning {
+                begun: Box::pin(self.clone().begin_run(request.clone(), policy, work)),
+            },
         }
     }
 
-    /// `run_under_lease` up to the work's start: the lease acquired, its actor started
-    /// and the work's task with it; the receiver of the work's output beside it.
+    /// `run_under_lease` up to the work's start: the lease acquired and its actor started;
+    /// the receiver the actor hands the work to beside it.
     async fn begin_run<F, Fut, T>(
-        &self,
-        request: &LeaseRequest,
+        self,
+        request: LeaseRequest,
         policy: CancelPolicy,
         work: F,
-    ) -> Result<Result<(Started, oneshot::Receiver<T>), AcquireOutcome>, RuntimeError>
+    ) -> Begun<Fut>
     where
         F: FnOnce(LeaseContext) -> Fut + Send + 'static,
         Fut: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        let (handle, admission) = match self.take_settled(request).await? {
+        let (handle, admission) = match self.take_settled(&request).await? {
             Ok(held) => held,
             Err(other) => return Ok(Err(other)),
         };
-        let (output_tx, output_rx) = oneshot::channel();
+        let (work_tx, work_rx) = oneshot::channel();
         let started = self
             .start::<NoWorkerMessages>(handle, admission, policy, None, move |ctx| {
                 Worker::Task(Box::new(move |lease| {
-                    // Started in the lease actor's span: the work runs in it too, so its
-                    // events carry the lease's purpose, digest, operation id and token.
-                    let work = work(ctx).instrument(tracing::Span::current());
-                    // The task is the work's future and a closure, not an `async` block: a
-                    // block would keep the future twice, where it captured it and where it
-                    // awaits it, for as long as the lease is held.
-                    let mut end = TaskEnd::new(lease);
-                    tokio::spawn(AssertUnwindSafe(work).catch_unwind().map(move |ended| {
-                        match ended {
-                            Ok(value) => {
-                                let _ = output_tx.send(value);
-                            }
-                            Err(panic) => end.failed(panic_message(panic.as_ref())),
-                        }
-                        // `end` is dropped here, after the output is sent or the panic
-                        // noted; an abort drops it with the work.
-                    }))
+                    let guard = WorkGuard::new(ctx.work_link(), lease);
+                    // A caller that went away drops it here: the guard tells the actor.
+                    let _ = work_tx.send(WorkInCaller {
+                        work: work(ctx),
+                        guard,
+                    });
                 }))
             })
             .await?;
-        Ok(Ok((started, output_rx)))
+        Ok(Ok((started, work_rx)))
+    }
+}
+
+pin_project! {
+    /// `run_under_lease`'s future. Written out rather than an `async` block: what rests in
+    /// the caller's task for as long as the lease is held is the work, its guard and the
+    /// report's receiver, each once (docs/performance.md, "Sized down").
+    struct Run<B, Fut: Future> {
+        // The report's receiver and the lease's token, once the lease is held.
+        report: Option<(oneshot::Receiver<Box<LeaseReport>>, FencingToken)>,
+        #[pin]
+        stage: Stage<B, Fut>,
+    }
+}
+
+pin_project! {
+    #[project = RunStage]
+    enum Stage<B, Fut: Future> {
+        // The acquisition and the actor's start, boxed: freed once the lease is held, so
+        // the room a start needs does not rest in the caller's task.
+        Beginning { begun: Pin<Box<B>> },
+        Working { #[pin] work: RunWork<Fut> },
+        // The output first (it comes before the report, or not at all).
+        Reporting { output: Option<Fut::Output> },
+        Done,
+    }
+}
+
+impl<B, Fut, T> Future for Run<B, Fut>
+where
+    B: Future<Output = Begun<Fut>>,
+    Fut: Future<Output = T>,
+{
+    type Output = Result<RunOutcome<T>, RuntimeError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.stage.as_mut().project() {
+                RunStage::Beginning { begun } => {
+                    let (started, handed) = match ready!(begun.as_mut().poll(cx)) {
+                        Ok(Ok(running)) => running,
+                        Ok(Err(other)) => {
+                            this.stage.set(Stage::Done);
+                            return Poll::Ready(Ok(RunOutcome::NotAcquired(other)));
+                        }
+                        Err(error) => {
+                            this.stage.set(Stage::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                    };
+                    *this.report = Some((started.report, started.context.token()));
+                    this.stage.set(Stage::Working {
+                        work: RunWork::Handing { handed },
+                    });
+                }
+                RunStage::Working { work } => {
+                    let output = ready!(work.poll(cx));
+                    this.stage.set(Stage::Reporting { output });
+                }
+                RunStage::Reporting { output } => {
+                    let Some((report, token)) = this.report.as_mut() else {
+                        // Set with the stage before it.
+                        return Poll::Pending;
+                    };
+                    let report = ready!(Pin::new(report).poll(cx)).ok().map(|report| *report);
+                    let report = report_or_vanished(report, *token);
+                    let output = output.take();
+                    this.stage.set(Stage::Done);
+                    return Poll::Ready(Ok(RunOutcome::Ran { output, report }));
+                }
+                // Polled after it answered: as a fused future would, it waits forever.
+                RunStage::Done => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// What `begin_run` answers: the lease held, its actor started, and the receiver the actor
+/// hands the work to; or why not.
+type Begun<Fut> =
+    Result<Result<(Started, oneshot::Receiver<WorkInCaller<Fut>>), AcquireOutcome>, RuntimeError>;
+
+/// The work, handed by its lease actor to the caller's future that runs it.
+struct WorkInCaller<Fut> {
+    work: Fut,
+    guard: WorkGuard,
+}
+
+pin_project! {
+    /// The work's part of `run_under_lease`'s future: waits for the lease actor to hand the
+    /// work over, then polls it in place, in the lease's span, until it ends or must stop.
+    /// A future written out rather than an `async` block, which would keep the work several
+    /// times over (where it was received, bound and awaited) for as long as the lease is
+    /// held.
+    #[project = StageProj]
+    enum RunWork<Fut> {
+        Handing { handed: oneshot::Receiver<WorkInCaller<Fut>> },
+        // Fields drop in their order: the work first, then the guard says it ended — also
+        // when the caller drops this future.
+        Running {
+            #[pin]
+            work: CatchUnwind<AssertUnwindSafe<Fut>>,
+            guard: WorkGuard,
+        },
+        Done,
+    }
+}
+
+impl<Fut: Future> Future for RunWork<Fut> {
+    /// The work's output; `None` if it was stopped or panicked (the guard tells the actor
+    /// which), or the actor ended before handing it over.
+    type Output = Option<Fut::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut told = None;
+        let ended = match self.as_mut().project() {
+            StageProj::Handing { handed } => match ready!(Pin::new(handed).poll(cx)) {
+                Ok(WorkInCaller { work, guard }) => {
+                    self.set(RunWork::Running {
+                        work: AssertUnwindSafe(work).catch_unwind(),
+                        guard,
+                    });
+                    return self.poll(cx);
+                }
+                // The actor ended before the work's start: nothing ran, and its report
+                // says why.
+                Err(_) => None,
+            },
+            StageProj::Running { work, guard } => {
+                // The switch first: once killed, the work is not polled again.
+                if guard.link().poll_killed(cx).is_ready() {
+                    None
+                } else {
+                    // In the lease's span, so the work's events carry its purpose, digest,
+                    // operation id and token.
+                    let polled = guard.link().span().in_scope(|| work.poll(cx));
+                    match ready!(polled) {
+                        Ok(value) => Some(value),
+                        Err(panic) => {
+                            told = Some(guard.failed(panic_message(panic.as_ref())));
+                            None
+                        }
+                    }
+                }
+            }
+            StageProj::Done => None,
+        };
+        // Ended: the work and the guard go now, not when the caller drops this future;
+        // a panic is told once the work is dropped.
+        self.set(RunWork::Done);
+        if let Some(tell) = told {
+            tell();
+        }
+        Poll::Ready(ended)
     }
 }
 

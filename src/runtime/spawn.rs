@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorCell, ActorRef, Message};
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::LeaseError;
 use crate::lease::{AcquireOutcome, LeaseClient, LeaseHandle, LeaseState, Patience};
@@ -354,13 +353,21 @@ impl LeaseRuntime {
         }
         let admission_id = admission.id();
         let settings = self.client.settings();
-        let cancel = CancellationToken::new();
-        let facts = LeaseFacts {
-            purpose: handle.purpose().clone(),
-            resource: *handle.resource(),
-            replication: handle.replication().clone(),
-            slot: handle.keys().slot(),
-        };
+        let facts = LeaseFacts::new(
+            handle.purpose().clone(),
+            *handle.resource(),
+            handle.replication().clone(),
+            handle.keys().slot(),
+            // Made here, where the actor's `pre_start` runs (in the caller's task), so its
+            // parent is the caller's span as before.
+            tracing::info_span!(
+                "lease_actor",
+                purpose = %handle.purpose(),
+                digest = %handle.resource().short(),
+                op_id = %handle.attempt().operation(),
+                token = handle.token().get(),
+            ),
+        );
         let initial = LeaseStatus {
             state: LeaseState::Active,
             valid_until: handle.valid_until(),
@@ -371,7 +378,7 @@ impl LeaseRuntime {
             cancelled: None,
         };
         let (status_tx, status_rx) = published::channel(initial, facts);
-        let context = LeaseContext::new(handle.token(), cancel.clone(), status_rx);
+        let context = LeaseContext::new(handle.token(), status_rx);
         let (report_tx, report_rx) = oneshot::channel();
         let token = handle.token();
         let args = LeaseActorArgs {
@@ -380,7 +387,6 @@ impl LeaseRuntime {
             worker: worker(context.clone()),
             handle,
             policy,
-            cancel,
             status: status_tx,
             report: Some(report_tx),
             admission: Some(admission),

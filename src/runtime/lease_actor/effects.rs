@@ -135,7 +135,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         self.cancelled = Some(Box::new(message.clone()));
         // Published before the token fires, so work woken by it reads the reason.
         self.publish(now);
-        self.cancel.cancel();
+        self.status.cancel();
         if self.worker.alive() {
             let target = match &self.worker {
                 WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => Some(worker),
@@ -156,7 +156,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         );
         match &self.worker {
             WorkerState::Child { worker, .. } | WorkerState::Attached(worker) => worker.kill(),
-            WorkerState::Task { task, .. } => task.abort(),
+            WorkerState::Task { work, .. } => work.kill(),
             WorkerState::Pending(_) | WorkerState::PendingTask(_) | WorkerState::Starting => {}
         }
     }
@@ -188,7 +188,7 @@ impl<M: Message + From<LeaseCancelled>> LeaseActorState<M> {
         if let Some(tx) = self.report.take() {
             let _ = tx.send(Box::new(report.clone()));
         }
-        self.cancel.cancel();
+        self.status.cancel();
         report
     }
 
@@ -231,7 +231,7 @@ pub(crate) fn release_time(command_timeout: Duration) -> Duration {
 impl<M> Drop for LeaseActorState<M> {
     fn drop(&mut self) {
         // Invariant 6: reached after a panic or kill too, where post_stop does not run.
-        self.cancel.cancel();
+        self.status.cancel();
         if let Some(renewal) = self.renewal.take() {
             renewal.task.abort();
         }

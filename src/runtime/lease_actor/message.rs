@@ -20,7 +20,8 @@ pub(in crate::runtime) enum Command {
     Renewed(RenewSent),
     Status(RpcReplyPort<LeaseStatus>),
     Release,
-    /// The task running the work ended; the panic's message if it panicked.
+    /// The work run in its caller's future ended (returned, dropped or panicked); the
+    /// panic's message if it panicked.
     TaskEnded(Option<String>),
     /// The runtime drains: cancel for `Shutdown`, release once the worker stopped (or, an
     /// attached one, released).
@@ -30,7 +31,8 @@ pub(in crate::runtime) enum Command {
 }
 
 impl LeaseActorMsg {
-    /// The task running the work ended; the panic's message if it panicked.
+    /// The work run in its caller's future ended (returned, dropped or panicked); the
+    /// panic's message if it panicked.
     pub(crate) fn task_ended(failure: Option<String>) -> Self {
         Self(Command::TaskEnded(failure))
     }

@@ -5,8 +5,9 @@
 //!
 //! This file: the actor and its message handling. [`message`] what it is sent;
 //! [`watchdog`] the lease's time (sans I/O: what to do next, and when); [`timers`] the
-//! runtime's one timer task that wakes it; [`worker`] the work it supervises, an actor or a
-//! task; [`published`] the status it publishes to the work and to observers; `state` what
+//! runtime's one timer task that wakes it; [`worker`] the work it supervises, an actor or
+//! work run in its caller's future; [`published`] the status and the cancellation it
+//! publishes to the work and to observers; `state` what
 //! it holds; `effects` what it does on the watchdog's word (start a renewal, cancel, stop,
 //! release, report); `at_once` the tick and the renewal's end, handled without a future of
 //! their own.
@@ -18,7 +19,8 @@
 //! 1. The handle never leaves the actor; others see it through [`LeaseStatus`](crate::runtime::LeaseStatus) and the
 //!    worker's [`LeaseContext`](crate::runtime::LeaseContext).
 //! 2. [`LeaseCancelled`] is sent at most once per lease, never after the worker stopped, and
-//!    the context's cancellation token is cancelled at the same moment.
+//!    the context's cancellation (its token, once one was asked for) fires at the same
+//!    moment.
 //! 3. One timer is armed at a time, for the earliest pending
 //!    [`Deadline`](watchdog::Deadline), with the runtime's timer task ([`timers`]); a timer
 //!    message carries a generation, and a stale one is ignored. After every event the
@@ -170,7 +172,6 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             mut handle,
             worker,
             policy,
-            cancel,
             status,
             report,
             admission,
@@ -182,14 +183,9 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         // The acquisition's validity; from here on the watchdog holds it, and only a
         // confirmed renewal moves it.
         let valid_until = handle.valid_until_at(now).unwrap_or(now);
-        let span = tracing::info_span!(
-            "lease_actor",
-            purpose = %handle.purpose(),
-            digest = %handle.resource().short(),
-            op_id = %handle.attempt().operation(),
-            token = handle.token().get(),
-        );
-        span.in_scope(|| tracing::info!(policy = ?policy, "lease actor spawned"));
+        status
+            .span()
+            .in_scope(|| tracing::info!(policy = ?policy, "lease actor spawned"));
         let mut state = LeaseActorState {
             handle,
             worker: match worker {
@@ -197,7 +193,6 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
                 Worker::Attached(worker) => WorkerState::Attached(worker),
                 Worker::Task(starter) => WorkerState::PendingTask(starter),
             },
-            cancel,
             status,
             report,
             admission,
@@ -212,7 +207,6 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
             cancelled: None,
             armed: ArmedTimer::new(timers, myself.get_id().pid()),
             renewal: None,
-            span,
         };
         state.publish(now);
         Ok(state)
@@ -223,7 +217,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = state.span.clone();
+        let span = state.status.span().clone();
         Box::pin(self.on_post_start(myself, state).instrument(span)).await
     }
 
@@ -236,7 +230,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> impl Future<Output = Result<(), ActorProcessingErr>> + Send {
-        let span = state.span.clone();
+        let span = state.status.span().clone();
         match span.in_scope(|| at_once(&myself, state, message)) {
             AtOnce::Done => Either::Left(std::future::ready(Ok(()))),
             later => Either::Right(Box::pin(
@@ -253,7 +247,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = state.span.clone();
+        let span = state.status.span().clone();
         Box::pin(self.on_supervision(myself, event, state).instrument(span)).await
     }
 
@@ -264,7 +258,7 @@ impl<M: Message + From<LeaseCancelled>> Actor for LeaseActor<M> {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let span = state.span.clone();
+        let span = state.status.span().clone();
         Box::pin(self.on_post_stop(myself, state).instrument(span)).await
     }
 }
@@ -295,8 +289,9 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                 }
             },
             WorkerState::PendingTask(start) => {
+                start(myself.clone());
                 state.worker = WorkerState::Task {
-                    task: start(myself.clone()),
+                    work: state.status.work_switch(),
                     alive: true,
                 };
             }
@@ -353,13 +348,13 @@ impl<M: Message + From<LeaseCancelled>> LeaseActor<M> {
                 let _ = reply.send(state.status.get());
             }
             Command::TaskEnded(failure) => {
-                let WorkerState::Task { task, alive } = &mut state.worker else {
+                let WorkerState::Task { work, alive } = &mut state.worker else {
                     return Ok(());
                 };
                 *alive = false;
-                // `TaskEnd` speaks while the task may still be dropping the work (an abort):
-                // the release waits for the task's very end, bounded (invariant 5).
-                let _ = tokio::time::timeout(KILL_WAIT, task).await;
+                // The work is dropped before its guard speaks; the release still waits for
+                // the work's own word, bounded (invariant 5).
+                let _ = tokio::time::timeout(KILL_WAIT, work.ended()).await;
                 let end = match failure {
                     Some(error) => JobEnd::Failed { error },
                     None => state.end_for_exit(),

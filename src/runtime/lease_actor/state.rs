@@ -6,7 +6,6 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::published::Publisher;
 use super::timers::{ArmedTimer, Timers};
@@ -21,7 +20,6 @@ pub(crate) struct LeaseActorArgs<M> {
     pub(crate) handle: LeaseHandle,
     pub(crate) worker: Worker<M>,
     pub(crate) policy: CancelPolicy,
-    pub(crate) cancel: CancellationToken,
     pub(crate) status: Publisher,
     pub(crate) report: Option<ReportSender>,
     pub(crate) admission: Option<Admission>,
@@ -46,7 +44,7 @@ pub(super) struct InFlight {
 pub(crate) struct LeaseActorState<M> {
     pub(super) handle: LeaseHandle,
     pub(super) worker: WorkerState<M>,
-    pub(super) cancel: CancellationToken,
+    /// The status the lease's contexts read, their cancellation, and the lease's span.
     pub(super) status: Publisher,
     pub(super) report: Option<ReportSender>,
     /// This lease's admission to its runtime; given back before the report is sent.
@@ -62,8 +60,6 @@ pub(crate) struct LeaseActorState<M> {
     /// The renewal in flight, if one is; aborted when the actor finishes or is dropped (a
     /// renewal dropped mid-flight leaves the handle's old budget).
     pub(super) renewal: Option<InFlight>,
-    /// One span for the lease's whole life in this actor.
-    pub(super) span: tracing::Span,
 }
 
 impl<M> LeaseActorState<M> {

@@ -108,8 +108,6 @@ pub(crate) struct Watchdog {
     grid_origin: Instant,
     /// Local validity end of the last confirmation; the worker never runs past it.
     valid_until: Instant,
-    /// `valid_until − safety margin`: past it, a renewal could not be confirmed in time.
-    cancel_at: Instant,
     next_renew_at: Instant,
     phase: Phase,
     /// Start of the first renewal since the last confirmation that did not confirm: where
@@ -137,7 +135,6 @@ impl Watchdog {
             policy,
             grid_origin,
             valid_until,
-            cancel_at: valid_until,
             next_renew_at: now,
             phase: Phase::Watching,
             first_failure_at: None,
@@ -173,10 +170,10 @@ impl Watchdog {
         match self.phase {
             Phase::Finishing => None,
             Phase::Watching => Some(
-                if self.renewing.is_none() && self.next_renew_at < self.cancel_at {
+                if self.renewing.is_none() && self.next_renew_at < self.cancel_at() {
                     Deadline::Renew(self.next_renew_at)
                 } else {
-                    Deadline::Cancel(self.cancel_at)
+                    Deadline::Cancel(self.cancel_at())
                 },
             ),
             Phase::Cancelled { killed, .. } => {
@@ -204,7 +201,7 @@ impl Watchdog {
             // instant, and its end, a moment later, would come too late to tell the worker
             // in time. One that may have landed leaves the lease unknown, as its own
             // outcome would; it counts as a renewal that did not confirm.
-            Phase::Watching if now >= self.cancel_at => {
+            Phase::Watching if now >= self.cancel_at() => {
                 let mut reason = CancelReason::RenewalUnconfirmed;
                 if let Some(started) = self.renewing {
                     self.first_failure_at.get_or_insert(started);
@@ -220,7 +217,7 @@ impl Watchdog {
             Phase::Watching if now >= self.next_renew_at => {
                 self.renewing = Some(now);
                 smallvec![Action::Renew {
-                    until: self.cancel_at,
+                    until: self.cancel_at(),
                 }]
             }
             Phase::Watching => Actions::new(),
@@ -321,15 +318,20 @@ impl Watchdog {
 
     fn confirmed_until(&mut self, valid_until: Instant) {
         self.valid_until = valid_until;
-        self.cancel_at = valid_until
-            .checked_sub(self.safety_margin)
-            .unwrap_or(valid_until);
+    }
+
+    /// `valid_until − safety margin`: past it, a renewal could not be confirmed in time.
+    /// Worked out when asked rather than kept: every held lease carries this state.
+    fn cancel_at(&self) -> Instant {
         // A deliberate bug the simulation must find: the worker told at the instant it
         // must have stopped.
         #[cfg(feature = "__simulation")]
         if crate::simulation::bugs().cancel_at_validity_end {
-            self.cancel_at = valid_until;
+            return self.valid_until;
         }
+        self.valid_until
+            .checked_sub(self.safety_margin)
+            .unwrap_or(self.valid_until)
     }
 
     /// When to renew after a renewal at `now`: the cadence, or earlier if the budget is
@@ -337,7 +339,7 @@ impl Watchdog {
     /// the cancellation deadline — brought forward onto the renewal grid (see
     /// [`on_renewal_grid`]).
     fn schedule_renewal(&mut self, now: Instant) {
-        let half_way = now + self.cancel_at.saturating_duration_since(now) / 2;
+        let half_way = now + self.cancel_at().saturating_duration_since(now) / 2;
         let due = (now + self.renew_every).min(half_way);
         self.next_renew_at = on_renewal_grid(due, now, self.renew_every, self.grid_origin);
     }

@@ -1,6 +1,6 @@
 //! The worker a lease actor protects: how it is handed over (an actor to spawn as its
-//! child, one already running, or a task), how the actor holds it, and how a task tells the
-//! actor that it ended.
+//! child, one already running, or work run in its caller's future), how the actor holds
+//! it, and how that work tells the actor that it ended.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ractor::{ActorCell, ActorRef, SpawnErr};
 
+use super::published::{WorkLink, WorkSwitch};
 use super::watchdog::WorkerView;
 use crate::runtime::LeaseActorMsg;
 
@@ -16,48 +17,63 @@ pub(crate) type SpawnFuture<M> =
 /// Spawns the worker linked under the given supervisor cell.
 pub(crate) type Spawner<M> = Box<dyn FnOnce(ActorCell) -> SpawnFuture<M> + Send>;
 
-/// Starts the task that runs the work (in `post_start`, in the lease's span); the task
-/// holds a [`TaskEnd`] that tells the lease actor when it ends.
-pub(crate) type TaskStarter =
-    Box<dyn FnOnce(ActorRef<LeaseActorMsg>) -> tokio::task::JoinHandle<()> + Send>;
+/// Hands the work to its caller's future (in `post_start`), with a [`WorkGuard`] that
+/// tells the lease actor when it ends.
+pub(crate) type TaskStarter = Box<dyn FnOnce(ActorRef<LeaseActorMsg>) + Send>;
 
 pub(crate) enum Worker<M> {
     /// Spawned in `post_start` as the lease actor's child.
     Spawn(Spawner<M>),
     /// An actor that already runs; it is told, not supervised.
     Attached(ActorRef<M>),
-    /// A future run as a task of its own, started in `post_start`: its cancellation is the
-    /// context's token, and it is stopped by aborting it (dropped at its next `.await`).
+    /// A future run in its caller's future (`run_under_lease`), handed over in
+    /// `post_start`: its cancellation is the context's, and it is stopped by the
+    /// [`WorkSwitch`] (dropped by its caller without being polled again).
     Task(TaskStarter),
 }
 
-/// Tells the lease actor, when dropped, that the task running the work ended: it returned,
-/// panicked ([`failed`](Self::failed) was called), or was aborted.
-pub(crate) struct TaskEnd {
-    actor: ActorRef<LeaseActorMsg>,
-    failure: Option<String>,
+/// Kept beside the work in its caller's future (`run_under_lease`): says when the work must
+/// stop, and when dropped — after the work — that it ended, to the lease's status (for a
+/// release that waits for the end) and to the lease actor (a message): it returned, was
+/// dropped (stopped, or its caller's future dropped), or panicked
+/// ([`failed`](Self::failed)).
+pub(crate) struct WorkGuard {
+    link: WorkLink,
+    /// Taken by `failed`, which tells the actor itself.
+    actor: Option<ActorRef<LeaseActorMsg>>,
 }
 
-impl TaskEnd {
-    pub(crate) fn new(actor: ActorRef<LeaseActorMsg>) -> Self {
+impl WorkGuard {
+    pub(crate) fn new(link: WorkLink, actor: ActorRef<LeaseActorMsg>) -> Self {
         Self {
-            actor,
-            failure: None,
+            link,
+            actor: Some(actor),
         }
     }
 
-    /// The work panicked with `message`.
-    pub(crate) fn failed(&mut self, message: String) {
-        self.failure = Some(message);
+    pub(crate) fn link(&self) -> &WorkLink {
+        &self.link
+    }
+
+    /// The work panicked with `message`: this guard's drop will not tell the actor; the
+    /// returned teller does, to be called once the work is dropped.
+    pub(crate) fn failed(&mut self, message: String) -> impl FnOnce() + use<> {
+        let actor = self.actor.take();
+        move || {
+            if let Some(actor) = actor {
+                let _ = actor.send_message(LeaseActorMsg::task_ended(Some(message)));
+            }
+        }
     }
 }
 
-impl Drop for TaskEnd {
+impl Drop for WorkGuard {
     fn drop(&mut self) {
+        self.link.ended();
         // The actor may be gone already (stopped from outside): nothing left to tell.
-        let _ = self
-            .actor
-            .send_message(LeaseActorMsg::task_ended(self.failure.take()));
+        if let Some(actor) = self.actor.take() {
+            let _ = actor.send_message(LeaseActorMsg::task_ended(None));
+        }
     }
 }
 
@@ -65,15 +81,9 @@ impl Drop for TaskEnd {
 pub(crate) enum WorkerState<M> {
     Pending(Spawner<M>),
     PendingTask(TaskStarter),
-    Child {
-        worker: ActorRef<M>,
-        alive: bool,
-    },
+    Child { worker: ActorRef<M>, alive: bool },
     Attached(ActorRef<M>),
-    Task {
-        task: tokio::task::JoinHandle<()>,
-        alive: bool,
-    },
+    Task { work: WorkSwitch, alive: bool },
     Starting,
 }
 
@@ -102,7 +112,7 @@ impl<M> WorkerState<M> {
                 };
                 Some(Running::Actor(cell))
             }
-            WorkerState::Task { task, alive: true } => Some(Running::Task(task)),
+            WorkerState::Task { work, alive: true } => Some(Running::Task(work)),
             other => {
                 *self = other;
                 None
@@ -123,7 +133,7 @@ impl<M> WorkerState<M> {
 /// so it can outlive the actor (a killed actor's release waits for it in a task).
 pub(crate) enum Running {
     Actor(ActorCell),
-    Task(tokio::task::JoinHandle<()>),
+    Task(WorkSwitch),
 }
 
 impl Running {
@@ -131,7 +141,7 @@ impl Running {
     pub(crate) async fn ended_within(mut self, grace: Duration) -> Option<Self> {
         let ended = match &mut self {
             Running::Actor(cell) => cell.wait(Some(grace)).await.is_ok(),
-            Running::Task(task) => tokio::time::timeout(grace, task).await.is_ok(),
+            Running::Task(work) => tokio::time::timeout(grace, work.ended()).await.is_ok(),
         };
         (!ended).then_some(self)
     }
@@ -140,20 +150,20 @@ impl Running {
     pub(crate) fn kill(&self) {
         match self {
             Running::Actor(cell) => cell.kill(),
-            Running::Task(task) => task.abort(),
+            Running::Task(work) => work.kill(),
         }
     }
 
-    /// Kills it (ractor's `kill`: no `post_stop` wait, a task aborted) and waits, up to
-    /// `wait`, for its end.
+    /// Kills it (ractor's `kill`: no `post_stop` wait; work in its caller's future
+    /// dropped) and waits, up to `wait`, for its end.
     pub(crate) async fn kill_and_wait(self, wait: Duration) {
         match self {
             Running::Actor(cell) => {
                 let _ = cell.kill_and_wait(Some(wait)).await;
             }
-            Running::Task(task) => {
-                task.abort();
-                let _ = tokio::time::timeout(wait, task).await;
+            Running::Task(work) => {
+                work.kill();
+                let _ = tokio::time::timeout(wait, work.ended()).await;
             }
         }
     }
