@@ -32,21 +32,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ttl(Duration::from_secs(10))
             .wait_timeout(Duration::from_secs(30))
             .build()?;
-        let (runtime, running) = (runtime.clone(), running.clone());
-        exports.push(tokio::spawn(async move {
-            runtime
-                .run_under_lease(&request, CancelPolicy::Kill, move |ctx| async move {
-                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                    println!(
-                        "export {export}: running with fencing token {} ({now} of {PERMITS} slots taken)",
-                        ctx.token()
-                    );
-                    assert!(now <= PERMITS as usize, "more exports than permits");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    running.fetch_sub(1, Ordering::SeqCst);
-                })
-                .await
-        }));
+        let running = running.clone();
+        // The future borrows neither the runtime nor the request: spawned as it is, each
+        // export runs in a task of its own.
+        exports.push(tokio::spawn(runtime.run_under_lease(
+            &request,
+            CancelPolicy::Kill,
+            move |ctx| async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                println!(
+                    "export {export}: running with fencing token {} ({now} of {PERMITS} slots taken)",
+                    ctx.token()
+                );
+                assert!(now <= PERMITS as usize, "more exports than permits");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+            },
+        )));
     }
     for export in exports {
         match export.await?? {

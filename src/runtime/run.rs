@@ -121,11 +121,8 @@ impl LeaseRuntime {
         // is held: what rests in the caller's future for as long as the lease is held is
         // the work and the report's receiver, not the room a start needs
         // (docs/performance.md, "R with one actor per lease").
-        Run {
-            report: None,
-            stage: Stage::Beginning {
-                begun: Box::pin(self.clone().begin_run(request.clone(), policy, work)),
-            },
+        Run::Beginning {
+            begun: Box::pin(self.clone().begin_run(request.clone(), policy, work)),
         }
     }
 
@@ -166,24 +163,21 @@ impl LeaseRuntime {
 pin_project! {
     /// `run_under_lease`'s future. Written out rather than an `async` block: what rests in
     /// the caller's task for as long as the lease is held is the work, its guard and the
-    /// report's receiver, each once (docs/performance.md, "Sized down").
-    struct Run<B, Fut: Future> {
-        // The report's receiver and the lease's token, once the lease is held.
-        report: Option<(oneshot::Receiver<Box<LeaseReport>>, FencingToken)>,
-        #[pin]
-        stage: Stage<B, Fut>,
-    }
-}
-
-pin_project! {
-    #[project = RunStage]
-    enum Stage<B, Fut: Future> {
+    /// report's receiver, each once (docs/performance.md, "In the caller's future").
+    #[project = RunProj]
+    enum Run<B, Fut: Future> {
         // The acquisition and the actor's start, boxed: freed once the lease is held, so
         // the room a start needs does not rest in the caller's task.
         Beginning { begun: Pin<Box<B>> },
-        Working { #[pin] work: RunWork<Fut> },
-        // The output first (it comes before the report, or not at all).
-        Reporting { output: Option<Fut::Output> },
+        Held {
+            #[pin]
+            work: RunWork<Fut>,
+            // The work's output once it ended: it comes before the report, or not at all.
+            output: Option<Option<Fut::Output>>,
+            report: oneshot::Receiver<Box<LeaseReport>>,
+            token: FencingToken,
+        },
+        // Answered; polled again, it stays pending.
         Done,
     }
 }
@@ -195,46 +189,41 @@ where
 {
     type Output = Result<RunOutcome<T>, RuntimeError>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        loop {
-            match this.stage.as_mut().project() {
-                RunStage::Beginning { begun } => {
-                    let (started, handed) = match ready!(begun.as_mut().poll(cx)) {
-                        Ok(Ok(running)) => running,
-                        Ok(Err(other)) => {
-                            this.stage.set(Stage::Done);
-                            return Poll::Ready(Ok(RunOutcome::NotAcquired(other)));
-                        }
-                        Err(error) => {
-                            this.stage.set(Stage::Done);
-                            return Poll::Ready(Err(error));
-                        }
-                    };
-                    *this.report = Some((started.report, started.context.token()));
-                    this.stage.set(Stage::Working {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let answer = match self.as_mut().project() {
+            RunProj::Beginning { begun } => match ready!(begun.as_mut().poll(cx)) {
+                Ok(Ok((started, handed))) => {
+                    let token = started.context.token();
+                    self.set(Run::Held {
                         work: RunWork::Handing { handed },
+                        output: None,
+                        report: started.report,
+                        token,
                     });
+                    return self.poll(cx);
                 }
-                RunStage::Working { work } => {
-                    let output = ready!(work.poll(cx));
-                    this.stage.set(Stage::Reporting { output });
+                Ok(Err(other)) => Ok(RunOutcome::NotAcquired(other)),
+                Err(error) => Err(error),
+            },
+            RunProj::Held {
+                work,
+                output,
+                report,
+                token,
+            } => {
+                if output.is_none() {
+                    *output = Some(ready!(work.poll(cx)));
                 }
-                RunStage::Reporting { output } => {
-                    let Some((report, token)) = this.report.as_mut() else {
-                        // Set with the stage before it.
-                        return Poll::Pending;
-                    };
-                    let report = ready!(Pin::new(report).poll(cx)).ok().map(|report| *report);
-                    let report = report_or_vanished(report, *token);
-                    let output = output.take();
-                    this.stage.set(Stage::Done);
-                    return Poll::Ready(Ok(RunOutcome::Ran { output, report }));
-                }
-                // Polled after it answered: as a fused future would, it waits forever.
-                RunStage::Done => return Poll::Pending,
+                let report = ready!(Pin::new(report).poll(cx)).ok().map(|report| *report);
+                Ok(RunOutcome::Ran {
+                    output: output.take().flatten(),
+                    report: report_or_vanished(report, *token),
+                })
             }
-        }
+            RunProj::Done => return Poll::Pending,
+        };
+        self.set(Run::Done);
+        Poll::Ready(answer)
     }
 }
 

@@ -10,6 +10,11 @@
 //! 128 bytes per held lease, and most work only awaits `cancelled()`. One is made when a
 //! context is first asked for it, under the same lock as the cancellation, so it is born
 //! cancelled when it comes late.
+//!
+//! Work that `run_under_lease` runs in its caller's future is stopped through the same
+//! shared state: the actor's `WorkSwitch` kills it, the caller's future polls its
+//! `WorkLink` before the work, and the work's guard marks its end there, where a release
+//! waits for it.
 
 use std::future::Future;
 use std::pin::Pin;
