@@ -1,7 +1,7 @@
 //! The floor of a held lease's memory: `n` bare ractor actors, idle, built with the ractor
 //! features leasehold builds with (row `floor-actor`, `rss_bytes_per_actor`). A lease R
-//! holds is a lease actor and the task of its work (`run_under_lease`), so what R's
-//! `rss_bytes_per_lease` costs above this row is leasehold's own.
+//! holds is a lease actor and the task `run_under_lease`'s future is spawned as (the work
+//! runs in it), so what R's `rss_bytes_per_lease` costs above this row is leasehold's own.
 
 use super::*;
 

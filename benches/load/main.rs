@@ -72,7 +72,7 @@
 //! * `R<n>` n = 10k (quick: 1k) and 100k (not in quick; skipped, with the reason printed, if
 //!   it would not fit in memory or in the ~8 minute budget) leases held by
 //!   `LeaseRuntime::run_under_lease` (work that waits to be told to end: one lease actor and
-//!   one task, the cheapest way to hold a lease), 30 s TTL (quick: 4 s, so
+//!   the task its future is spawned as, the cheapest way to hold a lease), 30 s TTL (quick: 4 s, so
 //!   renewals happen), for 2 renewal periods (`cadence_s`: ttl/3, or half-way to the
 //!   cancellation deadline if sooner — with the quick TTL and the 2 s command timeout as
 //!   safety margin, ~1 s). `ops_per_s` = confirmed renewals/s in the window (from
