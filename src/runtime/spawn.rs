@@ -358,8 +358,8 @@ impl LeaseRuntime {
             *handle.resource(),
             handle.replication().clone(),
             handle.keys().slot(),
-            // Made here, where the actor's `pre_start` runs (in the caller's task), so its
-            // parent is the caller's span as before.
+            // Made here, in the caller's task, where the actor's `pre_start` runs too: its
+            // parent is the caller's span.
             tracing::info_span!(
                 "lease_actor",
                 purpose = %handle.purpose(),

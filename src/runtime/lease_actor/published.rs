@@ -200,17 +200,13 @@ impl Publisher {
     /// Cancels the lease for its contexts (once; again is nothing): `cancelled()` completes
     /// and the token, if one was made, fires.
     pub(crate) fn cancel(&self) {
-        {
-            let mut current = self.0.current();
-            if current.cancelled {
-                return;
-            }
+        let token = &self.0.token;
+        self.0.set(|current| {
             current.cancelled = true;
-            if let Some(token) = self.0.token.get() {
+            if let Some(token) = token.get() {
                 token.cancel();
             }
-        }
-        self.0.changed.notify_waiters();
+        });
     }
 }
 
@@ -356,24 +352,14 @@ impl Subscriber {
     /// Waits for a status this subscriber has not seen: `true` when there is one, `false`
     /// once the publisher is gone and nothing will change again. Cancel safe.
     pub(crate) async fn changed(&mut self) -> bool {
-        loop {
-            let notified = self.shared.changed.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a change between the check and the wait
-            // still wakes it.
-            notified.as_mut().enable();
-            {
-                let current = self.shared.current();
-                if current.version != self.seen {
-                    self.seen = current.version;
-                    return true;
-                }
-                if current.closed {
-                    return false;
-                }
-            }
-            notified.await;
-        }
+        let seen = self.seen;
+        self.shared
+            .wait_for(|current| current.version != seen || current.closed)
+            .await;
+        let version = self.shared.current().version;
+        let changed = version != seen;
+        self.seen = version;
+        changed
     }
 }
 

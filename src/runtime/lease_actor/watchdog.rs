@@ -141,7 +141,6 @@ impl Watchdog {
             renewing: None,
             renewals: 0,
         };
-        watchdog.confirmed_until(valid_until);
         watchdog.schedule_renewal(now);
         watchdog
     }
@@ -244,7 +243,7 @@ impl Watchdog {
         let outcome = match renewal {
             Renewal::Confirmed { valid_until } if *valid_until > now => {
                 self.first_failure_at = None;
-                self.confirmed_until(*valid_until);
+                self.valid_until = *valid_until;
                 self.renewals += 1;
                 self.schedule_renewal(started);
                 return smallvec![Action::Confirmed];
@@ -314,10 +313,6 @@ impl Watchdog {
     pub(crate) fn finish(&mut self) {
         self.phase = Phase::Finishing;
         self.renewing = None;
-    }
-
-    fn confirmed_until(&mut self, valid_until: Instant) {
-        self.valid_until = valid_until;
     }
 
     /// `valid_until − safety margin`: past it, a renewal could not be confirmed in time.
