@@ -12,6 +12,7 @@
 // Each test binary uses a different subset of the helpers.
 #![allow(dead_code)]
 
+pub mod entry;
 pub mod proxy;
 pub mod redis_server;
 pub mod workers;
